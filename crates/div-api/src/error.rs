@@ -1,0 +1,123 @@
+//! The error every [`crate::ControlPlane`] operation returns.
+
+use serde_json::Value;
+
+/// What kind of failure an [`ApiError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The thing asked for does not exist (404).
+    NotFound,
+    /// The request was refused as invalid (400/422); `details()` says more, such as the
+    /// accepted SKU list.
+    Refused,
+    /// The credentials were missing or wrong (401/403).
+    Unauthorized,
+    /// The request conflicts with what exists (409), like an idempotency key reused with
+    /// another body.
+    Conflict,
+    /// The control plane could not be reached or kept failing (connection errors, 429, 5xx)
+    /// after every retry the deadline allowed.
+    Unavailable,
+    /// The control plane answered something this client cannot read.
+    Protocol,
+    /// A local I/O failure (reading a file to upload, writing one downloaded).
+    Io,
+}
+
+/// The error returned by every [`crate::ControlPlane`] operation.
+///
+/// Opaque: ask [`ApiError::kind`]. It never holds a credential: the client redacts tokens
+/// before an error is made.
+#[derive(Debug)]
+pub struct ApiError {
+    kind: ErrorKind,
+    code: Option<String>,
+    message: String,
+    details: Value,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl ApiError {
+    /// A new error of `kind` saying `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            code: None,
+            message: message.into(),
+            details: Value::Null,
+            source: None,
+        }
+    }
+
+    /// The error as the server sent it: its stable `code`, `message` and `details`.
+    pub fn from_server(kind: ErrorKind, code: String, message: String, details: Value) -> Self {
+        ApiError {
+            kind,
+            code: Some(code),
+            message,
+            details,
+            source: None,
+        }
+    }
+
+    /// Attach the underlying cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Attach details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    /// The server's stable error code (`unknown_sku`), when the server sent one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+    /// What went wrong, for a person.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// The server's details (`{"accepted": [...]}`), or `null`.
+    pub fn details(&self) -> &Value {
+        &self.details
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+    pub fn is_refused(&self) -> bool {
+        self.kind == ErrorKind::Refused
+    }
+    pub fn is_unauthorized(&self) -> bool {
+        self.kind == ErrorKind::Unauthorized
+    }
+    pub fn is_conflict(&self) -> bool {
+        self.kind == ErrorKind::Conflict
+    }
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == ErrorKind::Unavailable
+    }
+    pub fn is_protocol(&self) -> bool {
+        self.kind == ErrorKind::Protocol
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,126 @@
+//! The div control-plane contract: API models, the [`ControlPlane`] trait and its hyper
+//! client.
+//!
+//! The contract is written down in `docs/api/openapi.yaml`; the models here follow it and a
+//! test fails when they drift. Anything that speaks it — the hosted service, the local
+//! control plane in `div-server`, or an embedder's own — is a [`ControlPlane`].
+//!
+//! # The log stream
+//!
+//! `GET /v1/runs/{run}/log?offset=N&follow=true` answers `application/vnd.div.log`, a
+//! sequence of frames, each a header line then, for some, a body:
+//!
+//! - `chunk <offset> <len>\n` then `len` bytes: the log's bytes from `offset`;
+//! - `beat\n`: nothing new yet (sent while following, so a dead connection is noticed);
+//! - `tail <offset>\n`: without `follow`, the log has no more bytes now and the run goes on;
+//! - `end <len>\n` then `len` bytes of JSON: the run as it ended; every byte was sent.
+//!
+//! A reader that loses the connection asks again from the last offset it delivered, so it
+//! sees every byte exactly once.
+
+mod error;
+pub mod models;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use error::{ApiError, ErrorKind};
+pub use models::*;
+
+/// Where the bytes of a blob upload come from.
+#[derive(Debug, Clone)]
+pub enum BlobSource {
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// `len` bytes of a file, starting at `offset`.
+    File { path: PathBuf, offset: u64, len: u64 },
+}
+
+impl BlobSource {
+    /// How many bytes it holds.
+    pub fn len(&self) -> u64 {
+        match self {
+            BlobSource::Bytes(b) => b.len() as u64,
+            BlobSource::File { len, .. } => *len,
+        }
+    }
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A run's log, as it arrives. Implementations resume across dropped connections, so each
+/// byte is yielded exactly once, in order.
+#[async_trait]
+pub trait LogStream: Send {
+    /// The next event, or `None` after [`LogEvent::End`] or [`LogEvent::Tail`].
+    async fn next(&mut self) -> Option<Result<LogEvent, ApiError>>;
+}
+
+/// A sink for downloaded bytes.
+pub type ByteSink<'a> = &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send);
+
+/// One method per control-plane operation. Usable as `Box<dyn ControlPlane>`.
+#[async_trait]
+pub trait ControlPlane: Send + Sync {
+    /// The catalogue: SKUs, prices, limits.
+    async fn catalogue(&self) -> Result<Catalogue, ApiError>;
+
+    /// Every volume.
+    async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError>;
+    /// Make a volume; making one that exists returns it (idempotent).
+    async fn create_volume(&self, name: &str) -> Result<Volume, ApiError>;
+    /// Remove a volume and everything in it.
+    async fn delete_volume(&self, name: &str) -> Result<(), ApiError>;
+    /// Which of `hashes` the volume lacks, with partial uploads' sizes.
+    async fn missing_blobs(&self, volume: &str, hashes: &[String])
+    -> Result<MissingBlobs, ApiError>;
+    /// Send a blob's bytes from `offset` (0, or what [`MissingBlobs::partial`] said had
+    /// arrived). The server verifies the hash once the blob is whole.
+    async fn upload_blob(
+        &self,
+        volume: &str,
+        hash: &str,
+        offset: u64,
+        total: u64,
+        data: BlobSource,
+    ) -> Result<(), ApiError>;
+    /// Commit a tree of sent blobs at a path in the volume.
+    async fn commit_tree(&self, volume: &str, tree: &CommitTree)
+    -> Result<CommittedTree, ApiError>;
+    /// List what is under `path` in the volume (recursively), `""` for all of it.
+    async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError>;
+    /// Write the file at `path` in the volume into `sink`; returns the bytes written.
+    async fn read_file(&self, volume: &str, path: &str, sink: ByteSink<'_>)
+    -> Result<u64, ApiError>;
+
+    /// Place a run. Retrying with the same `idempotency_key` never places a second one.
+    async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError>;
+    /// A run by id or name.
+    async fn get_run(&self, run: &str) -> Result<Run, ApiError>;
+    /// Runs, newest first.
+    async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError>;
+    /// Stop a run (it ends `canceled`); stopping an ended run returns it unchanged.
+    async fn stop_run(&self, run: &str) -> Result<Run, ApiError>;
+    /// The run's log from `offset`; with `follow`, until the run ends.
+    async fn log(
+        &self,
+        run: &str,
+        offset: u64,
+        follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError>;
+    /// The run's result and verdicts.
+    async fn result(&self, run: &str) -> Result<RunResult, ApiError>;
+    /// The run's telemetry points after line `after` (0 for all).
+    async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError>;
+
+    /// Set a secret; every run gets it as an environment variable.
+    async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError>;
+    /// Secrets' names, never their values.
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError>;
+    /// Remove a secret.
+    async fn delete_secret(&self, name: &str) -> Result<(), ApiError>;
+}

@@ -1,0 +1,2 @@
+//! The `div` command.
+fn main() {}

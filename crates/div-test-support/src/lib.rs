@@ -1,0 +1,1 @@
+//! Test support for div: wiremock helpers, output filters and the ControlPlane conformance suite.

@@ -1,0 +1,2 @@
+//! Project tasks: `cargo xtask ci`, `cargo xtask bench`, `cargo xtask fuzz`.
+fn main() {}
