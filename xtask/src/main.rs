@@ -1,2 +1,89 @@
-//! Project tasks: `cargo xtask ci`, `cargo xtask bench`, `cargo xtask fuzz`.
-fn main() {}
+//! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz`.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(task) = args.first() else {
+        bail!("usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]>");
+    };
+    let rest = &args[1..];
+    match task.as_str() {
+        "ci" => ci(),
+        "bench" => bench(rest),
+        "fuzz" => fuzz(rest),
+        other => bail!("unknown task `{other}`; expected ci, bench or fuzz"),
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("$ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// fmt, clippy, tests, and cargo deny when it is installed.
+fn ci() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args(["test", "--workspace", "--locked"]))?;
+    if Command::new("cargo-deny").arg("--version").output().is_ok() {
+        run(cargo().args(["deny", "check"]))?;
+        for krate in ["div-spec", "div-pricing"] {
+            run(cargo().args([
+                "deny",
+                "--manifest-path",
+                &format!("crates/{krate}/Cargo.toml"),
+                "check",
+                "--config",
+                &format!("crates/{krate}/deny.toml"),
+                "bans",
+            ]))?;
+        }
+    } else {
+        eprintln!("cargo-deny is not installed (cargo install cargo-deny): skipping its checks");
+    }
+    Ok(())
+}
+
+fn bench(rest: &[String]) -> Result<()> {
+    let name = rest.first().map(String::as_str).unwrap_or("all");
+    match name {
+        other => bail!("unknown benchmark `{other}`"),
+    }
+}
+
+fn fuzz(rest: &[String]) -> Result<()> {
+    let seconds: u64 = match rest.first() {
+        Some(s) => s.parse().context("the fuzz time is whole seconds per target")?,
+        None => 30,
+    };
+    let list = Command::new("cargo")
+        .args(["fuzz", "list"])
+        .current_dir("fuzz")
+        .output()
+        .context("running `cargo fuzz list` (cargo install cargo-fuzz; needs nightly)")?;
+    if !list.status.success() {
+        bail!("cargo fuzz list failed: {}", String::from_utf8_lossy(&list.stderr));
+    }
+    for target in String::from_utf8_lossy(&list.stdout).lines() {
+        run(Command::new("cargo").current_dir("fuzz").args([
+            "fuzz",
+            "run",
+            target,
+            "--",
+            &format!("-max_total_time={seconds}"),
+        ]))?;
+    }
+    Ok(())
+}
