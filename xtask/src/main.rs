@@ -1,5 +1,5 @@
 //! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz`.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 use std::process::Command;
 
