@@ -87,6 +87,8 @@ pub struct MissingBlobs {
     /// resumed upload sends only the rest.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub partial: BTreeMap<String, u64>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// The kind of a manifest entry.
@@ -149,6 +151,8 @@ pub struct VolumeEntry {
     pub executable: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// A run's status.
@@ -234,6 +238,8 @@ pub struct CheckVerdict {
     pub found: Option<Value>,
     /// The line written into the log, `check passed: metrics.accuracy >= 0.8 (found 0.91)`.
     pub line: String,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// Where a run's code came from.
@@ -243,6 +249,8 @@ pub struct CodeRef {
     pub volume: String,
     /// The tree in it, like `code/9f31c2ab`.
     pub path: String,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// `POST /v1/runs`, sent with an `Idempotency-Key` header.
@@ -371,6 +379,8 @@ pub struct RunList {
     pub runs: Vec<Run>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// A run's result: the JSON object it wrote to `DIVERGENT_RESULT_PATH`, with the verdicts.
@@ -385,6 +395,8 @@ pub struct RunResult {
     pub problem: Option<String>,
     #[serde(default)]
     pub verdicts: Vec<CheckVerdict>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// One telemetry point: a JSON object the run wrote as a line of `telemetry.jsonl`.
@@ -403,6 +415,8 @@ pub struct Telemetry {
     /// Lines that were not a JSON object, reported rather than fatal.
     #[serde(default)]
     pub bad_lines: Vec<BadLine>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// A telemetry line that could not be read.
@@ -451,6 +465,9 @@ pub struct ApiErrorDetail {
 pub enum LogEvent {
     /// Bytes of the log starting at `offset`.
     Chunk { offset: u64, data: bytes::Bytes },
+    /// Without `follow`: the log has no more bytes now (the run goes on); `offset` is where
+    /// a later read resumes. The stream ends after it.
+    Tail { offset: u64 },
     /// The run has ended and every byte was delivered: the run as it ended.
     End(Box<Run>),
 }
