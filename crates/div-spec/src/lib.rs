@@ -1,1 +1,48 @@
-//! Pure parsing and printing of what a div user types: entrypoints, checks, money, memory, SKUs, durations, slugs.
+//! Pure parsing and printing of what a div user types: entrypoints, checks, money, memory,
+//! SKUs, durations, slugs, `--env` pairs and volume names.
+//!
+//! Every type parses with [`FromStr`](std::str::FromStr), refusing with an error that says
+//! what was wrong and what would be right, and prints with `Display` in a form that parses
+//! back to the same value. No I/O, no clock, no async: the rules are in
+//! `docs/input-rules.md`.
+//!
+//! Main types: [`Money`], [`Sku`], [`MemoryGib`], [`Entrypoint`], [`Check`] (with
+//! [`Verdict`]), [`Slug`], [`EnvPair`], [`VolumeName`]; printing helpers
+//! [`format_duration`], [`format_bytes`], [`format_bytes_short`].
+//!
+//! ```
+//! use div_spec::{Check, Entrypoint, Money, Outcome};
+//!
+//! let ceiling: Money = "$5".parse().unwrap();
+//! assert_eq!(ceiling.cents(), 500);
+//! assert_eq!(ceiling.to_string(), "$5.00");
+//!
+//! let entry = Entrypoint::parse("train.py::run").unwrap();
+//! assert_eq!(entry.command(), "python -u -c 'from train import run; run()'");
+//!
+//! let check: Check = "metrics.accuracy>=0.8".parse().unwrap();
+//! let verdict = check.evaluate(&serde_json::json!({"metrics": {"accuracy": 0.91}}));
+//! assert_eq!(verdict.outcome, Outcome::Passed);
+//! assert_eq!(verdict.line(), "check passed: metrics.accuracy >= 0.8 (found 0.91)");
+//! ```
+
+mod check;
+mod decimal;
+mod entrypoint;
+mod env;
+mod human;
+mod memory;
+mod money;
+mod sku;
+mod slug;
+mod volume;
+
+pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
+pub use entrypoint::{Entrypoint, EntrypointError, EntrypointKind, shell_quote};
+pub use env::{EnvError, EnvPair, is_env_key};
+pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
+pub use memory::{MemoryError, MemoryGib};
+pub use money::{Money, MoneyError};
+pub use sku::{Sku, UnknownSku};
+pub use slug::{MAX_SLUG_LEN, Slug, SlugError};
+pub use volume::{VolumeName, VolumeNameError, volumes_named};

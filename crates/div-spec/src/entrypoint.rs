@@ -1,0 +1,309 @@
+//! What a run runs: a Python function, a Python file, or the user's own command.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What a run runs, as typed and as the container is told.
+///
+/// Read three ways (see `docs/input-rules.md`):
+/// `train.py::run` calls the function (`python -u -c 'from train import run; run()'`),
+/// `train.py` runs the file (`python -u train.py`), and anything with whitespace in it, or
+/// any other bare word, is the user's own command, passed to `sh -lc` unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entrypoint {
+    typed: String,
+    command: String,
+    kind: EntrypointKind,
+}
+
+/// Which of the three readings an [`Entrypoint`] got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntrypointKind {
+    /// `file.py::function`: import the module and call the function.
+    PythonFunction {
+        /// The file, normalised (no leading `./`): `models/lora.py`.
+        file: String,
+        /// The module it imports as: `models.lora`.
+        module: String,
+        /// The function called: `train`.
+        function: String,
+    },
+    /// `file.py`: run the file with Python.
+    PythonFile {
+        /// The file, normalised (no leading `./`).
+        file: String,
+    },
+    /// The user's own command, passed through unchanged.
+    Command,
+}
+
+/// The error returned by [`Entrypoint::parse`] and [`Entrypoint::from_words`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EntrypointError {
+    /// Nothing to run.
+    #[error(
+        "the command is empty; give a file like `train.py`, a function like `train.py::run`, or a command"
+    )]
+    Empty,
+    /// `::` after something that is not a `.py` file.
+    #[error(
+        "`{typed}` names a function in `{file}`, which is not a `.py` file; write `file.py::function`"
+    )]
+    NotPythonFile { typed: String, file: String },
+    /// `::` with nothing after it.
+    #[error("`{typed}` names no function after `::`; write `{file}::function`")]
+    NoFunction { typed: String, file: String },
+    /// The function is not a Python identifier.
+    #[error(
+        "`{function}` in `{typed}` is not a Python function name: letters, digits and `_`, not starting with a digit, and not a keyword"
+    )]
+    BadFunction { typed: String, function: String },
+    /// The file cannot be imported under the module path it names.
+    #[error(
+        "`{file}` in `{typed}` cannot be imported as a module: {why}; rename it, or run the file with `python {file}` as a command"
+    )]
+    NotImportable {
+        typed: String,
+        file: String,
+        why: String,
+    },
+    /// A path that leaves the shipped code.
+    #[error(
+        "`{file}` in `{typed}` is outside the code div ships; give a path inside this directory"
+    )]
+    OutsideCode { typed: String, file: String },
+}
+
+const KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// Whether `s` is an ASCII Python identifier that is not a keyword.
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    (first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !KEYWORDS.contains(&s)
+}
+
+/// `./a/./b.py` -> `a/b.py`: drops leading `./` and inner `.` segments.
+fn normalise(file: &str) -> String {
+    if file.starts_with('/') {
+        return file.to_owned();
+    }
+    file.split('/')
+        .filter(|seg| *seg != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Whether a word keeps its meaning under `sh` without quotes.
+fn shell_safe(word: &str) -> bool {
+    !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,^".contains(&b))
+        && !word.starts_with('=')
+}
+
+/// `word` quoted for `sh` when it needs it: `it's` -> `'it'\''s'`.
+pub fn shell_quote(word: &str) -> String {
+    if shell_safe(word) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+impl Entrypoint {
+    /// One argument as typed (`train.py::run`, `train.py`, `torchrun --nproc-per-node 8 train.py`).
+    pub fn parse(typed: &str) -> Result<Entrypoint, EntrypointError> {
+        if typed.trim().is_empty() {
+            return Err(EntrypointError::Empty);
+        }
+        if typed.chars().any(char::is_whitespace) {
+            return Ok(Entrypoint {
+                typed: typed.to_owned(),
+                command: typed.to_owned(),
+                kind: EntrypointKind::Command,
+            });
+        }
+        if let Some((file, function)) = typed.split_once("::") {
+            return python_function(typed, file, function);
+        }
+        if typed.ends_with(".py") && typed.len() > 3 {
+            let file = normalise(typed);
+            check_inside(typed, &file)?;
+            if file.is_empty() || file.ends_with("/.py") || file == ".py" {
+                return Ok(command(typed));
+            }
+            return Ok(Entrypoint {
+                typed: typed.to_owned(),
+                command: format!("python -u {}", shell_quote(&file)),
+                kind: EntrypointKind::PythonFile { file },
+            });
+        }
+        Ok(command(typed))
+    }
+
+    /// Several words (what came after `--`, or several positional words): one command whose
+    /// words keep their meaning under `sh -lc`; each word that needs it is single-quoted.
+    /// A single word goes through [`Entrypoint::parse`].
+    pub fn from_words(words: &[String]) -> Result<Entrypoint, EntrypointError> {
+        match words {
+            [] => Err(EntrypointError::Empty),
+            [one] => Entrypoint::parse(one),
+            many => {
+                let joined = many
+                    .iter()
+                    .map(|w| shell_quote(w))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                Ok(command(&joined))
+            }
+        }
+    }
+
+    /// What the user typed (several words joined with spaces, quoted where needed).
+    pub fn typed(&self) -> &str {
+        &self.typed
+    }
+
+    /// What the container is told, run under `sh -lc`.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// Which reading this entrypoint got.
+    pub fn kind(&self) -> &EntrypointKind {
+        &self.kind
+    }
+
+    /// The `.py` file that must exist in the shipped code, if any. An absolute path names a
+    /// file in the image, not in the shipped code, so it gives `None`.
+    pub fn python_file(&self) -> Option<&str> {
+        match &self.kind {
+            EntrypointKind::PythonFunction { file, .. } | EntrypointKind::PythonFile { file }
+                if !file.starts_with('/') =>
+            {
+                Some(file)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn command(typed: &str) -> Entrypoint {
+    Entrypoint {
+        typed: typed.to_owned(),
+        command: typed.to_owned(),
+        kind: EntrypointKind::Command,
+    }
+}
+
+fn check_inside(typed: &str, file: &str) -> Result<(), EntrypointError> {
+    if file.split('/').any(|seg| seg == "..") {
+        return Err(EntrypointError::OutsideCode {
+            typed: typed.to_owned(),
+            file: file.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn python_function(
+    typed: &str,
+    raw_file: &str,
+    function: &str,
+) -> Result<Entrypoint, EntrypointError> {
+    if raw_file.is_empty() {
+        return Err(EntrypointError::NotPythonFile {
+            typed: typed.to_owned(),
+            file: raw_file.to_owned(),
+        });
+    }
+    let Some(stem) = raw_file.strip_suffix(".py") else {
+        return Err(EntrypointError::NotPythonFile {
+            typed: typed.to_owned(),
+            file: raw_file.to_owned(),
+        });
+    };
+    let _ = stem;
+    if function.is_empty() {
+        return Err(EntrypointError::NoFunction {
+            typed: typed.to_owned(),
+            file: raw_file.to_owned(),
+        });
+    }
+    if !is_identifier(function) {
+        return Err(EntrypointError::BadFunction {
+            typed: typed.to_owned(),
+            function: function.to_owned(),
+        });
+    }
+    let not_importable = |why: &str| EntrypointError::NotImportable {
+        typed: typed.to_owned(),
+        file: raw_file.to_owned(),
+        why: why.to_owned(),
+    };
+    if raw_file.starts_with('/') {
+        return Err(not_importable("an absolute path is not a module path"));
+    }
+    let file = normalise(raw_file);
+    check_inside(typed, &file)?;
+    let module_path = file.strip_suffix(".py").unwrap_or(&file);
+    let mut segments = Vec::new();
+    for seg in module_path.split('/') {
+        if seg.is_empty() {
+            return Err(not_importable("the path has an empty folder name"));
+        }
+        if seg.contains('-') {
+            return Err(not_importable(&format!("`{seg}` has a dash")));
+        }
+        if seg.contains('.') {
+            return Err(not_importable(&format!("`{seg}` has a dot")));
+        }
+        if seg.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(not_importable(&format!("`{seg}` starts with a digit")));
+        }
+        if KEYWORDS.contains(&seg) {
+            return Err(not_importable(&format!("`{seg}` is a Python keyword")));
+        }
+        if !is_identifier(seg) {
+            return Err(not_importable(&format!(
+                "`{seg}` is not letters, digits and `_`"
+            )));
+        }
+        segments.push(seg);
+    }
+    let module = segments.join(".");
+    Ok(Entrypoint {
+        typed: typed.to_owned(),
+        command: format!("python -u -c 'from {module} import {function}; {function}()'"),
+        kind: EntrypointKind::PythonFunction {
+            file,
+            module,
+            function: function.to_owned(),
+        },
+    })
+}
+
+impl fmt::Display for Entrypoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.typed)
+    }
+}
+
+impl FromStr for Entrypoint {
+    type Err = EntrypointError;
+
+    fn from_str(typed: &str) -> Result<Entrypoint, EntrypointError> {
+        Entrypoint::parse(typed)
+    }
+}
