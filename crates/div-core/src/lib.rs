@@ -1,1 +1,39 @@
-//! One call per div user action, composing spec, pricing, shipping and the control-plane client; emits events, prints nothing.
+//! One call per div user action — [`run()`], [`logs()`], [`stop()`] — composing div-spec,
+//! div-pricing, div-ship and a [`ControlPlane`].
+//!
+//! div-core does the work and tells an [`EventSink`] what happens ([`Event`]): it never
+//! prints, reads the environment or touches a terminal, so any program can embed it. The
+//! `div` command is one such program; [`last_line`] is the sentence every one of its commands
+//! ends with.
+//!
+//! ```ignore
+//! use div_core::{Event, RunOptions, RunOutcome, last_line};
+//!
+//! # async fn example(cp: &dyn div_api::ControlPlane) -> Result<(), div_core::RunError> {
+//! let mut options = RunOptions::new("/home/me/very-cool-classifier", vec!["train.py::run".into()]);
+//! options.max_spend = Some("5.00".parse().expect("a ceiling"));
+//! let mut log = Vec::new();
+//! let mut sink = |event: Event| match event {
+//!     Event::Placed { header, .. } => eprintln!("{header}"),
+//!     Event::Log(bytes) => log.extend_from_slice(&bytes),
+//!     _ => {}
+//! };
+//! if let RunOutcome::Ended(run) = div_core::run(cp, &options, &mut sink).await? {
+//!     eprintln!("{}", last_line(&run));
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod fmt;
+mod last_line;
+mod project;
+
+// Written against the div-spec, div-pricing and div-ship APIs; wired in as those land.
+// mod error; mod event; mod follow; mod run;
+
+pub use div_api::ControlPlane;
+pub use last_line::last_line;
+pub use project::{
+    PROJECT_FILE, Project, ProjectError, ProjectOrigin, find_project_file, resolve_project,
+};

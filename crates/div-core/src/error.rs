@@ -1,0 +1,118 @@
+//! The error div-core's actions return.
+
+use std::path::PathBuf;
+
+use div_api::{ApiError, ErrorKind};
+
+use crate::project::ProjectError;
+
+/// What kind of failure a [`RunError`] is, so a caller can choose an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// What was typed is wrong; nothing was created.
+    Refused,
+    /// The run (or other thing) asked for does not exist.
+    NotFound,
+    /// The control plane could not be reached.
+    Unreachable,
+    /// The control plane refused the credentials.
+    Unauthorized,
+    /// The control plane failed or answered something unreadable.
+    ControlPlane,
+    /// Something on this machine failed (reading a file).
+    Local,
+}
+
+/// The error returned by [`crate::run()`], [`crate::logs()`] and [`crate::stop()`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// No entrypoint was given.
+    #[error("there is nothing to run")]
+    NoEntrypoint,
+    /// The entrypoint cannot be read.
+    #[error(transparent)]
+    Entrypoint(#[from] div_spec::EntrypointError),
+    /// The entrypoint's file is not in what will be shipped.
+    #[error("`{file}` is not in what will be shipped from `{}`", dir.display())]
+    EntrypointNotShipped { file: String, dir: PathBuf },
+    /// The project cannot be resolved.
+    #[error(transparent)]
+    Project(#[from] ProjectError),
+    /// The code volume's name is not a volume name.
+    #[error("`{name}` is not a volume name: {message}")]
+    Volume { name: String, message: String },
+    /// A file named on the command line could not be read.
+    #[error("could not read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// What would be shipped cannot be.
+    #[error(transparent)]
+    Ship(#[from] div_ship::ShipError),
+    /// The SKU is not one the control plane accepts.
+    #[error(transparent)]
+    UnknownSku(#[from] div_spec::UnknownSku),
+    /// The container asked for cannot be had.
+    #[error(transparent)]
+    Sizing(#[from] div_pricing::SizingError),
+    /// No run has that name or id.
+    #[error("there is no run `{0}`")]
+    RunNotFound(String),
+    /// The control plane failed at a step.
+    #[error("could not {during}")]
+    Api {
+        during: &'static str,
+        #[source]
+        source: ApiError,
+    },
+}
+
+impl RunError {
+    pub(crate) fn api(during: &'static str, source: ApiError) -> RunError {
+        RunError::Api { during, source }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            RunError::Read { .. } => FailureKind::Local,
+            RunError::Ship(e) if !e.is_refusal() => FailureKind::Local,
+            RunError::RunNotFound(_) => FailureKind::NotFound,
+            RunError::Api { source, .. } => match source.kind() {
+                ErrorKind::NotFound => FailureKind::NotFound,
+                ErrorKind::Refused | ErrorKind::Conflict => FailureKind::Refused,
+                ErrorKind::Unauthorized => FailureKind::Unauthorized,
+                ErrorKind::Unavailable => FailureKind::Unreachable,
+                ErrorKind::Io => FailureKind::Local,
+                _ => FailureKind::ControlPlane,
+            },
+            _ => FailureKind::Refused,
+        }
+    }
+
+    /// What would be right, for a person, when there is something to say.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            RunError::NoEntrypoint => Some(
+                "name what to run: `div run train.py::run`, `div run train.py` or \
+                 `div run -- torchrun --nproc-per-node 8 train.py`"
+                    .into(),
+            ),
+            RunError::EntrypointNotShipped { .. } => Some(
+                "run div where the code is, or check that git is not ignoring the file".into(),
+            ),
+            RunError::Project(e) => e.hint(),
+            RunError::Ship(e) => e.hint().map(str::to_string),
+            RunError::RunNotFound(_) => Some("`div runs` lists them".into()),
+            RunError::Api { source, .. } => match source.kind() {
+                ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}

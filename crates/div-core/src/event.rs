@@ -1,0 +1,64 @@
+//! What div-core tells its caller while it works.
+
+use bytes::Bytes;
+use div_api::Run;
+
+/// Something that happened, handed to an [`EventSink`] as it happens.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event {
+    /// What is about to be shipped: [`shipping_line`] prints it.
+    Shipping {
+        files: u64,
+        bytes: u64,
+        volume: String,
+        path: String,
+    },
+    /// Something worth a person's attention that stops nothing, like a large shipment.
+    Warning {
+        message: String,
+        hint: Option<String>,
+    },
+    /// The upload began: this many bytes in this many blobs will be sent (the volume already
+    /// has the rest).
+    UploadStarted { bytes: u64, blobs: u64 },
+    /// `sent` of the upload's bytes have been sent.
+    UploadProgress { sent: u64 },
+    /// Every blob arrived and the tree was committed.
+    UploadFinished,
+    /// A volume the command names was made: [`new_volume_line`] prints it.
+    VolumeCreated { name: String },
+    /// The run was placed; `header` is its header line
+    /// (`run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m`).
+    Placed { run: Box<Run>, header: String },
+    /// Bytes of the run's log, in order, each exactly once.
+    Log(Bytes),
+    /// The run ended (or, for `logs` without following, where it stands now).
+    Ended(Box<Run>),
+}
+
+/// Where div-core's [`Event`]s go. Any `FnMut(Event) + Send` closure is one.
+pub trait EventSink: Send {
+    /// Take one event.
+    fn event(&mut self, event: Event);
+}
+
+impl<F: FnMut(Event) + Send> EventSink for F {
+    fn event(&mut self, event: Event) {
+        self(event)
+    }
+}
+
+/// `14 files, 38.2 KB → very-cool-classifier-code/code/9f31c2ab`.
+pub fn shipping_line(files: u64, bytes: u64, volume: &str, path: &str) -> String {
+    let noun = if files == 1 { "file" } else { "files" };
+    format!(
+        "{files} {noun}, {} → {volume}/{path}",
+        div_spec::format_bytes(bytes)
+    )
+}
+
+/// `new volume mask-models, for the /mnt/mask-models the command names`.
+pub fn new_volume_line(name: &str) -> String {
+    format!("new volume {name}, for the /mnt/{name} the command names")
+}

@@ -1,0 +1,114 @@
+//! Following a run's log, and the `logs` and `stop` actions.
+
+use div_api::{ControlPlane, LogEvent, Run};
+
+use crate::error::RunError;
+use crate::event::{Event, EventSink};
+
+/// Hand every byte of `run`'s log from `offset` to `sink`, following it until the run ends;
+/// returns the run as it ended. The stream resumes across dropped connections itself.
+pub(crate) async fn follow_log(
+    cp: &dyn ControlPlane,
+    run: &str,
+    offset: u64,
+    sink: &mut dyn EventSink,
+) -> Result<Run, RunError> {
+    let api = |e| RunError::api("following the log", e);
+    let mut offset = offset;
+    loop {
+        let mut stream = cp.log(run, offset, true).await.map_err(api)?;
+        while let Some(event) = stream.next().await {
+            match event.map_err(api)? {
+                LogEvent::Chunk { offset: at, data } => {
+                    offset = at + data.len() as u64;
+                    sink.event(Event::Log(data));
+                }
+                LogEvent::End(run) => {
+                    sink.event(Event::Ended(run.clone()));
+                    return Ok(*run);
+                }
+                // A following stream should not stop before the end; ask again from where
+                // it stopped.
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+        let now = cp.get_run(run).await.map_err(api)?;
+        if now.status.is_terminal() && offset >= now.log_bytes {
+            sink.event(Event::Ended(Box::new(now.clone())));
+            return Ok(now);
+        }
+    }
+}
+
+/// What `logs` was asked.
+#[derive(Debug, Clone)]
+pub struct LogsOptions {
+    /// The run, by name or id.
+    pub run: String,
+    /// Follow a running run until it ends, rather than stopping at what there is now.
+    pub follow: bool,
+}
+
+/// Hand a run's log from its start to `sink`; with `follow`, until it ends. Returns the run
+/// as it ended, or as it is now.
+pub async fn logs(
+    cp: &dyn ControlPlane,
+    options: &LogsOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Run, RunError> {
+    let run = cp
+        .get_run(&options.run)
+        .await
+        .map_err(|e| RunError::api("finding the run", e))?;
+    if options.follow || run.status.is_terminal() {
+        return follow_log(cp, &run.id, 0, sink).await;
+    }
+    let api = |e| RunError::api("reading the log", e);
+    let mut stream = cp.log(&run.id, 0, false).await.map_err(api)?;
+    while let Some(event) = stream.next().await {
+        match event.map_err(api)? {
+            LogEvent::Chunk { data, .. } => sink.event(Event::Log(data)),
+            LogEvent::End(run) => {
+                sink.event(Event::Ended(run.clone()));
+                return Ok(*run);
+            }
+            #[allow(unreachable_patterns)]
+            _ => break,
+        }
+    }
+    let now = cp.get_run(&run.id).await.map_err(api)?;
+    sink.event(Event::Ended(Box::new(now.clone())));
+    Ok(now)
+}
+
+/// How `stop` went.
+#[derive(Debug, Clone)]
+pub enum StopOutcome {
+    /// It was going and is now stopped: the run as it ended.
+    Stopped(Run),
+    /// It had already ended: the run, unchanged.
+    AlreadyEnded(Run),
+}
+
+/// Stop a run and wait for it to end; stopping one that has ended says so.
+pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunError> {
+    let before = cp
+        .get_run(run)
+        .await
+        .map_err(|e| RunError::api("finding the run", e))?;
+    if before.status.is_terminal() {
+        return Ok(StopOutcome::AlreadyEnded(before));
+    }
+    let after = cp
+        .stop_run(&before.id)
+        .await
+        .map_err(|e| RunError::api("stopping the run", e))?;
+    if after.status.is_terminal() {
+        return Ok(StopOutcome::Stopped(after));
+    }
+    // The stop was asked; the log's end says how the run ended.
+    let mut discard = |_: Event| {};
+    let ended = follow_log(cp, &after.id, after.log_bytes, &mut discard).await?;
+    Ok(StopOutcome::Stopped(ended))
+}

@@ -1,0 +1,495 @@
+//! `div run`: check everything typed, ship the code, place the run, follow its log.
+
+use std::path::{Path, PathBuf};
+
+use div_api::{
+    BlobSource, Catalogue as ApiCatalogue, CodeRef, CommitTree, ControlPlane, CreateRun,
+    EntryKind as ApiEntryKind, EnvVar, Run, TreeEntry,
+};
+use div_pricing::{Catalogue, SizeRequest, SkuPrice, Sizing};
+use div_ship::{ShipOptions, Shipment, UploadPlan};
+use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
+
+use crate::error::RunError;
+use crate::event::{Event, EventSink};
+use crate::follow::follow_log;
+use crate::project::{Project, resolve_project};
+
+/// The image a run gets when `--image` is not given.
+pub const DEFAULT_IMAGE: &str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";
+
+/// A shipment past this many bytes gets a warning.
+pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
+/// A shipped file past this many bytes gets a warning.
+pub const LARGE_FILE_BYTES: u64 = 100_000_000;
+
+/// Everything `div run` was asked, already parsed into div-spec's types.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The directory it was started in: what is shipped, and what names the project.
+    pub dir: PathBuf,
+    /// The entrypoint: one word (`train.py::run`, `train.py`, `'torchrun … train.py'`) or the
+    /// words after `--`.
+    pub command: Vec<String>,
+    /// The SKU as typed (`--gpu`); checked against the control plane's catalogue.
+    pub gpu: String,
+    pub gpus: u32,
+    pub cpu: Option<u32>,
+    pub memory: Option<MemoryGib>,
+    pub max_spend: Option<Money>,
+    /// `--project`.
+    pub project: Option<String>,
+    /// `DIVERGENT_PROJECT`, read by the caller.
+    pub project_env: Option<String>,
+    pub name: Option<String>,
+    pub image: String,
+    pub env: Vec<EnvPair>,
+    pub checks: Vec<Check>,
+    /// `--telemetry`: a layout file, read before anything is created.
+    pub telemetry: Option<PathBuf>,
+    /// `--volume`: where the code goes (default `<project>-code`).
+    pub volume: Option<String>,
+    pub no_upload: bool,
+    pub detach: bool,
+    pub dry_run: bool,
+    /// Where div-ship keeps its hash cache, if anywhere.
+    pub ship_cache: Option<PathBuf>,
+    /// Sent with the run's creation so a retried request never places a second run; one is
+    /// made when `None`.
+    pub idempotency_key: Option<String>,
+}
+
+impl RunOptions {
+    /// Options with every flag at its default, for `command` started in `dir`.
+    pub fn new(dir: impl Into<PathBuf>, command: Vec<String>) -> RunOptions {
+        RunOptions {
+            dir: dir.into(),
+            command,
+            gpu: "h100".into(),
+            gpus: 1,
+            cpu: None,
+            memory: None,
+            max_spend: None,
+            project: None,
+            project_env: None,
+            name: None,
+            image: DEFAULT_IMAGE.into(),
+            env: Vec::new(),
+            checks: Vec::new(),
+            telemetry: None,
+            volume: None,
+            no_upload: false,
+            detach: false,
+            dry_run: false,
+            ship_cache: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+/// How `run` returned.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum RunOutcome {
+    /// `--dry-run`: what would have happened.
+    DryRun(DryRun),
+    /// `--detach`: the run as it was placed.
+    Detached(Run),
+    /// The run as it ended.
+    Ended(Run),
+}
+
+/// What `--dry-run` found: everything checked, nothing created.
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    pub project: Project,
+    /// What would be sent; `None` with `--no-upload`.
+    pub shipment: Option<ShipmentSummary>,
+    /// The header line, with `<name>` for the run's name.
+    pub header: String,
+    /// What the run costs an hour, in cents.
+    pub cents_per_hour: i64,
+    /// The most it can spend: its ceiling, or 24 hours at its rate.
+    pub most_it_can_spend: Money,
+    /// Volumes the command names that would be made.
+    pub new_volumes: Vec<String>,
+    /// The request that would be sent.
+    pub request: CreateRun,
+}
+
+/// What a shipment holds, for people.
+#[derive(Debug, Clone)]
+pub struct ShipmentSummary {
+    pub files: u64,
+    pub bytes: u64,
+    pub volume: String,
+    pub path: String,
+    /// The largest files, biggest first.
+    pub largest_files: Vec<(String, u64)>,
+    /// The biggest top-level folders, biggest first.
+    pub biggest_folders: Vec<(String, u64)>,
+}
+
+/// Everything checked and ready to create.
+struct Plan {
+    project: Project,
+    sizing: Sizing,
+    shipment: Option<(Shipment, String, String)>,
+    new_volumes: Vec<String>,
+    request: CreateRun,
+}
+
+/// Place a run and, unless detached, follow it until it ends.
+///
+/// Everything typed is checked first — SKU (against `cp`'s catalogue), sizes, entrypoint,
+/// project, what will be shipped, the telemetry layout — and only then is anything created:
+/// before that, the only requests are reads (`GET /v1/catalogue`, `GET /v1/volumes`).
+pub async fn run(
+    cp: &dyn ControlPlane,
+    options: &RunOptions,
+    sink: &mut dyn EventSink,
+) -> Result<RunOutcome, RunError> {
+    let plan = prepare(cp, options, sink).await?;
+    if options.dry_run {
+        return Ok(RunOutcome::DryRun(dry_run(plan)));
+    }
+    let mut request = plan.request;
+    if let Some((shipment, volume, path)) = &plan.shipment {
+        upload(cp, shipment, volume, path, sink).await?;
+    }
+    for name in &plan.new_volumes {
+        cp.create_volume(name)
+            .await
+            .map_err(|e| RunError::api("making the volume", e))?;
+        sink.event(Event::VolumeCreated { name: name.clone() });
+    }
+    let key = options
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(idempotency_key);
+    request.extra = Default::default();
+    let placed = cp
+        .create_run(&key, &request)
+        .await
+        .map_err(|e| RunError::api("placing the run", e))?;
+    let header = div_pricing::header_line(&placed.name, &plan.sizing, options.max_spend);
+    sink.event(Event::Placed {
+        run: Box::new(placed.clone()),
+        header,
+    });
+    if options.detach {
+        return Ok(RunOutcome::Detached(placed));
+    }
+    let ended = follow_log(cp, &placed.id, 0, sink).await?;
+    Ok(RunOutcome::Ended(ended))
+}
+
+async fn prepare(
+    cp: &dyn ControlPlane,
+    options: &RunOptions,
+    sink: &mut dyn EventSink,
+) -> Result<Plan, RunError> {
+    // What needs nothing but the words typed.
+    if options.command.is_empty() {
+        return Err(RunError::NoEntrypoint);
+    }
+    let entrypoint = div_spec::Entrypoint::from_words(&options.command)?;
+    let project = resolve_project(
+        options.project.as_deref(),
+        options.project_env.as_deref(),
+        &options.dir,
+    )?;
+    let volume = match &options.volume {
+        Some(v) => v.clone(),
+        None => format!("{}-code", project.slug),
+    };
+    volume
+        .parse::<VolumeName>()
+        .map_err(|e| RunError::Volume {
+            name: volume.clone(),
+            message: e.to_string(),
+        })?;
+    let mut telemetry_layout = match &options.telemetry {
+        Some(path) => Some(read_text(path)?),
+        None => None,
+    };
+
+    // What will be shipped.
+    let shipment = if options.no_upload {
+        None
+    } else {
+        let ship_options = ShipOptions {
+            cache: options.ship_cache.clone(),
+            ..Default::default()
+        };
+        let shipment = div_ship::collect(&options.dir, &ship_options)?;
+        if let Some(file) = entrypoint.python_file() {
+            if !shipment.contains(file) {
+                return Err(RunError::EntrypointNotShipped {
+                    file: file.to_string(),
+                    dir: options.dir.clone(),
+                });
+            }
+        }
+        if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
+            let bytes = shipment
+                .read("telemetry.toml")
+                .map_err(|source| RunError::Read {
+                    path: shipment.local_path("telemetry.toml"),
+                    source,
+                })?;
+            telemetry_layout = Some(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        Some(shipment)
+    };
+
+    // What needs the control plane's catalogue: reads only.
+    let api_catalogue = cp
+        .catalogue()
+        .await
+        .map_err(|e| RunError::api("reading the catalogue", e))?;
+    let accepted: Vec<&str> = api_catalogue.skus.iter().map(|s| s.name.as_str()).collect();
+    let sku = options
+        .gpu
+        .parse::<Sku>()
+        .ok()
+        .filter(|s| accepted.contains(&s.name()))
+        .ok_or_else(|| UnknownSku::with_accepted(&options.gpu, &accepted))?;
+    let catalogue = pricing_catalogue(&api_catalogue);
+    let sizing = catalogue.size(&SizeRequest {
+        sku,
+        gpus: options.gpus,
+        cpu: options.cpu,
+        memory: options.memory,
+    })?;
+
+    let named: Vec<String> = div_spec::volumes_named(entrypoint.command())
+        .into_iter()
+        .map(|v| v.as_str().to_string())
+        .collect();
+    let new_volumes = if named.is_empty() {
+        Vec::new()
+    } else {
+        let existing = cp
+            .list_volumes()
+            .await
+            .map_err(|e| RunError::api("listing volumes", e))?;
+        named
+            .into_iter()
+            .filter(|n| !existing.iter().any(|v| &v.name == n))
+            .collect()
+    };
+
+    let shipment = shipment.map(|s| {
+        let path = format!("code/{}", s.manifest.short_id());
+        (s, volume.clone(), path)
+    });
+    if let Some((s, volume, path)) = &shipment {
+        sink.event(Event::Shipping {
+            files: s.files(),
+            bytes: s.bytes(),
+            volume: volume.clone(),
+            path: path.clone(),
+        });
+        for warning in large_shipment_warnings(s) {
+            sink.event(warning);
+        }
+    }
+
+    let request = CreateRun {
+        project: project.slug.clone(),
+        name: options.name.clone(),
+        entrypoint: entrypoint.typed().to_string(),
+        command: entrypoint.command().to_string(),
+        sku: sku.name().to_string(),
+        gpus: options.gpus,
+        cpu: options.cpu,
+        memory_gib: options.memory.map(|m| m.gib()),
+        max_spend_cents: options.max_spend.map(|m| m.cents()),
+        image: Some(options.image.clone()),
+        env: options
+            .env
+            .iter()
+            .map(|p| EnvVar {
+                key: p.key.clone(),
+                value: p.value.clone(),
+            })
+            .collect(),
+        checks: options.checks.iter().map(|c| c.to_string()).collect(),
+        code: shipment.as_ref().map(|(_, volume, path)| CodeRef {
+            volume: volume.clone(),
+            path: path.clone(),
+        }),
+        telemetry_layout,
+        extra: Default::default(),
+    };
+    Ok(Plan {
+        project,
+        sizing,
+        shipment,
+        new_volumes,
+        request,
+    })
+}
+
+fn dry_run(plan: Plan) -> DryRun {
+    let rate = plan.sizing.rate;
+    let ceiling = plan.request.max_spend_cents.map(Money::from_cents);
+    let most = ceiling.unwrap_or_else(|| rate.spend_after(div_spec::MAX_RUN_SECONDS));
+    DryRun {
+        header: div_pricing::header_line("<name>", &plan.sizing, ceiling),
+        cents_per_hour: rate.cents_per_hour(),
+        most_it_can_spend: most,
+        shipment: plan.shipment.as_ref().map(|(s, volume, path)| ShipmentSummary {
+            files: s.files(),
+            bytes: s.bytes(),
+            volume: volume.clone(),
+            path: path.clone(),
+            largest_files: s.largest_files(5),
+            biggest_folders: s.biggest_folders(5),
+        }),
+        new_volumes: plan.new_volumes,
+        project: plan.project,
+        request: plan.request,
+    }
+}
+
+/// A warning for a shipment past [`LARGE_SHIPMENT_BYTES`], or with a file past
+/// [`LARGE_FILE_BYTES`], naming the biggest folder.
+fn large_shipment_warnings(s: &Shipment) -> Option<Event> {
+    let largest = s.largest_files(1).into_iter().next();
+    let big_file = largest.filter(|(_, size)| *size > LARGE_FILE_BYTES);
+    if s.bytes() <= LARGE_SHIPMENT_BYTES && big_file.is_none() {
+        return None;
+    }
+    let what = match s.biggest_folders(1).into_iter().next() {
+        Some((folder, size)) => format!("`{folder}` ({})", div_spec::format_bytes(size)),
+        None => match &big_file {
+            Some((file, size)) => format!("`{file}` ({})", div_spec::format_bytes(*size)),
+            None => "it".into(),
+        },
+    };
+    let name = what.split('`').nth(1).unwrap_or("data").to_string();
+    Some(Event::Warning {
+        message: format!(
+            "this ships {} on every run; the biggest part is {what}",
+            div_spec::format_bytes(s.bytes())
+        ),
+        hint: Some(format!(
+            "name `{name}` in a .gitignore to keep it here, or send it to a volume once with \
+             `div storage put <volume> {name}` and read it from /mnt/<volume>"
+        )),
+    })
+}
+
+async fn upload(
+    cp: &dyn ControlPlane,
+    shipment: &Shipment,
+    volume: &str,
+    path: &str,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    let api = |during: &'static str| move |e| RunError::api(during, e);
+    cp.create_volume(volume)
+        .await
+        .map_err(api("making the code volume"))?;
+    let mut hashes: Vec<String> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| e.hash.clone())
+        .collect();
+    hashes.sort();
+    hashes.dedup();
+    let missing = cp
+        .missing_blobs(volume, &hashes)
+        .await
+        .map_err(api("asking which files the volume lacks"))?;
+    let plan = UploadPlan::new(shipment, &missing.missing, &missing.partial);
+    sink.event(Event::UploadStarted {
+        bytes: plan.blobs.iter().map(|b| b.len).sum(),
+        blobs: plan.blobs.len() as u64,
+    });
+    let mut sent = 0;
+    for blob in &plan.blobs {
+        let data = BlobSource::File {
+            path: blob.path.clone(),
+            offset: blob.offset,
+            len: blob.len,
+        };
+        cp.upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
+            .await
+            .map_err(api("uploading the code"))?;
+        sent += blob.len;
+        sink.event(Event::UploadProgress { sent });
+    }
+    let tree = CommitTree {
+        path: path.to_string(),
+        entries: shipment
+            .manifest
+            .entries
+            .iter()
+            .map(|e| TreeEntry {
+                path: e.path.clone(),
+                kind: match e.kind {
+                    div_ship::EntryKind::File => ApiEntryKind::File,
+                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
+                },
+                executable: e.executable,
+                size: e.size,
+                hash: e.hash.clone(),
+                target: e.target.clone(),
+            })
+            .collect(),
+    };
+    cp.commit_tree(volume, &tree)
+        .await
+        .map_err(api("committing the code"))?;
+    sink.event(Event::UploadFinished);
+    Ok(())
+}
+
+/// div-pricing's catalogue from the control plane's: the SKUs this client knows how to size.
+fn pricing_catalogue(c: &ApiCatalogue) -> Catalogue {
+    Catalogue {
+        skus: c
+            .skus
+            .iter()
+            .filter_map(|s| {
+                Some(SkuPrice {
+                    sku: s.name.parse().ok()?,
+                    cents_per_hour: s.cents_per_hour,
+                    cores_per_unit: s.cores_per_unit,
+                    memory_gib_per_unit: s.memory_gib_per_unit,
+                })
+            })
+            .collect(),
+        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
+        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
+        max_cores: c.max_cores,
+        max_memory_gib: c.max_memory_gib,
+        max_run_seconds: c.max_run_seconds,
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, RunError> {
+    std::fs::read_to_string(path).map_err(|source| RunError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A key unique to this attempt: the time, the process and a counter.
+fn idempotency_key() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "div-{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
