@@ -31,6 +31,12 @@ pub enum ErrorKind {
 /// before an error is made.
 #[derive(Debug)]
 pub struct ApiError {
+    // Boxed so a `Result<_, ApiError>` stays small.
+    inner: Box<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     kind: ErrorKind,
     code: Option<String>,
     message: String,
@@ -42,81 +48,86 @@ impl ApiError {
     /// A new error of `kind` saying `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         ApiError {
-            kind,
-            code: None,
-            message: message.into(),
-            details: Value::Null,
-            source: None,
+            inner: Box::new(Inner {
+                kind,
+                code: None,
+                message: message.into(),
+                details: Value::Null,
+                source: None,
+            }),
         }
     }
 
     /// The error as the server sent it: its stable `code`, `message` and `details`.
     pub fn from_server(kind: ErrorKind, code: String, message: String, details: Value) -> Self {
         ApiError {
-            kind,
-            code: Some(code),
-            message,
-            details,
-            source: None,
+            inner: Box::new(Inner {
+                kind,
+                code: Some(code),
+                message,
+                details,
+                source: None,
+            }),
         }
     }
 
     /// Attach the underlying cause.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
+        self.inner.source = Some(Box::new(source));
         self
     }
 
     /// Attach details.
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = details;
+        self.inner.details = details;
         self
     }
 
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.inner.kind
     }
     /// The server's stable error code (`unknown_sku`), when the server sent one.
     pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
+        self.inner.code.as_deref()
     }
     /// What went wrong, for a person.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
     /// The server's details (`{"accepted": [...]}`), or `null`.
     pub fn details(&self) -> &Value {
-        &self.details
+        &self.inner.details
     }
     pub fn is_not_found(&self) -> bool {
-        self.kind == ErrorKind::NotFound
+        self.inner.kind == ErrorKind::NotFound
     }
     pub fn is_refused(&self) -> bool {
-        self.kind == ErrorKind::Refused
+        self.inner.kind == ErrorKind::Refused
     }
     pub fn is_unauthorized(&self) -> bool {
-        self.kind == ErrorKind::Unauthorized
+        self.inner.kind == ErrorKind::Unauthorized
     }
     pub fn is_conflict(&self) -> bool {
-        self.kind == ErrorKind::Conflict
+        self.inner.kind == ErrorKind::Conflict
     }
     pub fn is_unavailable(&self) -> bool {
-        self.kind == ErrorKind::Unavailable
+        self.inner.kind == ErrorKind::Unavailable
     }
     pub fn is_protocol(&self) -> bool {
-        self.kind == ErrorKind::Protocol
+        self.inner.kind == ErrorKind::Protocol
     }
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.inner.message)
     }
 }
 
 impl std::error::Error for ApiError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.inner
+            .source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }

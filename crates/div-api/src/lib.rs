@@ -18,7 +18,9 @@
 //! A reader that loses the connection asks again from the last offset it delivered, so it
 //! sees every byte exactly once.
 
+mod client;
 mod error;
+pub mod logframe;
 pub mod models;
 
 use std::path::PathBuf;
@@ -26,6 +28,9 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use client::{
+    Endpoint, EndpointError, HttpControlPlane, IDEMPOTENCY_KEY, Options, ROUTES, Token,
+};
 pub use error::{ApiError, ErrorKind};
 pub use models::*;
 
@@ -35,7 +40,11 @@ pub enum BlobSource {
     /// Bytes in memory.
     Bytes(Bytes),
     /// `len` bytes of a file, starting at `offset`.
-    File { path: PathBuf, offset: u64, len: u64 },
+    File {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl BlobSource {
@@ -49,6 +58,70 @@ impl BlobSource {
     /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The same source without its first `n` bytes (all of them when `n` is past the end).
+    pub fn skip(&self, n: u64) -> BlobSource {
+        match self {
+            BlobSource::Bytes(b) => {
+                let n = usize::try_from(n).unwrap_or(usize::MAX).min(b.len());
+                BlobSource::Bytes(b.slice(n..))
+            }
+            BlobSource::File { path, offset, len } => {
+                let n = n.min(*len);
+                BlobSource::File {
+                    path: path.clone(),
+                    offset: offset + n,
+                    len: len - n,
+                }
+            }
+        }
+    }
+}
+
+/// What [`upload_blob_resuming`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadOutcome {
+    /// The volume had the blob already; nothing was sent.
+    AlreadyThere,
+    /// The blob was sent from `from` (0, or where an earlier partial upload stopped).
+    Sent { from: u64 },
+}
+
+/// Send a whole blob to `volume`, resuming any partial upload: asks
+/// [`ControlPlane::missing_blobs`] how much already arrived, sends the rest, and when a try
+/// fails for want of the control plane (or the server holds a different amount, 409
+/// `offset_mismatch`), asks again and goes on from there. `blob` holds the whole blob.
+///
+/// A `hash_mismatch` refusal is returned as is: the server has discarded the partial, and
+/// the bytes on disk are not the ones hashed.
+pub async fn upload_blob_resuming(
+    cp: &dyn ControlPlane,
+    volume: &str,
+    hash: &str,
+    blob: &BlobSource,
+) -> Result<UploadOutcome, ApiError> {
+    const ROUNDS: u32 = 3;
+    let total = blob.len();
+    let mut round = 0;
+    loop {
+        round += 1;
+        let missing = cp.missing_blobs(volume, &[hash.to_owned()]).await?;
+        if !missing.missing.iter().any(|h| h == hash) {
+            return Ok(UploadOutcome::AlreadyThere);
+        }
+        let from = missing.partial.get(hash).copied().unwrap_or(0);
+        let from = if from > total { 0 } else { from };
+        match cp
+            .upload_blob(volume, hash, from, total, blob.skip(from))
+            .await
+        {
+            Ok(()) => return Ok(UploadOutcome::Sent { from }),
+            Err(e)
+                if round < ROUNDS
+                    && (e.is_unavailable() || e.code() == Some("offset_mismatch")) => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -76,8 +149,11 @@ pub trait ControlPlane: Send + Sync {
     /// Remove a volume and everything in it.
     async fn delete_volume(&self, name: &str) -> Result<(), ApiError>;
     /// Which of `hashes` the volume lacks, with partial uploads' sizes.
-    async fn missing_blobs(&self, volume: &str, hashes: &[String])
-    -> Result<MissingBlobs, ApiError>;
+    async fn missing_blobs(
+        &self,
+        volume: &str,
+        hashes: &[String],
+    ) -> Result<MissingBlobs, ApiError>;
     /// Send a blob's bytes from `offset` (0, or what [`MissingBlobs::partial`] said had
     /// arrived). The server verifies the hash once the blob is whole.
     async fn upload_blob(
@@ -94,8 +170,12 @@ pub trait ControlPlane: Send + Sync {
     /// List what is under `path` in the volume (recursively), `""` for all of it.
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError>;
     /// Write the file at `path` in the volume into `sink`; returns the bytes written.
-    async fn read_file(&self, volume: &str, path: &str, sink: ByteSink<'_>)
-    -> Result<u64, ApiError>;
+    async fn read_file(
+        &self,
+        volume: &str,
+        path: &str,
+        sink: ByteSink<'_>,
+    ) -> Result<u64, ApiError>;
 
     /// Place a run. Retrying with the same `idempotency_key` never places a second one.
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError>;

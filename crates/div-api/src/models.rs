@@ -12,6 +12,16 @@ use serde_json::{Map, Value};
 /// Fields a model does not name, kept as they arrived.
 pub type Extra = Map<String, Value>;
 
+/// `GET /v1/health`: the control plane is up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ok: bool,
+    /// The server's version.
+    pub version: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// What the control plane offers: SKUs, prices and limits, so a client can refuse and price
 /// a run before anything is created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
