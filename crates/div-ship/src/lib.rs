@@ -1,1 +1,414 @@
-//! What div ships: the git set via gix, the walk outside a repository, manifest, hashing and its cache, upload plan.
+//! What div ships: the git set via gix, the walk outside a repository, the manifest and code
+//! id, hashing with its cache, the upload plan, and writing a manifest back out on the server.
+//!
+//! - [`collect()`] lists and hashes a directory into a [`Shipment`]: inside a git repository
+//!   exactly what `git ls-files --cached --others --exclude-standard` prints there (submodules
+//!   walked for their own sets), outside one everything but [`SKIPPED_NAMES`].
+//! - [`Manifest`] is the sorted list of [`ManifestEntry`]s; [`Manifest::short_id`] is the code
+//!   id users see (`9f31c2ab`).
+//! - [`UploadPlan`] says which blobs to send, given what the volume lacks.
+//! - [`materialise()`] and [`validate_entries()`] are the server side.
+//!
+//! The rules and the reasons for them are in `docs/shipping.md`.
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::path::Path;
+//!
+//! let options = div_ship::ShipOptions { cache: Some("/tmp/div-ship.cache".into()) };
+//! let shipment = div_ship::collect(Path::new("."), &options)?;
+//! eprintln!("{}", shipment.summary_line("very-cool-classifier-code"));
+//! let missing: Vec<String> = Vec::new(); // what the volume says it lacks
+//! let plan = div_ship::UploadPlan::new(&shipment, &missing, &BTreeMap::new());
+//! assert_eq!(plan.total_bytes, 0);
+//! # Ok::<(), div_ship::ShipError>(())
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+mod git;
+mod hash;
+mod manifest;
+mod materialise;
+mod plan;
+mod walk;
+
+pub use hash::{HashStats, cache_file_for, hash_file};
+pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use materialise::{MaterialiseError, materialise, validate_entries};
+pub use plan::{PlannedBlob, UploadPlan};
+pub use walk::{SKIPPED_NAMES, is_skipped};
+
+/// A shipment this big (bytes) deserves a word before it is uploaded: 100 MB.
+pub const LARGE_SHIPMENT_BYTES: u64 = 100_000_000;
+
+/// The error returned by [`collect()`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShipError {
+    #[error("nothing to ship in `{}`", dir.display())]
+    NothingToShip { dir: PathBuf },
+    #[error("`{}` is not a directory", dir.display())]
+    NotADirectory { dir: PathBuf },
+    #[error("repository `{}` is owned by another user", repo.display())]
+    DubiousOwnership { repo: PathBuf },
+    #[error("repository `{}` has no work tree", repo.display())]
+    Bare { repo: PathBuf },
+    #[error("repository `{}` uses a sparse index, which div cannot ship", repo.display())]
+    SparseIndex { repo: PathBuf },
+    #[error("cannot list the files of repository `{}`", repo.display())]
+    Git {
+        repo: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("path `{}` is not valid UTF-8", path.display())]
+    NonUtf8Path { path: PathBuf },
+    #[error("cannot read `{}`", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ShipError {
+    /// What would be right, for the CLI to print as `hint: …`.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            ShipError::NothingToShip { .. } => Some(
+                "run it where the code is, or pass `--no-upload` to run the image as it is"
+                    .to_owned(),
+            ),
+            ShipError::DubiousOwnership { repo } => Some(format!(
+                "git refuses it too; if you trust it, run `git config --global --add safe.directory {}`",
+                repo.display()
+            )),
+            ShipError::SparseIndex { .. } => {
+                Some("run `git sparse-checkout disable`, or run from a full checkout".to_owned())
+            }
+            ShipError::NonUtf8Path { .. } => {
+                Some("rename it, or name it in `.gitignore`".to_owned())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How [`collect()`] works.
+#[derive(Debug, Clone, Default)]
+pub struct ShipOptions {
+    /// The hash cache file (read, then rewritten); `None` hashes everything.
+    /// [`cache_file_for`] gives one name per shipped directory.
+    pub cache: Option<PathBuf>,
+}
+
+/// How the shipped set was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Inside a git repository: what `git ls-files -co --exclude-standard` prints.
+    Git,
+    /// Outside one: everything but [`SKIPPED_NAMES`].
+    Walk,
+}
+
+/// A directory's code, listed and hashed, ready to plan an upload.
+#[derive(Debug, Clone)]
+pub struct Shipment {
+    /// The shipped directory (canonical); manifest paths are relative to it, and the run
+    /// starts in its copy at `/workspace`.
+    pub root: PathBuf,
+    pub source: Source,
+    pub manifest: Manifest,
+    /// Things the user should know: links left out because they point outside, submodules
+    /// not checked out, nested repositories, unreadable folders, a failed cache write.
+    pub warnings: Vec<String>,
+    /// How much was hashed and how much came from the cache.
+    pub stats: HashStats,
+}
+
+/// A shipment large enough to say so before uploading (see [`Shipment::large`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LargeShipment {
+    pub bytes: u64,
+    /// The biggest top-level folder and its bytes, if there is one.
+    pub biggest_folder: Option<(String, u64)>,
+    pub source: Source,
+}
+
+impl LargeShipment {
+    /// Like `this ships 6.2 GB, 6.0 GB of it in `data/``.
+    pub fn message(&self) -> String {
+        match &self.biggest_folder {
+            Some((folder, bytes)) => format!(
+                "this ships {}, {} of it in `{folder}`",
+                human_bytes(self.bytes),
+                human_bytes(*bytes)
+            ),
+            None => format!("this ships {}", human_bytes(self.bytes)),
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> String {
+        let what = self
+            .biggest_folder
+            .as_ref()
+            .map_or("the data", |(folder, _)| folder.as_str());
+        let ignore = match self.source {
+            Source::Git => format!("name `{what}` in `.gitignore` to leave it out"),
+            Source::Walk => {
+                format!("`git init` and a `.gitignore` that names `{what}` leave it out")
+            }
+        };
+        format!("{ignore}, or send it once with `div storage put` and read it from `/mnt/<volume>`")
+    }
+}
+
+impl Shipment {
+    /// Files shipped (symlinks included).
+    pub fn files(&self) -> u64 {
+        self.manifest.entries.len() as u64
+    }
+
+    /// Bytes of file content shipped.
+    pub fn bytes(&self) -> u64 {
+        self.manifest.entries.iter().map(|e| e.size).sum()
+    }
+
+    /// The `n` largest files, largest first (ties by path).
+    pub fn largest_files(&self, n: usize) -> Vec<(String, u64)> {
+        let mut files: Vec<(String, u64)> = self
+            .manifest
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| (e.path.clone(), e.size))
+            .collect();
+        files.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        files.truncate(n);
+        files
+    }
+
+    /// The `n` biggest top-level folders by bytes, biggest first, named with a trailing `/`
+    /// (`data/`); files at the top level are not folders and do not count.
+    pub fn biggest_folders(&self, n: usize) -> Vec<(String, u64)> {
+        let mut folders: Vec<(String, u64)> = Vec::new();
+        for entry in &self.manifest.entries {
+            let Some((top, _)) = entry.path.split_once('/') else {
+                continue;
+            };
+            // Entries are sorted, so one folder's entries are together.
+            match folders.last_mut() {
+                Some((name, bytes)) if name.strip_suffix('/') == Some(top) => *bytes += entry.size,
+                _ => folders.push((format!("{top}/"), entry.size)),
+            }
+        }
+        folders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        folders.truncate(n);
+        folders
+    }
+
+    /// Whether `path` (relative to [`root`](Self::root), `/`-separated) is shipped.
+    pub fn contains(&self, path: &str) -> bool {
+        self.manifest
+            .get(path.strip_prefix("./").unwrap_or(path))
+            .is_some()
+    }
+
+    /// The bytes of the shipped file `path`; `NotFound` when it is not shipped.
+    pub fn read(&self, path: &str) -> io::Result<Vec<u8>> {
+        if !self.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("`{path}` is not shipped"),
+            ));
+        }
+        std::fs::read(self.local_path(path))
+    }
+
+    /// Where the shipped `path` is on this machine.
+    pub fn local_path(&self, path: &str) -> PathBuf {
+        self.root.join(path.strip_prefix("./").unwrap_or(path))
+    }
+
+    /// The line printed before uploading, like
+    /// `14 files, 38.2 KB → very-cool-classifier-code/code/9f31c2ab`.
+    pub fn summary_line(&self, volume: &str) -> String {
+        let files = self.files();
+        let noun = if files == 1 { "file" } else { "files" };
+        format!(
+            "{files} {noun}, {} → {volume}/code/{}",
+            human_bytes(self.bytes()),
+            self.manifest.short_id()
+        )
+    }
+
+    /// `Some` when the shipment is at least `threshold` bytes (use [`LARGE_SHIPMENT_BYTES`]).
+    pub fn large(&self, threshold: u64) -> Option<LargeShipment> {
+        let bytes = self.bytes();
+        (bytes >= threshold).then(|| LargeShipment {
+            bytes,
+            biggest_folder: self.biggest_folders(1).into_iter().next(),
+            source: self.source,
+        })
+    }
+}
+
+/// Bytes as the CLI prints them: decimal units (1 KB = 1000 B, as in `38.2 KB` and `6 GB`),
+/// `B` below 1000 without decimals, one decimal above, rounded half up: `999 B`, `1.0 KB`,
+/// `38.2 KB`, `6.0 GB`.
+pub fn human_bytes(bytes: u64) -> String {
+    if bytes < 1000 {
+        return format!("{bytes} B");
+    }
+    let units = ["KB", "MB", "GB", "TB", "PB", "EB"];
+    let mut unit = 1000u128;
+    for (i, name) in units.iter().enumerate() {
+        let tenths = (u128::from(bytes) * 10 + unit / 2) / unit;
+        if tenths < 10_000 || i == units.len() - 1 {
+            return format!("{}.{} {name}", tenths / 10, tenths % 10);
+        }
+        unit *= 1000;
+    }
+    unreachable!("the loop returns at its last unit")
+}
+
+/// Lists and hashes what is shipped from `dir`.
+///
+/// Inside a git repository (found upwards from `dir`) that is exactly what
+/// `git ls-files --cached --others --exclude-standard` prints when run in `dir`, minus tracked
+/// files deleted from the work tree, with each submodule and nested repository replaced by its
+/// own set; paths are relative to `dir`. Outside one, everything under `dir` but
+/// [`SKIPPED_NAMES`], `*.pyc` and names beginning with `.env`. Symlinks are shipped as links;
+/// one that points outside `dir` is left out with a warning, never followed.
+///
+/// Refuses a repository owned by another user (as git does), and a directory with nothing
+/// to send.
+pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError> {
+    let root = dir.canonicalize().map_err(|source| ShipError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if !root.is_dir() {
+        return Err(ShipError::NotADirectory {
+            dir: dir.to_owned(),
+        });
+    }
+    let mut listed = Vec::new();
+    let mut warnings = Vec::new();
+    let source = match gix::discover(&root) {
+        Ok(repo) => {
+            git::list(&repo, &root, &mut listed, &mut warnings)?;
+            Source::Git
+        }
+        Err(err) if is_no_repository(&err) => {
+            walk::list(&root, &mut listed, &mut warnings)?;
+            Source::Walk
+        }
+        Err(err) => {
+            return Err(ShipError::Git {
+                repo: root.clone(),
+                source: Box::new(err),
+            });
+        }
+    };
+    listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    listed.dedup_by(|a, b| a.path == b.path);
+
+    let cache = options
+        .cache
+        .as_deref()
+        .map(|p| hash::Cache::load(p, &root))
+        .unwrap_or_default();
+    let (looked, stats) = hash::look_all(&listed, &cache)?;
+    let looked = drop_unsafe_links(looked, &mut warnings);
+
+    if let Some(cache_path) = &options.cache {
+        let records: Vec<_> = looked
+            .iter()
+            .filter_map(|l| Some((l.entry.path.as_str(), l.key?, l.entry.hash.as_deref()?)))
+            .collect();
+        if let Err(err) = hash::save_cache(cache_path, &root, &records) {
+            warnings.push(format!(
+                "cannot write the hash cache `{}`: {err}",
+                cache_path.display()
+            ));
+        }
+    }
+    let manifest = Manifest {
+        entries: looked.into_iter().map(|l| l.entry).collect(),
+    };
+    if manifest.entries.is_empty() {
+        return Err(ShipError::NothingToShip {
+            dir: dir.to_owned(),
+        });
+    }
+    Ok(Shipment {
+        root,
+        source,
+        manifest,
+        warnings,
+        stats,
+    })
+}
+
+fn is_no_repository(err: &gix::Error) -> bool {
+    use gix::discover::upwards::Error;
+    matches!(
+        err.downcast_any_ref::<Error>(),
+        Some(
+            Error::NoGitRepository { .. }
+                | Error::NoGitRepositoryWithinCeiling { .. }
+                | Error::NoGitRepositoryWithinFs { .. }
+        )
+    )
+}
+
+/// Leaves out links that resolve outside the shipped tree, and anything listed under a link,
+/// so that what is shipped always passes [`validate_entries`].
+fn drop_unsafe_links(looked: Vec<hash::Looked>, warnings: &mut Vec<String>) -> Vec<hash::Looked> {
+    use std::collections::HashMap;
+    let targets: HashMap<&str, &str> = looked
+        .iter()
+        .filter_map(|l| Some((l.entry.path.as_str(), l.entry.target.as_deref()?)))
+        .collect();
+    if targets.is_empty() {
+        return looked;
+    }
+    let lookup = |p: &str| targets.get(p).copied();
+    let mut keep = Vec::with_capacity(looked.len());
+    let mut dropped = Vec::new();
+    for (i, l) in looked.iter().enumerate() {
+        let path = l.entry.path.as_str();
+        let under_link = path
+            .match_indices('/')
+            .any(|(at, _)| targets.contains_key(&path[..at]));
+        if under_link {
+            warnings.push(format!("`{path}` is under a symlink: not shipped"));
+            dropped.push(i);
+            continue;
+        }
+        if let Some(target) = l.entry.target.as_deref()
+            && manifest::resolve_link(path, target, &lookup).is_err()
+        {
+            warnings.push(format!(
+                "symlink `{path}` points outside the shipped folder (`{target}`): not shipped"
+            ));
+            dropped.push(i);
+            continue;
+        }
+        keep.push(i);
+    }
+    if dropped.is_empty() {
+        return looked;
+    }
+    let mut keep = keep.into_iter().peekable();
+    looked
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.next_if_eq(i).is_some())
+        .map(|(_, l)| l)
+        .collect()
+}

@@ -1,0 +1,210 @@
+//! The shipped set inside a git repository: what `git ls-files -co --exclude-standard` prints,
+//! computed with gix, with submodules and nested repositories walked for their own sets.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use gix::bstr::{BStr, ByteSlice};
+use gix::dir::entry::{Kind, Status};
+use gix::dir::walk::{Action, Delegate, EmissionMode};
+
+use crate::ShipError;
+
+/// One path the listing found, before it is looked at on disk.
+#[derive(Debug)]
+pub(crate) struct Listed {
+    /// Relative to the shipped root, `/`-separated.
+    pub(crate) path: String,
+    /// Where it is on disk.
+    pub(crate) abs: PathBuf,
+}
+
+/// Lists what is shipped from `dir`, which is inside the work tree of `repo` (opened at
+/// `workdir`). Paths come out relative to `dir`, unsorted, maybe repeated.
+pub(crate) fn list(
+    repo: &gix::Repository,
+    dir: &Path,
+    out: &mut Vec<Listed>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ShipError> {
+    let workdir = repo.workdir().ok_or_else(|| ShipError::Bare {
+        repo: repo.git_dir().to_owned(),
+    })?;
+    let workdir = workdir.canonicalize().map_err(|source| ShipError::Io {
+        path: workdir.to_owned(),
+        source,
+    })?;
+    let prefix = dir.strip_prefix(&workdir).unwrap_or(Path::new(""));
+    let prefix = path_to_str(prefix)?;
+    list_repo(repo, &workdir, prefix, "", out, warnings)
+}
+
+/// Lists `prefix` (relative to `workdir`, `""` for all) of `repo`; each path is written relative
+/// to `prefix`, behind `out_prefix`.
+fn list_repo(
+    repo: &gix::Repository,
+    workdir: &Path,
+    prefix: &str,
+    out_prefix: &str,
+    out: &mut Vec<Listed>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ShipError> {
+    if repo.git_dir_trust() != gix::sec::Trust::Full {
+        return Err(ShipError::DubiousOwnership {
+            repo: workdir.to_owned(),
+        });
+    }
+    let git_err = |source: gix::Error| ShipError::Git {
+        repo: workdir.to_owned(),
+        source: Box::new(source),
+    };
+    let index = repo.index_or_empty().map_err(git_err)?;
+    if index.is_sparse() {
+        return Err(ShipError::SparseIndex {
+            repo: workdir.to_owned(),
+        });
+    }
+    let dir_prefix = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+
+    // Untracked files git is not ignoring, and nested repositories.
+    let mut options = repo
+        .dirwalk_options()
+        .map_err(git_err)?
+        .emit_untracked(EmissionMode::Matching)
+        .emit_ignored(None)
+        .emit_tracked(false)
+        .emit_pruned(false)
+        .emit_empty_directories(false)
+        .recurse_repositories(false);
+    let patterns: Vec<gix::bstr::BString> = if prefix.is_empty() {
+        Vec::new()
+    } else {
+        // `top`: relative to the work tree, whatever this process's directory;
+        // `literal`: a folder called `[x]` is no glob.
+        options = options.empty_patterns_match_prefix(true);
+        vec![format!(":(top,literal){prefix}").into()]
+    };
+    let mut collect = Untracked::default();
+    let interrupt = AtomicBool::new(false);
+    repo.dirwalk(&index, &patterns, &interrupt, options, &mut collect)
+        .map_err(git_err)?;
+    if let Some(path) = collect.non_utf8 {
+        return Err(ShipError::NonUtf8Path {
+            path: workdir.join(path),
+        });
+    }
+
+    let mut nested = Vec::new();
+    for (path, kind) in collect.found {
+        let Some(rel) = relative(&path, prefix, &dir_prefix) else {
+            continue;
+        };
+        match kind {
+            Kind::File | Kind::Symlink => out.push(Listed {
+                path: format!("{out_prefix}{rel}"),
+                abs: workdir.join(path.as_str()),
+            }),
+            Kind::Repository => {
+                warnings.push(format!(
+                    "`{out_prefix}{rel}` is a git repository inside this one: shipping what it lists itself"
+                ));
+                let rel = rel.to_owned();
+                nested.push((path, rel));
+            }
+            Kind::Directory | Kind::Untrackable => {}
+        }
+    }
+
+    // Everything in the index, once, whether or not it is ignored (tracked wins).
+    let mut last: Option<&BStr> = None;
+    for entry in index.entries() {
+        let path = entry.path(&index);
+        if last == Some(path) {
+            continue; // another conflict stage of the same path
+        }
+        last = Some(path);
+        let path = path.to_str().map_err(|_| ShipError::NonUtf8Path {
+            path: workdir.join(path.to_path_lossy()),
+        })?;
+        let Some(rel) = relative(path, prefix, &dir_prefix) else {
+            continue;
+        };
+        if entry.mode == gix::index::entry::Mode::COMMIT {
+            nested.push((path.to_owned(), rel.to_owned()));
+        } else {
+            out.push(Listed {
+                path: format!("{out_prefix}{rel}"),
+                abs: workdir.join(path),
+            });
+        }
+    }
+
+    // Submodules and nested repositories: each one's own set.
+    for (path, rel) in nested {
+        let sub_workdir = workdir.join(&path);
+        if !sub_workdir.join(".git").exists() {
+            warnings.push(format!(
+                "submodule `{out_prefix}{rel}` is not checked out: nothing of it is shipped"
+            ));
+            continue;
+        }
+        let sub_repo = gix::open(&sub_workdir).map_err(|source| ShipError::Git {
+            repo: sub_workdir.clone(),
+            source: Box::new(source),
+        })?;
+        list_repo(
+            &sub_repo,
+            &sub_workdir,
+            "",
+            &format!("{out_prefix}{rel}/"),
+            out,
+            warnings,
+        )?;
+    }
+    Ok(())
+}
+
+/// `path` relative to the shipped prefix, or `None` when it is outside it.
+fn relative<'a>(path: &'a str, prefix: &str, dir_prefix: &str) -> Option<&'a str> {
+    if prefix.is_empty() {
+        return Some(path);
+    }
+    path.strip_prefix(dir_prefix)
+        .filter(|rest| !rest.is_empty())
+}
+
+fn path_to_str(path: &Path) -> Result<&str, ShipError> {
+    path.to_str().ok_or_else(|| ShipError::NonUtf8Path {
+        path: path.to_owned(),
+    })
+}
+
+/// Collects untracked entries (not ignored: those are not emitted at all).
+#[derive(Default)]
+struct Untracked {
+    found: Vec<(String, Kind)>,
+    non_utf8: Option<PathBuf>,
+}
+
+impl Delegate for Untracked {
+    fn emit(&mut self, entry: gix::dir::EntryRef<'_>, _dir_status: Option<Status>) -> Action {
+        if entry.status != Status::Untracked {
+            return Action::Continue(());
+        }
+        let Some(kind) = entry.disk_kind else {
+            return Action::Continue(());
+        };
+        match entry.rela_path.to_str() {
+            Ok(path) => self.found.push((path.to_owned(), kind)),
+            Err(_) => {
+                self.non_utf8 = Some(entry.rela_path.to_path_lossy().into_owned());
+                return Action::Break(());
+            }
+        }
+        Action::Continue(())
+    }
+}

@@ -1,0 +1,266 @@
+//! Looking at each listed path on disk, hashing files with blake3 on every core, and the hash
+//! cache that lets an unchanged file go unread.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::ShipError;
+use crate::git::Listed;
+use crate::manifest::{EntryKind, ManifestEntry};
+
+/// How much hashing a [`collect`](crate::collect) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HashStats {
+    /// Files whose content was read and hashed.
+    pub hashed_files: u64,
+    /// Bytes read to hash them.
+    pub hashed_bytes: u64,
+    /// Files whose hash came from the cache, unread.
+    pub cached_files: u64,
+}
+
+/// What the cache keys a file's hash on, like git's index: any change re-hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StatKey {
+    size: u64,
+    mtime_ns: i128,
+    ino: u64,
+    ctime_ns: i128,
+}
+
+impl StatKey {
+    fn of(meta: &fs::Metadata) -> StatKey {
+        StatKey {
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ino: meta.ino(),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+const CACHE_HEADER: &str = "div-ship hash cache 1";
+
+/// The hash cache as read from its file.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    entries: HashMap<String, (StatKey, String)>,
+    /// When the cache file was last written (its mtime, ns): a file modified at or after it
+    /// may have changed after it was hashed without its stat showing it ("racy", as git says).
+    written_ns: i128,
+}
+
+impl Cache {
+    /// Reads the cache for `root` from `path`; anything missing, unreadable, for another root
+    /// or malformed gives an empty cache (a cache is only ever an optimisation).
+    pub(crate) fn load(path: &Path, root: &Path) -> Cache {
+        let Ok(bytes) = fs::read(path) else {
+            return Cache::default();
+        };
+        let Ok(meta) = fs::metadata(path) else {
+            return Cache::default();
+        };
+        let written_ns = StatKey::of(&meta).mtime_ns;
+        Cache::parse(&bytes, root, written_ns).unwrap_or_default()
+    }
+
+    fn parse(bytes: &[u8], root: &Path, written_ns: i128) -> Option<Cache> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut records = text.split('\0');
+        let header = records.next()?;
+        let (version, cached_root) = header.split_once('\n')?;
+        if version != CACHE_HEADER || Path::new(cached_root) != root {
+            return None;
+        }
+        let mut entries = HashMap::new();
+        for record in records.filter(|r| !r.is_empty()) {
+            let mut fields = record.splitn(6, ' ');
+            let hash = fields.next()?;
+            let key = StatKey {
+                size: fields.next()?.parse().ok()?,
+                mtime_ns: fields.next()?.parse().ok()?,
+                ino: fields.next()?.parse().ok()?,
+                ctime_ns: fields.next()?.parse().ok()?,
+            };
+            let path = fields.next()?;
+            if !crate::materialise::is_hash(hash) {
+                return None;
+            }
+            entries.insert(path.to_owned(), (key, hash.to_owned()));
+        }
+        Some(Cache {
+            entries,
+            written_ns,
+        })
+    }
+
+    /// The cached hash of `path`, if its stat is unchanged and it is not racy.
+    fn get(&self, path: &str, key: &StatKey) -> Option<&str> {
+        let (cached, hash) = self.entries.get(path)?;
+        (cached == key && key.mtime_ns < self.written_ns).then_some(hash.as_str())
+    }
+}
+
+/// Writes the cache for `root` to `path` (a temporary sibling renamed into place).
+pub(crate) fn save_cache(
+    path: &Path,
+    root: &Path,
+    records: &[(&str, StatKeyRef, &str)],
+) -> io::Result<()> {
+    let mut out = Vec::with_capacity(records.len() * 128);
+    write!(out, "{CACHE_HEADER}\n{}\0", root.display())?;
+    for (file, key, hash) in records {
+        let key = key.0;
+        write!(
+            out,
+            "{hash} {} {} {} {} {file}\0",
+            key.size, key.mtime_ns, key.ino, key.ctime_ns
+        )?;
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    fs::write(&tmp, &out)?;
+    fs::rename(&tmp, path)
+}
+
+/// A file's stat as the cache records it (opaque outside this module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatKeyRef(StatKey);
+
+/// What looking at one listed path gave.
+#[derive(Debug)]
+pub(crate) struct Looked {
+    pub(crate) entry: ManifestEntry,
+    /// Files only: the stat the hash belongs to, for the cache.
+    pub(crate) key: Option<StatKeyRef>,
+    pub(crate) hashed: bool,
+}
+
+/// Looks at every listed path (sorted, unique) on disk, using all cores: files are hashed
+/// (unless the cache has them), links read; paths gone from disk, folders and special files
+/// are dropped.
+pub(crate) fn look_all(
+    listed: &[Listed],
+    cache: &Cache,
+) -> Result<(Vec<Looked>, HashStats), ShipError> {
+    const CHUNK: usize = 64;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
+    let threads = threads.min(listed.len().div_ceil(CHUNK)).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Vec<Result<Vec<(usize, Looked)>, ShipError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let start = next.fetch_add(CHUNK, Ordering::Relaxed);
+                        if start >= listed.len() {
+                            return Ok(mine);
+                        }
+                        for (i, item) in listed.iter().enumerate().skip(start).take(CHUNK) {
+                            if let Some(looked) = look(item, cache)? {
+                                mine.push((i, looked));
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a hashing thread does not panic"))
+            .collect()
+    });
+    let mut all = Vec::with_capacity(listed.len());
+    for result in results {
+        all.extend(result?);
+    }
+    all.sort_unstable_by_key(|(i, _)| *i);
+    let mut stats = HashStats::default();
+    let looked: Vec<Looked> = all.into_iter().map(|(_, l)| l).collect();
+    for l in &looked {
+        if l.hashed {
+            stats.hashed_files += 1;
+            stats.hashed_bytes += l.entry.size;
+        } else if l.entry.kind == EntryKind::File {
+            stats.cached_files += 1;
+        }
+    }
+    Ok((looked, stats))
+}
+
+fn look(item: &Listed, cache: &Cache) -> Result<Option<Looked>, ShipError> {
+    let io_err = |source| ShipError::Io {
+        path: item.abs.clone(),
+        source,
+    };
+    let meta = match fs::symlink_metadata(&item.abs) {
+        Ok(meta) => meta,
+        // A tracked file deleted from the work tree (or a file gone since the listing).
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io_err(err)),
+    };
+    let file_type = meta.file_type();
+    if file_type.is_symlink() {
+        let target = fs::read_link(&item.abs).map_err(io_err)?;
+        let target = target
+            .into_os_string()
+            .into_string()
+            .map_err(|_| ShipError::NonUtf8Path {
+                path: item.abs.clone(),
+            })?;
+        return Ok(Some(Looked {
+            entry: ManifestEntry {
+                path: item.path.clone(),
+                kind: EntryKind::Symlink,
+                executable: false,
+                size: 0,
+                hash: None,
+                target: Some(target),
+            },
+            key: None,
+            hashed: false,
+        }));
+    }
+    if !file_type.is_file() {
+        return Ok(None);
+    }
+    let key = StatKey::of(&meta);
+    let (hash, hashed) = match cache.get(&item.path, &key) {
+        Some(hash) => (hash.to_owned(), false),
+        None => (hash_file(&item.abs).map_err(io_err)?, true),
+    };
+    Ok(Some(Looked {
+        entry: ManifestEntry {
+            path: item.path.clone(),
+            kind: EntryKind::File,
+            executable: meta.mode() & 0o100 != 0,
+            size: key.size,
+            hash: Some(hash),
+            target: None,
+        },
+        key: Some(StatKeyRef(key)),
+        hashed,
+    }))
+}
+
+/// blake3 of a file's content, lowercase hex, read in bounded chunks.
+pub fn hash_file(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(&mut file)?;
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// Where the cache for a shipped root could live inside `cache_dir`: one file per root, named
+/// by the blake3 of the root's path (so two checkouts never share one).
+pub fn cache_file_for(cache_dir: &Path, root: &Path) -> PathBuf {
+    let name = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
+    cache_dir.join(format!("{}.cache", &name[..16]))
+}

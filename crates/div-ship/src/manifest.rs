@@ -1,0 +1,155 @@
+//! The manifest: what a shipment holds, and the code id derived from it.
+
+use serde::{Deserialize, Serialize};
+
+/// What a shipped path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A regular file; its content is the blob named by [`ManifestEntry::hash`].
+    File,
+    /// A symbolic link, shipped as a link; its target is [`ManifestEntry::target`].
+    Symlink,
+}
+
+/// One shipped path. Same JSON shape as `div_api::TreeEntry`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Relative, `/`-separated, no empty, `.` or `..` components.
+    pub path: String,
+    pub kind: EntryKind,
+    /// Whether the owner's executable bit is set (files only).
+    #[serde(default)]
+    pub executable: bool,
+    /// Size in bytes (files only; 0 for links).
+    #[serde(default)]
+    pub size: u64,
+    /// blake3 of the content, lowercase hex (files only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// The link's target, as stored in the link (symlinks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// The list of shipped paths, sorted by path (bytewise), each path once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub entries: Vec<ManifestEntry>,
+}
+
+impl Manifest {
+    /// The manifest's canonical serialization: compact JSON of `{"entries":[…]}`, entries sorted
+    /// by path, fields in the order `path, kind, executable, size, hash, target`, absent
+    /// `hash`/`target` omitted. Identical code gives identical bytes.
+    pub fn canonical_json(&self) -> Vec<u8> {
+        let mut sorted;
+        let manifest = if self.entries.is_sorted_by(|a, b| a.path < b.path) {
+            self
+        } else {
+            sorted = self.clone();
+            sorted.entries.sort_by(|a, b| a.path.cmp(&b.path));
+            &sorted
+        };
+        serde_json::to_vec(manifest).expect("a manifest of strings and integers always serializes")
+    }
+
+    /// blake3 of [`canonical_json`](Self::canonical_json), lowercase hex (64 chars).
+    pub fn id(&self) -> String {
+        blake3::hash(&self.canonical_json()).to_hex().to_string()
+    }
+
+    /// The code id users see: the first 8 hex chars of [`id`](Self::id), like `9f31c2ab`.
+    pub fn short_id(&self) -> String {
+        let mut id = self.id();
+        id.truncate(8);
+        id
+    }
+
+    /// The entry at `path`, if shipped.
+    pub fn get(&self, path: &str) -> Option<&ManifestEntry> {
+        self.entries
+            .binary_search_by(|e| e.path.as_str().cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+}
+
+/// Where a link at `link_path` (a manifest path) with `target` ends up, resolved inside the
+/// tree described by `symlink_target` (the target of each symlink entry): `Ok(components)` of the
+/// resolved path relative to the tree root, or `Err(())` when it leaves the tree (absolute target,
+/// too many `..`, or through another link that does), or loops (more than 40 hops, like Linux).
+///
+/// Resolution is done the way the kernel does it, component by component, so `d/..` with `d` a
+/// link to `.` is seen to leave the tree although it is lexically harmless.
+pub(crate) fn resolve_link<'a>(
+    link_path: &str,
+    target: &str,
+    symlink_target: &dyn Fn(&str) -> Option<&'a str>,
+) -> Result<Vec<String>, ()> {
+    let mut base: Vec<String> = link_path.split('/').map(str::to_owned).collect();
+    base.pop();
+    let mut hops = 0;
+    resolve_into(&mut base, target, symlink_target, &mut hops)?;
+    Ok(base)
+}
+
+fn resolve_into<'a>(
+    current: &mut Vec<String>,
+    target: &str,
+    symlink_target: &dyn Fn(&str) -> Option<&'a str>,
+    hops: &mut u32,
+) -> Result<(), ()> {
+    if target.starts_with('/') || target.is_empty() {
+        return Err(());
+    }
+    for component in target.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => {
+                current.pop().ok_or(())?;
+            }
+            name => {
+                current.push(name.to_owned());
+                let here = current.join("/");
+                if let Some(next) = symlink_target(&here) {
+                    *hops += 1;
+                    if *hops > 40 {
+                        return Err(());
+                    }
+                    current.pop();
+                    resolve_into(current, next, symlink_target, hops)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(links: &[(&str, &str)], link: &str, target: &str, expect: Option<&str>) {
+        let lookup = |p: &str| links.iter().find(|(l, _)| *l == p).map(|(_, t)| *t);
+        let got = resolve_link(link, target, &lookup)
+            .ok()
+            .map(|c| c.join("/"));
+        assert_eq!(got.as_deref(), expect, "{link} -> {target}");
+    }
+
+    #[test]
+    fn links_resolve_inside_or_are_refused() {
+        check(&[], "a", "b", Some("b"));
+        check(&[], "x/a", "../b", Some("b"));
+        check(&[], "x/a", "../..", None);
+        check(&[], "a", "/etc/passwd", None);
+        check(&[], "a", "", None);
+        check(&[], "a", ".", Some(""));
+        check(&[("d", ".")], "e", "d/..", None);
+        check(&[("d", "x/y")], "e", "d/..", Some("x"));
+        check(&[("a", "b"), ("b", "a")], "c", "a", None);
+        check(&[("up", "..")], "l", "up/y", None);
+        check(&[("x/up", "..")], "x/l", "up/y", Some("y"));
+    }
+}

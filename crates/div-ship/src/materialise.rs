@@ -1,0 +1,268 @@
+//! Turning a manifest back into a directory (the server side), and checking one first.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::manifest::{EntryKind, ManifestEntry, resolve_link};
+
+/// The longest file name Linux file systems take, in bytes.
+const NAME_MAX: usize = 255;
+/// The longest path Linux takes, in bytes.
+const PATH_MAX: usize = 4095;
+
+/// The error returned by [`materialise()`] and [`validate_entries()`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MaterialiseError {
+    #[error("path `{path}` is not relative")]
+    AbsolutePath { path: String },
+    #[error("path `{path}` has an empty, `.` or `..` component")]
+    BadComponent { path: String },
+    #[error("path `{path}` is not a valid name on Linux")]
+    InvalidName { path: String },
+    #[error("path `{path}` is listed twice")]
+    Duplicate { path: String },
+    #[error("path `{path}` goes through the symlink `{link}`")]
+    ThroughSymlink { path: String, link: String },
+    #[error("path `{path}` is under `{file}`, which is a file")]
+    UnderFile { path: String, file: String },
+    #[error("symlink `{path}` points outside the tree (`{target}`)")]
+    LinkEscapes { path: String, target: String },
+    #[error("entry `{path}` is a {kind} but {problem}")]
+    Inconsistent {
+        path: String,
+        kind: &'static str,
+        problem: &'static str,
+    },
+    #[error("destination `{dest}` already exists")]
+    DestinationExists { dest: PathBuf },
+    #[error("blob `{hash}` for `{path}` has {found} bytes, expected {expected}")]
+    BlobSize {
+        path: String,
+        hash: String,
+        expected: u64,
+        found: u64,
+    },
+    #[error("cannot write `{path}`")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Checks that `entries` describe a tree that can be written safely under a directory: relative
+/// paths with no empty, `.` or `..` component, valid Linux names (no NUL, at most 255 bytes per
+/// name and 4095 per path), each path once, nothing under a symlink or a file, files with a
+/// lowercase blake3 hex hash, symlinks with a target that stays inside the tree once resolved.
+pub fn validate_entries(entries: &[ManifestEntry]) -> Result<(), MaterialiseError> {
+    let mut kinds: HashMap<&str, EntryKind> = HashMap::with_capacity(entries.len());
+    for entry in entries {
+        validate_path(&entry.path)?;
+        if kinds.insert(entry.path.as_str(), entry.kind).is_some() {
+            return Err(MaterialiseError::Duplicate {
+                path: entry.path.clone(),
+            });
+        }
+        validate_kind(entry)?;
+    }
+    for entry in entries {
+        let mut end = 0;
+        while let Some(slash) = entry.path[end..].find('/') {
+            let ancestor = &entry.path[..end + slash];
+            match kinds.get(ancestor) {
+                Some(EntryKind::Symlink) => {
+                    return Err(MaterialiseError::ThroughSymlink {
+                        path: entry.path.clone(),
+                        link: ancestor.to_owned(),
+                    });
+                }
+                Some(EntryKind::File) => {
+                    return Err(MaterialiseError::UnderFile {
+                        path: entry.path.clone(),
+                        file: ancestor.to_owned(),
+                    });
+                }
+                None => {}
+            }
+            end += slash + 1;
+        }
+    }
+    let targets: HashMap<&str, &str> = entries
+        .iter()
+        .filter_map(|e| Some((e.path.as_str(), e.target.as_deref()?)))
+        .collect();
+    let lookup = |p: &str| targets.get(p).copied();
+    for entry in entries.iter().filter(|e| e.kind == EntryKind::Symlink) {
+        let target = entry.target.as_deref().unwrap_or_default();
+        if resolve_link(&entry.path, target, &lookup).is_err() {
+            return Err(MaterialiseError::LinkEscapes {
+                path: entry.path.clone(),
+                target: target.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn validate_path(path: &str) -> Result<(), MaterialiseError> {
+    if path.starts_with('/') {
+        return Err(MaterialiseError::AbsolutePath {
+            path: path.to_owned(),
+        });
+    }
+    if path.contains('\0') || path.len() > PATH_MAX {
+        return Err(MaterialiseError::InvalidName {
+            path: path.to_owned(),
+        });
+    }
+    for component in path.split('/') {
+        if matches!(component, "" | "." | "..") {
+            return Err(MaterialiseError::BadComponent {
+                path: path.to_owned(),
+            });
+        }
+        if component.len() > NAME_MAX {
+            return Err(MaterialiseError::InvalidName {
+                path: path.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn validate_kind(entry: &ManifestEntry) -> Result<(), MaterialiseError> {
+    let problem = match entry.kind {
+        EntryKind::File => match entry.hash.as_deref() {
+            _ if entry.target.is_some() => Some("has a link target"),
+            Some(hash) if is_hash(hash) => None,
+            Some(_) => Some("its hash is not 64 lowercase hex digits"),
+            None => Some("has no hash"),
+        },
+        EntryKind::Symlink => match entry.target.as_deref() {
+            _ if entry.hash.is_some() || entry.executable || entry.size != 0 => {
+                Some("has file content")
+            }
+            Some(target) if target.contains('\0') || target.len() > PATH_MAX => {
+                Some("its target is not a valid path")
+            }
+            Some(_) => None,
+            None => Some("has no target"),
+        },
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(MaterialiseError::Inconsistent {
+            path: entry.path.clone(),
+            kind: match entry.kind {
+                EntryKind::File => "file",
+                EntryKind::Symlink => "symlink",
+            },
+            problem,
+        }),
+    }
+}
+
+/// Whether `hash` is a blake3 hash as the manifest writes it: 64 lowercase hex digits.
+pub(crate) fn is_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Writes the tree `entries` describe at `dest`, which must not exist yet: each file copied from
+/// `blob_path(hash)` (with `std::fs::copy`, so `copy_file_range` on Linux) with its executable
+/// bit, each symlink created as is. Entries are [validated](validate_entries) first. The tree is
+/// written into a temporary sibling of `dest` and renamed into place, so `dest` either does not
+/// exist or is complete; on failure the temporary directory is removed.
+pub fn materialise(
+    entries: &[ManifestEntry],
+    blob_path: impl Fn(&str) -> PathBuf,
+    dest: &Path,
+) -> Result<(), MaterialiseError> {
+    validate_entries(entries)?;
+    if fs::symlink_metadata(dest).is_ok() {
+        return Err(MaterialiseError::DestinationExists {
+            dest: dest.to_owned(),
+        });
+    }
+    let tmp = temporary_sibling(dest);
+    fs::create_dir(&tmp).map_err(|source| MaterialiseError::Io {
+        path: tmp.clone(),
+        source,
+    })?;
+    match write_tree(entries, &blob_path, &tmp) {
+        Ok(()) => fs::rename(&tmp, dest).map_err(|source| {
+            let _ = fs::remove_dir_all(&tmp);
+            MaterialiseError::Io {
+                path: dest.to_owned(),
+                source,
+            }
+        }),
+        Err(err) => {
+            let _ = fs::remove_dir_all(&tmp);
+            Err(err)
+        }
+    }
+}
+
+fn temporary_sibling(dest: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let unique = format!(
+        ".{name}.partial-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    dest.with_file_name(unique)
+}
+
+fn write_tree(
+    entries: &[ManifestEntry],
+    blob_path: &dyn Fn(&str) -> PathBuf,
+    root: &Path,
+) -> Result<(), MaterialiseError> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| MaterialiseError::Io { path, source }
+    };
+    // Files first, links last: validation already refused paths under a link, so no write
+    // can go through one, whatever the order.
+    let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);
+    for entry in files {
+        let path = root.join(&entry.path);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let hash = entry.hash.as_deref().expect("validated: a file has a hash");
+        let blob = blob_path(hash);
+        let copied = fs::copy(&blob, &path).map_err(io_err(&blob))?;
+        if copied != entry.size {
+            return Err(MaterialiseError::BlobSize {
+                path: entry.path.clone(),
+                hash: hash.to_owned(),
+                expected: entry.size,
+                found: copied,
+            });
+        }
+        let mode = if entry.executable { 0o755 } else { 0o644 };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err(&path))?;
+    }
+    for entry in links {
+        let path = root.join(&entry.path);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let target = entry
+            .target
+            .as_deref()
+            .expect("validated: a symlink has a target");
+        std::os::unix::fs::symlink(target, &path).map_err(io_err(&path))?;
+    }
+    Ok(())
+}
