@@ -50,6 +50,9 @@ pub enum EntrypointError {
         "`{typed}` names a function in `{file}`, which is not a `.py` file; write `file.py::function`"
     )]
     NotPythonFile { typed: String, file: String },
+    /// `::` with nothing before it.
+    #[error("`{typed}` names no file before `::`; write `file.py{typed}`")]
+    NoFile { typed: String },
     /// `::` with nothing after it.
     #[error("`{typed}` names no function after `::`; write `{file}::function`")]
     NoFunction { typed: String, file: String },
@@ -223,18 +226,16 @@ fn python_function(
     function: &str,
 ) -> Result<Entrypoint, EntrypointError> {
     if raw_file.is_empty() {
+        return Err(EntrypointError::NoFile {
+            typed: typed.to_owned(),
+        });
+    }
+    if !raw_file.ends_with(".py") {
         return Err(EntrypointError::NotPythonFile {
             typed: typed.to_owned(),
             file: raw_file.to_owned(),
         });
     }
-    let Some(stem) = raw_file.strip_suffix(".py") else {
-        return Err(EntrypointError::NotPythonFile {
-            typed: typed.to_owned(),
-            file: raw_file.to_owned(),
-        });
-    };
-    let _ = stem;
     if function.is_empty() {
         return Err(EntrypointError::NoFunction {
             typed: typed.to_owned(),

@@ -20,6 +20,9 @@ pub struct EnvPair {
 /// The error returned by [`EnvPair::from_str`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EnvError {
+    /// Nothing typed.
+    #[error("the variable is empty; write `KEY=value`")]
+    Empty,
     /// No `=`.
     #[error("`{typed}` has no `=`; write `KEY=value` (`{typed}=` for an empty value)")]
     NoEquals { typed: String },
@@ -44,6 +47,9 @@ impl FromStr for EnvPair {
     type Err = EnvError;
 
     fn from_str(typed: &str) -> Result<EnvPair, EnvError> {
+        if typed.is_empty() {
+            return Err(EnvError::Empty);
+        }
         let Some((key, value)) = typed.split_once('=') else {
             return Err(EnvError::NoEquals {
                 typed: typed.to_owned(),

@@ -91,7 +91,7 @@ pub enum MoneyError {
     #[error("the amount is empty; write dollars like `5` or `5.00`")]
     Empty,
     /// A minus sign.
-    #[error("`{typed}` is negative; an amount of money is at least `0.01`")]
+    #[error("`{typed}` is negative; write a positive amount like `5.00`")]
     Negative { typed: String },
     /// A plus sign.
     #[error("`{typed}` has a sign; write the dollars alone, like `{hint}`")]
@@ -112,7 +112,7 @@ pub enum MoneyError {
     NotDollars { typed: String },
     /// Zero (or less than half a cent), refused as a ceiling.
     #[error(
-        "`{typed}` is no money at all; a ceiling of nothing would stop the run at once; write at least `0.01`"
+        "`{typed}` is no money at all, and a ceiling of nothing would stop the run at once; write at least `0.01`"
     )]
     Zero { typed: String },
     /// More than an `i64` of cents.

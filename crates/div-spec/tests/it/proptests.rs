@@ -1,0 +1,131 @@
+use div_spec::{Check, Entrypoint, EnvPair, MemoryGib, Money, Sku, Slug, VolumeName};
+use proptest::prelude::*;
+
+proptest! {
+    /// `d.cc` parses to exactly `d * 100 + cc` cents, for every dollar and cent count: the
+    /// digits are read, never a float.
+    #[test]
+    fn proptest_money_reads_digits(d in 0i64..=92_233_720_368_547_757, c in 0i64..100) {
+        let typed = format!("{d}.{c:02}");
+        let expect = d * 100 + c;
+        prop_assume!(expect > 0);
+        prop_assert_eq!(typed.parse::<Money>().map(Money::cents), Ok(expect));
+        prop_assert_eq!(format!("${typed}").parse::<Money>().map(Money::cents), Ok(expect));
+    }
+
+    /// A third decimal rounds half up.
+    #[test]
+    fn proptest_money_third_decimal_rounds_half_up(d in 0i64..1_000_000, m in 0i64..1000) {
+        let typed = format!("{d}.{m:03}");
+        let expect = d * 100 + m / 10 + i64::from(m % 10 >= 5);
+        prop_assume!(expect > 0);
+        prop_assert_eq!(typed.parse::<Money>().map(Money::cents), Ok(expect));
+    }
+
+    /// Every positive amount displays as something that parses back to it.
+    #[test]
+    fn proptest_money_round_trips(cents in 1i64..=i64::MAX) {
+        let money = Money::from_cents(cents);
+        prop_assert_eq!(money.to_string().parse::<Money>(), Ok(money));
+    }
+
+    /// Memory displays as something that parses back to it.
+    #[test]
+    fn proptest_memory_round_trips(gib in 1u32..) {
+        let memory = MemoryGib::new(gib);
+        prop_assert_eq!(memory.to_string().parse::<MemoryGib>(), Ok(memory));
+    }
+
+    /// A check's canonical form parses back to the same check.
+    #[test]
+    fn proptest_check_round_trips(
+        path in "[a-z_][a-z0-9_-]{0,8}(\\.[a-z0-9_-]{1,8}){0,3}",
+        op in prop::sample::select(vec![">=", "<=", ">", "<", "==", "!="]),
+        number in "-?[0-9]{1,6}(\\.[0-9]{1,6})?([eE][+-]?[0-9]{1,3})?",
+        string in "[^'\"]{0,12}",
+        which in 0u8..3,
+    ) {
+        let value = match (which, op) {
+            (0, _) | (_, ">=" | "<=" | ">" | "<") => number,
+            (1, _) => "true".to_owned(),
+            _ => format!("'{string}'"),
+        };
+        let typed = format!("{path}{op}{value}");
+        let check: Check = typed.parse().map_err(|e| TestCaseError::fail(format!("{typed}: {e}")))?;
+        prop_assert_eq!(check.to_string().parse::<Check>(), Ok(check));
+    }
+
+    /// No parser panics on any string, and whatever parses round-trips through Display.
+    #[test]
+    fn proptest_parsers_never_panic(typed in any::<String>()) {
+        if let Ok(m) = typed.parse::<Money>() { prop_assert_eq!(m.to_string().parse::<Money>(), Ok(m)); }
+        if let Ok(m) = typed.parse::<MemoryGib>() { prop_assert_eq!(m.to_string().parse::<MemoryGib>(), Ok(m)); }
+        if let Ok(c) = typed.parse::<Check>() { prop_assert_eq!(c.to_string().parse::<Check>(), Ok(c)); }
+        if let Ok(e) = typed.parse::<Entrypoint>() { prop_assert_eq!(e.to_string().parse::<Entrypoint>(), Ok(e)); }
+        if let Ok(s) = typed.parse::<Slug>() { prop_assert_eq!(s.to_string().parse::<Slug>(), Ok(s)); }
+        if let Ok(s) = typed.parse::<Sku>() { prop_assert_eq!(s.to_string().parse::<Sku>(), Ok(s)); }
+        if let Ok(p) = typed.parse::<EnvPair>() { prop_assert_eq!(p.to_string().parse::<EnvPair>(), Ok(p)); }
+        if let Ok(v) = typed.parse::<VolumeName>() { prop_assert_eq!(v.to_string().parse::<VolumeName>(), Ok(v)); }
+        let _ = Money::parse_amount(&typed);
+        let _ = div_spec::volumes_named(&typed);
+    }
+
+    /// Parsers never panic on strings made of the characters they care about.
+    #[test]
+    fn proptest_parsers_never_panic_on_near_misses(typed in "[0-9a-zA-Z.:$,+\\-=<>!'\" /_eEGM]{0,16}") {
+        let _ = typed.parse::<Money>();
+        let _ = typed.parse::<MemoryGib>();
+        if let Ok(c) = typed.parse::<Check>() { prop_assert_eq!(c.to_string().parse::<Check>(), Ok(c)); }
+        if let Ok(e) = typed.parse::<Entrypoint>() { prop_assert_eq!(e.to_string().parse::<Entrypoint>(), Ok(e)); }
+        let _ = Entrypoint::from_words(&typed.split(' ').map(str::to_owned).collect::<Vec<_>>());
+    }
+
+    /// Several words quoted for `sh` read back as the same words (checked with a tiny
+    /// single-quote reader, the only quoting `shell_quote` produces).
+    #[test]
+    fn proptest_words_quote_back(words in prop::collection::vec("[ -~]{0,8}", 2..5)) {
+        let entry = Entrypoint::from_words(&words).unwrap();
+        prop_assert_eq!(split_sh(entry.command()), words);
+    }
+}
+
+/// Splits a command of bare and single-quoted words, as `sh` would.
+fn split_sh(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                }
+                in_word = false;
+            }
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+            }
+            other => {
+                in_word = true;
+                word.push(other);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}

@@ -1,0 +1,95 @@
+use div_spec::{EnvPair, Slug, VolumeName, volumes_named};
+use insta::assert_snapshot;
+
+use crate::refused;
+
+#[test]
+fn slugs() {
+    let check = |name: &str, expect: &str| {
+        let slug = Slug::slugify(name).unwrap_or_else(|e| panic!("`{name}`: {e}"));
+        assert_eq!(slug.as_str(), expect, "`{name}`");
+        assert_eq!(slug.to_string().parse::<Slug>().unwrap(), slug);
+    };
+    check("very-cool-classifier", "very-cool-classifier");
+    check("My Project!", "my-project");
+    check("  --My__Project--  ", "my-project");
+    check("my_project", "my-project");
+    check("Café Crème", "cafe-creme");
+    check("Straße", "strasse");
+    check("naïve.bayes", "naive-bayes");
+    check("日本 model", "model");
+    check("v2.0", "v2-0");
+    check("2024", "2024");
+    check(&"a".repeat(70), &"a".repeat(63));
+    check(&format!("{}-b", "a".repeat(62)), &"a".repeat(62));
+    let json = serde_json::to_string(&Slug::slugify("x y").unwrap()).unwrap();
+    assert_eq!(json, "\"x-y\"");
+}
+
+#[test]
+fn slug_refusals() {
+    assert_snapshot!(Slug::slugify("!!!").unwrap_err().to_string(), @"a directory named `!!!` has no letters or digits to make a project name from; pass --project");
+    assert_snapshot!(Slug::slugify("").unwrap_err().to_string(), @"a directory named `` has no letters or digits to make a project name from; pass --project");
+    assert_snapshot!(refused::<Slug>("---"), @"the project name `---` has no letters or digits; a project name is lowercase letters, digits and `-`");
+}
+
+#[test]
+fn env_pairs() {
+    let check = |typed: &str, key: &str, value: &str| {
+        let pair: EnvPair = typed.parse().unwrap_or_else(|e| panic!("`{typed}`: {e}"));
+        assert_eq!((pair.key.as_str(), pair.value.as_str()), (key, value));
+        assert_eq!(pair.to_string(), typed);
+    };
+    check("KEY=value", "KEY", "value");
+    check("KEY=", "KEY", "");
+    check("URL=a=b=c", "URL", "a=b=c");
+    check("_x1=two words", "_x1", "two words");
+    check("lower=1", "lower", "1");
+}
+
+#[test]
+fn env_refusals() {
+    assert_snapshot!(refused::<EnvPair>("=x"), @"`=x` has no name before `=`; write `KEY=value`");
+    assert_snapshot!(refused::<EnvPair>("KEY"), @"`KEY` has no `=`; write `KEY=value` (`KEY=` for an empty value)");
+    assert_snapshot!(refused::<EnvPair>("1KEY=x"), @"`1KEY` is not a variable name: letters, digits and `_`, not starting with a digit");
+    assert_snapshot!(refused::<EnvPair>("MY-KEY=x"), @"`MY-KEY` is not a variable name: letters, digits and `_`, not starting with a digit");
+    assert_snapshot!(refused::<EnvPair>(""), @"the variable is empty; write `KEY=value`");
+}
+
+#[test]
+fn volume_names_in_commands() {
+    let check = |command: &str, expect: &[&str]| {
+        let names: Vec<String> = volumes_named(command)
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        assert_eq!(names, expect, "`{command}`");
+    };
+    check(
+        "mkdir -p /mnt/mask-models/base && python download.py",
+        &["mask-models"],
+    );
+    check("cp /mnt/a/x /mnt/b/y && ls /mnt/a", &["a", "b"]);
+    check("python train.py --out=/mnt/ckpt", &["ckpt"]);
+    check("echo '/mnt/data.v2'", &["data.v2"]);
+    check("ls /mnt/", &[]);
+    check("ls /mnt/$VOL/x", &[]);
+    check("ls /mnt/data$SUFFIX", &[]);
+    check("ls /mnt/{a,b}", &[]);
+    check("ls /data/mnt/x ~/mnt/y", &[]);
+    check("ls /mnt/Models", &[]);
+    check("ls /mnt/-x", &[]);
+    check("python train.py", &[]);
+    check("/mnt/first", &["first"]);
+}
+
+#[test]
+fn volume_names() {
+    for ok in ["mask-models", "a", "v1.2_x", "0data"] {
+        assert_eq!(ok.parse::<VolumeName>().unwrap().as_str(), ok);
+    }
+    assert_snapshot!(refused::<VolumeName>("Models"), @"`Models` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
+    assert_snapshot!(refused::<VolumeName>(""), @"`` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
+    assert_snapshot!(refused::<VolumeName>("-x"), @"`-x` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
+    assert!(!refused::<VolumeName>(&"a".repeat(64)).is_empty());
+}
