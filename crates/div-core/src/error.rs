@@ -80,7 +80,9 @@ impl RunError {
     pub fn kind(&self) -> FailureKind {
         match self {
             RunError::Read { .. } => FailureKind::Local,
-            RunError::Ship(e) if !e.is_refusal() => FailureKind::Local,
+            RunError::Ship(div_ship::ShipError::Io { .. } | div_ship::ShipError::Git { .. }) => {
+                FailureKind::Local
+            }
             RunError::RunNotFound(_) => FailureKind::NotFound,
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::NotFound => FailureKind::NotFound,
@@ -102,11 +104,11 @@ impl RunError {
                  `div run -- torchrun --nproc-per-node 8 train.py`"
                     .into(),
             ),
-            RunError::EntrypointNotShipped { .. } => Some(
-                "run div where the code is, or check that git is not ignoring the file".into(),
-            ),
+            RunError::EntrypointNotShipped { .. } => {
+                Some("run div where the code is, or check that git is not ignoring the file".into())
+            }
             RunError::Project(e) => e.hint(),
-            RunError::Ship(e) => e.hint().map(str::to_string),
+            RunError::Ship(e) => e.hint(),
             RunError::RunNotFound(_) => Some("`div runs` lists them".into()),
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),

@@ -13,7 +13,7 @@ pub(crate) async fn follow_log(
     offset: u64,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
-    let api = |e| RunError::api("following the log", e);
+    let api = |e| RunError::api("follow the log", e);
     let mut offset = offset;
     loop {
         let mut stream = cp.log(run, offset, true).await.map_err(api)?;
@@ -29,8 +29,7 @@ pub(crate) async fn follow_log(
                 }
                 // A following stream should not stop before the end; ask again from where
                 // it stopped.
-                #[allow(unreachable_patterns)]
-                _ => {}
+                LogEvent::Tail { .. } => {}
             }
         }
         let now = cp.get_run(run).await.map_err(api)?;
@@ -57,14 +56,11 @@ pub async fn logs(
     options: &LogsOptions,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
-    let run = cp
-        .get_run(&options.run)
-        .await
-        .map_err(|e| RunError::api("finding the run", e))?;
+    let run = find_run(cp, &options.run).await?;
     if options.follow || run.status.is_terminal() {
         return follow_log(cp, &run.id, 0, sink).await;
     }
-    let api = |e| RunError::api("reading the log", e);
+    let api = |e| RunError::api("read the log", e);
     let mut stream = cp.log(&run.id, 0, false).await.map_err(api)?;
     while let Some(event) = stream.next().await {
         match event.map_err(api)? {
@@ -73,8 +69,7 @@ pub async fn logs(
                 sink.event(Event::Ended(run.clone()));
                 return Ok(*run);
             }
-            #[allow(unreachable_patterns)]
-            _ => break,
+            LogEvent::Tail { .. } => break,
         }
     }
     let now = cp.get_run(&run.id).await.map_err(api)?;
@@ -93,17 +88,14 @@ pub enum StopOutcome {
 
 /// Stop a run and wait for it to end; stopping one that has ended says so.
 pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunError> {
-    let before = cp
-        .get_run(run)
-        .await
-        .map_err(|e| RunError::api("finding the run", e))?;
+    let before = find_run(cp, run).await?;
     if before.status.is_terminal() {
         return Ok(StopOutcome::AlreadyEnded(before));
     }
     let after = cp
         .stop_run(&before.id)
         .await
-        .map_err(|e| RunError::api("stopping the run", e))?;
+        .map_err(|e| RunError::api("stop the run", e))?;
     if after.status.is_terminal() {
         return Ok(StopOutcome::Stopped(after));
     }
@@ -111,4 +103,14 @@ pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunEr
     let mut discard = |_: Event| {};
     let ended = follow_log(cp, &after.id, after.log_bytes, &mut discard).await?;
     Ok(StopOutcome::Stopped(ended))
+}
+
+async fn find_run(cp: &dyn ControlPlane, run: &str) -> Result<Run, RunError> {
+    cp.get_run(run).await.map_err(|e| {
+        if e.is_not_found() {
+            RunError::RunNotFound(run.to_string())
+        } else {
+            RunError::api("find the run", e)
+        }
+    })
 }

@@ -6,7 +6,7 @@
 //! `div` command is one such program; [`last_line`] is the sentence every one of its commands
 //! ends with.
 //!
-//! ```ignore
+//! ```no_run
 //! use div_core::{Event, RunOptions, RunOutcome, last_line};
 //!
 //! # async fn example(cp: &dyn div_api::ControlPlane) -> Result<(), div_core::RunError> {
@@ -25,15 +25,24 @@
 //! # }
 //! ```
 
+mod error;
+mod event;
 mod fmt;
+mod follow;
 mod last_line;
 mod project;
-
-// Written against the div-spec, div-pricing and div-ship APIs; wired in as those land.
-// mod error; mod event; mod follow; mod run;
+mod run;
 
 pub use div_api::ControlPlane;
+pub use error::{FailureKind, RunError};
+pub use event::{Event, EventSink, new_volume_line, shipping_line};
+pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use last_line::last_line;
 pub use project::{
-    PROJECT_FILE, Project, ProjectError, ProjectOrigin, find_project_file, resolve_project,
+    PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
+    resolve_project,
+};
+pub use run::{
+    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
+    ShipmentSummary, run,
 };

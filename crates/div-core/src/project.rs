@@ -94,16 +94,16 @@ pub fn resolve_project(
     if let Some(typed) = env.filter(|e| !e.is_empty()) {
         return explicit(typed, ProjectOrigin::Env);
     }
-    if let Some((path, value)) = find_project_file(dir)? {
-        if let Some(typed) = value.get("project") {
-            let Some(typed) = typed.as_str() else {
-                return Err(ProjectError::BadFile {
-                    path,
-                    message: "`project` is not a string".into(),
-                });
-            };
-            return explicit(typed, ProjectOrigin::File(path));
-        }
+    if let Some((path, value)) = find_project_file(dir)?
+        && let Some(typed) = value.get("project")
+    {
+        let Some(typed) = typed.as_str() else {
+            return Err(ProjectError::BadFile {
+                path,
+                message: "`project` is not a string".into(),
+            });
+        };
+        return explicit(typed, ProjectOrigin::File(path));
     }
     let name = dir
         .file_name()
@@ -129,10 +129,11 @@ fn explicit(typed: &str, origin: ProjectOrigin) -> Result<Project, ProjectError>
     }
 }
 
+/// A `divergent.json`'s path and its object.
+pub type ProjectFile = (PathBuf, serde_json::Map<String, serde_json::Value>);
+
 /// The nearest `divergent.json` in `dir` or above it, parsed as a JSON object.
-pub fn find_project_file(
-    dir: &Path,
-) -> Result<Option<(PathBuf, serde_json::Map<String, serde_json::Value>)>, ProjectError> {
+pub fn find_project_file(dir: &Path) -> Result<Option<ProjectFile>, ProjectError> {
     for d in dir.ancestors() {
         let path = d.join(PROJECT_FILE);
         let text = match std::fs::read_to_string(&path) {

@@ -6,7 +6,7 @@ use div_api::{
     BlobSource, Catalogue as ApiCatalogue, CodeRef, CommitTree, ControlPlane, CreateRun,
     EntryKind as ApiEntryKind, EnvVar, Run, TreeEntry,
 };
-use div_pricing::{Catalogue, SizeRequest, SkuPrice, Sizing};
+use div_pricing::{Catalogue, SizeRequest, Sizing, SkuPrice};
 use div_ship::{ShipOptions, Shipment, UploadPlan};
 use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
 
@@ -160,7 +160,7 @@ pub async fn run(
     for name in &plan.new_volumes {
         cp.create_volume(name)
             .await
-            .map_err(|e| RunError::api("making the volume", e))?;
+            .map_err(|e| RunError::api("make the volume", e))?;
         sink.event(Event::VolumeCreated { name: name.clone() });
     }
     let key = options
@@ -171,7 +171,7 @@ pub async fn run(
     let placed = cp
         .create_run(&key, &request)
         .await
-        .map_err(|e| RunError::api("placing the run", e))?;
+        .map_err(|e| RunError::api("place the run", e))?;
     let header = div_pricing::header_line(&placed.name, &plan.sizing, options.max_spend);
     sink.event(Event::Placed {
         run: Box::new(placed.clone()),
@@ -203,12 +203,10 @@ async fn prepare(
         Some(v) => v.clone(),
         None => format!("{}-code", project.slug),
     };
-    volume
-        .parse::<VolumeName>()
-        .map_err(|e| RunError::Volume {
-            name: volume.clone(),
-            message: e.to_string(),
-        })?;
+    volume.parse::<VolumeName>().map_err(|e| RunError::Volume {
+        name: volume.clone(),
+        message: e.to_string(),
+    })?;
     let mut telemetry_layout = match &options.telemetry {
         Some(path) => Some(read_text(path)?),
         None => None,
@@ -220,16 +218,15 @@ async fn prepare(
     } else {
         let ship_options = ShipOptions {
             cache: options.ship_cache.clone(),
-            ..Default::default()
         };
         let shipment = div_ship::collect(&options.dir, &ship_options)?;
-        if let Some(file) = entrypoint.python_file() {
-            if !shipment.contains(file) {
-                return Err(RunError::EntrypointNotShipped {
-                    file: file.to_string(),
-                    dir: options.dir.clone(),
-                });
-            }
+        if let Some(file) = entrypoint.python_file()
+            && !shipment.contains(file)
+        {
+            return Err(RunError::EntrypointNotShipped {
+                file: file.to_string(),
+                dir: options.dir.clone(),
+            });
         }
         if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
             let bytes = shipment
@@ -247,7 +244,7 @@ async fn prepare(
     let api_catalogue = cp
         .catalogue()
         .await
-        .map_err(|e| RunError::api("reading the catalogue", e))?;
+        .map_err(|e| RunError::api("read the catalogue", e))?;
     let accepted: Vec<&str> = api_catalogue.skus.iter().map(|s| s.name.as_str()).collect();
     let sku = options
         .gpu
@@ -273,7 +270,7 @@ async fn prepare(
         let existing = cp
             .list_volumes()
             .await
-            .map_err(|e| RunError::api("listing volumes", e))?;
+            .map_err(|e| RunError::api("list the volumes", e))?;
         named
             .into_iter()
             .filter(|n| !existing.iter().any(|v| &v.name == n))
@@ -291,7 +288,7 @@ async fn prepare(
             volume: volume.clone(),
             path: path.clone(),
         });
-        for warning in large_shipment_warnings(s) {
+        for warning in shipment_warnings(s) {
             sink.event(warning);
         }
     }
@@ -319,6 +316,7 @@ async fn prepare(
         code: shipment.as_ref().map(|(_, volume, path)| CodeRef {
             volume: volume.clone(),
             path: path.clone(),
+            extra: Default::default(),
         }),
         telemetry_layout,
         extra: Default::default(),
@@ -340,46 +338,56 @@ fn dry_run(plan: Plan) -> DryRun {
         header: div_pricing::header_line("<name>", &plan.sizing, ceiling),
         cents_per_hour: rate.cents_per_hour(),
         most_it_can_spend: most,
-        shipment: plan.shipment.as_ref().map(|(s, volume, path)| ShipmentSummary {
-            files: s.files(),
-            bytes: s.bytes(),
-            volume: volume.clone(),
-            path: path.clone(),
-            largest_files: s.largest_files(5),
-            biggest_folders: s.biggest_folders(5),
-        }),
+        shipment: plan
+            .shipment
+            .as_ref()
+            .map(|(s, volume, path)| ShipmentSummary {
+                files: s.files(),
+                bytes: s.bytes(),
+                volume: volume.clone(),
+                path: path.clone(),
+                largest_files: s.largest_files(5),
+                biggest_folders: s.biggest_folders(5),
+            }),
         new_volumes: plan.new_volumes,
         project: plan.project,
         request: plan.request,
     }
 }
 
-/// A warning for a shipment past [`LARGE_SHIPMENT_BYTES`], or with a file past
-/// [`LARGE_FILE_BYTES`], naming the biggest folder.
-fn large_shipment_warnings(s: &Shipment) -> Option<Event> {
-    let largest = s.largest_files(1).into_iter().next();
-    let big_file = largest.filter(|(_, size)| *size > LARGE_FILE_BYTES);
-    if s.bytes() <= LARGE_SHIPMENT_BYTES && big_file.is_none() {
-        return None;
+/// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment past
+/// [`LARGE_SHIPMENT_BYTES`] or with a file past [`LARGE_FILE_BYTES`], naming the biggest folder.
+fn shipment_warnings(s: &Shipment) -> Vec<Event> {
+    let mut events: Vec<Event> = s
+        .warnings
+        .iter()
+        .map(|w| Event::Warning {
+            message: w.clone(),
+            hint: None,
+        })
+        .collect();
+    if let Some(large) = s.large(LARGE_SHIPMENT_BYTES) {
+        events.push(Event::Warning {
+            message: large.message(),
+            hint: Some(large.hint()),
+        });
+    } else if let Some((file, size)) = s
+        .largest_files(1)
+        .into_iter()
+        .find(|(_, size)| *size > LARGE_FILE_BYTES)
+    {
+        events.push(Event::Warning {
+            message: format!(
+                "this ships `{file}`, {}, on every run",
+                div_spec::format_bytes(size)
+            ),
+            hint: Some(format!(
+                "name `{file}` in `.gitignore` to leave it out, or send it once with \
+                 `div storage put` and read it from `/mnt/<volume>`"
+            )),
+        });
     }
-    let what = match s.biggest_folders(1).into_iter().next() {
-        Some((folder, size)) => format!("`{folder}` ({})", div_spec::format_bytes(size)),
-        None => match &big_file {
-            Some((file, size)) => format!("`{file}` ({})", div_spec::format_bytes(*size)),
-            None => "it".into(),
-        },
-    };
-    let name = what.split('`').nth(1).unwrap_or("data").to_string();
-    Some(Event::Warning {
-        message: format!(
-            "this ships {} on every run; the biggest part is {what}",
-            div_spec::format_bytes(s.bytes())
-        ),
-        hint: Some(format!(
-            "name `{name}` in a .gitignore to keep it here, or send it to a volume once with \
-             `div storage put <volume> {name}` and read it from /mnt/<volume>"
-        )),
-    })
+    events
 }
 
 async fn upload(
@@ -392,7 +400,7 @@ async fn upload(
     let api = |during: &'static str| move |e| RunError::api(during, e);
     cp.create_volume(volume)
         .await
-        .map_err(api("making the code volume"))?;
+        .map_err(api("make the code volume"))?;
     let mut hashes: Vec<String> = shipment
         .manifest
         .entries
@@ -404,10 +412,10 @@ async fn upload(
     let missing = cp
         .missing_blobs(volume, &hashes)
         .await
-        .map_err(api("asking which files the volume lacks"))?;
+        .map_err(api("ask which files the volume lacks"))?;
     let plan = UploadPlan::new(shipment, &missing.missing, &missing.partial);
     sink.event(Event::UploadStarted {
-        bytes: plan.blobs.iter().map(|b| b.len).sum(),
+        bytes: plan.total_bytes,
         blobs: plan.blobs.len() as u64,
     });
     let mut sent = 0;
@@ -417,9 +425,21 @@ async fn upload(
             offset: blob.offset,
             len: blob.len,
         };
-        cp.upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
+        if cp
+            .upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
             .await
-            .map_err(api("uploading the code"))?;
+            .is_err()
+        {
+            // Ask the volume where it stands and send the rest.
+            let whole = BlobSource::File {
+                path: blob.path.clone(),
+                offset: 0,
+                len: blob.size,
+            };
+            div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                .await
+                .map_err(api("upload the code"))?;
+        }
         sent += blob.len;
         sink.event(Event::UploadProgress { sent });
     }
@@ -444,7 +464,7 @@ async fn upload(
     };
     cp.commit_tree(volume, &tree)
         .await
-        .map_err(api("committing the code"))?;
+        .map_err(api("commit the code"))?;
     sink.event(Event::UploadFinished);
     Ok(())
 }
