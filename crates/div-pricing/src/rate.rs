@@ -32,7 +32,7 @@ impl Rate {
     /// the cent: 760 s at 495 cents an hour is 104.5 cents, so 105 ($1.05).
     pub fn spend_after(self, seconds: u64) -> Money {
         let exact_times_3600 = i128::from(self.cents_per_hour) * i128::from(seconds);
-        let cents = (exact_times_3600 * 2 + 3600) / 7200;
+        let cents = (exact_times_3600 + 1800) / 3600;
         Money::from_cents(i64::try_from(cents).unwrap_or(i64::MAX))
     }
 

@@ -77,7 +77,7 @@ pub enum SizingError {
     NotOffered(UnknownSku),
     /// `--gpus 0` on a GPU SKU.
     #[error(
-        "`--gpus 0` asks for no GPUs; a {sku} run takes at least 1, and `--gpu cpu` runs without one"
+        "`--gpus 0` asks for no GPUs; `--gpu {sku}` takes at least 1, and `--gpu cpu` runs without one"
     )]
     NoGpus { sku: &'static str },
     /// `--gpus` on the cpu SKU.
