@@ -1,1 +1,30 @@
-//! Test support for div: wiremock helpers, output filters and the ControlPlane conformance suite.
+//! Test support for div: wiremock helpers, output filters and the [`ControlPlane`]
+//! conformance suite.
+//!
+//! - [`mock`]: a wiremock server per test on `127.0.0.1:0`, a client for it, and mounts for
+//!   the contract's answers (a catalogue, runs, a log stream built from frames, errors in
+//!   the stable shape);
+//! - [`filter_snapshot`]: ports, temp dirs and durations out of a snapshot;
+//! - [`conformance`]: named checks any [`ControlPlane`] must pass, with a
+//!   [`ConformanceContext`] saying what runs quickly and whether runs really execute;
+//! - [`FakeControlPlane`]: an in-memory control plane that passes the suite.
+//!
+//! ```
+//! use div_test_support::{ConformanceContext, FakeControlPlane, conformance};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let fake = FakeControlPlane::new();
+//! conformance(&fake, &ConformanceContext::default()).await.assert_passed();
+//! # });
+//! ```
+//!
+//! [`ControlPlane`]: div_api::ControlPlane
+
+mod conformance;
+mod fake;
+mod filters;
+pub mod mock;
+
+pub use conformance::{ConformanceContext, ConformanceReport, conformance, quick_run};
+pub use fake::{FAKE_TIME, FakeControlPlane, sample_catalogue};
+pub use filters::filter_snapshot;

@@ -1,0 +1,640 @@
+//! [`FakeControlPlane`]: an in-memory [`ControlPlane`], no HTTP, that passes the
+//! conformance suite. Runs do not execute: they stay `queued` until stopped or finished
+//! with [`FakeControlPlane::finish_run`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use div_api::{
+    ApiError, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane, CreateRun,
+    EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList, RunResult,
+    RunStatus, SecretInfo, SkuOffer, Telemetry, Volume, VolumeEntry,
+};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+/// The time every record of the fake carries.
+pub const FAKE_TIME: &str = "2025-01-01T00:00:00Z";
+
+/// A small catalogue: `cpu` and `h100`.
+pub fn sample_catalogue() -> Catalogue {
+    let sku = |name: &str, cents, cores, gib| SkuOffer {
+        name: name.to_owned(),
+        cents_per_hour: cents,
+        cores_per_unit: cores,
+        memory_gib_per_unit: gib,
+        capacity: None,
+        emulated: false,
+        extra: Default::default(),
+    };
+    Catalogue {
+        skus: vec![sku("h100", 495, 8, 96), sku("cpu", 10, 1, 2)],
+        extra_core_cents_per_hour: 3,
+        extra_gib_cents_per_hour: 1,
+        max_cores: 64,
+        max_memory_gib: 336,
+        max_run_seconds: 86_400,
+        extra: Default::default(),
+    }
+}
+
+#[derive(Default)]
+struct FakeVolume {
+    created_at: String,
+    blobs: HashMap<String, Bytes>,
+    partial: HashMap<String, Vec<u8>>,
+    /// Committed paths: files, links, and the trees themselves.
+    files: BTreeMap<String, FakeFile>,
+    trees: BTreeMap<String, Vec<div_api::TreeEntry>>,
+}
+
+#[derive(Clone)]
+struct FakeFile {
+    kind: EntryKind,
+    data: Bytes,
+    executable: bool,
+    target: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    volumes: BTreeMap<String, FakeVolume>,
+    /// Oldest first.
+    runs: Vec<Run>,
+    logs: HashMap<String, Vec<u8>>,
+    keys: HashMap<String, (Value, String)>,
+    secrets: BTreeMap<String, (String, SecretInfo)>,
+    next: u64,
+}
+
+/// An in-memory control plane.
+#[derive(Default)]
+pub struct FakeControlPlane {
+    catalogue: Option<Catalogue>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for FakeControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeControlPlane").finish_non_exhaustive()
+    }
+}
+
+fn not_found(what: &str, name: &str) -> ApiError {
+    ApiError::from_server(
+        ErrorKind::NotFound,
+        "not_found".to_owned(),
+        format!("no {what} `{name}`"),
+        Value::Null,
+    )
+}
+
+fn invalid(message: String, details: Value) -> ApiError {
+    ApiError::from_server(ErrorKind::Refused, "invalid".to_owned(), message, details)
+}
+
+impl FakeControlPlane {
+    /// A fake offering [`sample_catalogue`].
+    pub fn new() -> Self {
+        FakeControlPlane {
+            catalogue: Some(sample_catalogue()),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("no test panicked while holding the fake's lock")
+    }
+
+    /// End a run as if it had run: `log` is its whole log.
+    pub fn finish_run(&self, run: &str, log: &[u8], exit_code: i32) -> Result<Run, ApiError> {
+        let mut state = self.state();
+        let found = find_run(&state.runs, run)?;
+        let id = state.runs[found].id.clone();
+        state.logs.insert(id, log.to_vec());
+        let r = &mut state.runs[found];
+        r.status = if exit_code == 0 {
+            RunStatus::Succeeded
+        } else {
+            RunStatus::Failed
+        };
+        r.exit_code = Some(exit_code);
+        r.ended_at = Some(FAKE_TIME.to_owned());
+        r.log_bytes = log.len() as u64;
+        Ok(r.clone())
+    }
+}
+
+fn find_run(runs: &[Run], run: &str) -> Result<usize, ApiError> {
+    runs.iter()
+        .position(|r| r.id == run || r.name == run)
+        .ok_or_else(|| not_found("run", run))
+}
+
+/// Whether a tree path is relative, `/`-separated, without `.`/`..` or empty components.
+fn good_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+#[async_trait]
+impl ControlPlane for FakeControlPlane {
+    async fn catalogue(&self) -> Result<Catalogue, ApiError> {
+        Ok(self.catalogue.clone().unwrap_or_else(sample_catalogue))
+    }
+
+    async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
+        Ok(self
+            .state()
+            .volumes
+            .iter()
+            .map(|(name, v)| Volume {
+                name: name.clone(),
+                created_at: v.created_at.clone(),
+                size_bytes: v.files.values().map(|f| f.data.len() as u64).sum(),
+                extra: Default::default(),
+            })
+            .collect())
+    }
+
+    async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
+        if !good_path(name) || name.contains('/') {
+            return Err(invalid(format!("bad volume name `{name}`"), Value::Null));
+        }
+        let mut state = self.state();
+        let v = state
+            .volumes
+            .entry(name.to_owned())
+            .or_insert_with(|| FakeVolume {
+                created_at: FAKE_TIME.to_owned(),
+                ..FakeVolume::default()
+            });
+        Ok(Volume {
+            name: name.to_owned(),
+            created_at: v.created_at.clone(),
+            size_bytes: v.files.values().map(|f| f.data.len() as u64).sum(),
+            extra: Default::default(),
+        })
+    }
+
+    async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
+        self.state()
+            .volumes
+            .remove(name)
+            .map(drop)
+            .ok_or_else(|| not_found("volume", name))
+    }
+
+    async fn missing_blobs(
+        &self,
+        volume: &str,
+        hashes: &[String],
+    ) -> Result<MissingBlobs, ApiError> {
+        let state = self.state();
+        let v = state
+            .volumes
+            .get(volume)
+            .ok_or_else(|| not_found("volume", volume))?;
+        let missing: Vec<String> = hashes
+            .iter()
+            .filter(|h| !v.blobs.contains_key(*h))
+            .cloned()
+            .collect();
+        let partial = missing
+            .iter()
+            .filter_map(|h| v.partial.get(h).map(|p| (h.clone(), p.len() as u64)))
+            .collect();
+        Ok(MissingBlobs {
+            missing,
+            partial,
+            extra: Default::default(),
+        })
+    }
+
+    async fn upload_blob(
+        &self,
+        volume: &str,
+        hash: &str,
+        offset: u64,
+        total: u64,
+        data: BlobSource,
+    ) -> Result<(), ApiError> {
+        let bytes = match data {
+            BlobSource::Bytes(b) => b.to_vec(),
+            BlobSource::File { path, offset, len } => {
+                let all = std::fs::read(&path).map_err(|e| {
+                    ApiError::new(
+                        ErrorKind::Io,
+                        format!("could not read `{}`: {e}", path.display()),
+                    )
+                })?;
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(all.len());
+                let end = usize::try_from(offset + len)
+                    .unwrap_or(usize::MAX)
+                    .min(all.len());
+                all[start..end].to_vec()
+            }
+        };
+        let mut state = self.state();
+        let v = state
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| not_found("volume", volume))?;
+        if v.blobs.contains_key(hash) {
+            return Ok(());
+        }
+        let have = v.partial.get(hash).map_or(0, |p| p.len() as u64);
+        if offset != have {
+            return Err(ApiError::from_server(
+                ErrorKind::Conflict,
+                "offset_mismatch".to_owned(),
+                format!("blob `{hash}` has {have} bytes, not {offset}"),
+                json!({ "received": have }),
+            ));
+        }
+        let partial = v.partial.entry(hash.to_owned()).or_default();
+        partial.extend_from_slice(&bytes);
+        if partial.len() as u64 > total {
+            v.partial.remove(hash);
+            return Err(invalid(
+                format!("blob `{hash}` is longer than {total} bytes"),
+                Value::Null,
+            ));
+        }
+        if partial.len() as u64 == total {
+            let whole = v.partial.remove(hash).unwrap_or_default();
+            let actual = blake3::hash(&whole).to_hex().to_string();
+            if actual != hash {
+                return Err(ApiError::from_server(
+                    ErrorKind::Refused,
+                    "hash_mismatch".to_owned(),
+                    format!("blob `{hash}` hashes to `{actual}`"),
+                    json!({ "actual": actual }),
+                ));
+            }
+            v.blobs.insert(hash.to_owned(), Bytes::from(whole));
+        }
+        Ok(())
+    }
+
+    async fn commit_tree(
+        &self,
+        volume: &str,
+        tree: &CommitTree,
+    ) -> Result<CommittedTree, ApiError> {
+        let mut state = self.state();
+        let v = state
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| not_found("volume", volume))?;
+        if !good_path(&tree.path) {
+            return Err(invalid(
+                format!("bad tree path `{}`", tree.path),
+                Value::Null,
+            ));
+        }
+        let bad: Vec<&str> = tree
+            .entries
+            .iter()
+            .filter(|e| !good_path(&e.path))
+            .map(|e| e.path.as_str())
+            .collect();
+        if !bad.is_empty() {
+            return Err(invalid(
+                format!("bad paths in the tree: `{}`", bad.join("`, `")),
+                json!({ "paths": bad }),
+            ));
+        }
+        let missing: Vec<String> = tree
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .filter_map(|e| e.hash.clone())
+            .filter(|h| !v.blobs.contains_key(h))
+            .collect();
+        if !missing.is_empty() {
+            return Err(invalid(
+                format!("{} blobs of the tree were never sent", missing.len()),
+                json!({ "missing": missing }),
+            ));
+        }
+        let files = tree
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .count() as u64;
+        let bytes = tree.entries.iter().map(|e| e.size).sum();
+        let committed = CommittedTree {
+            volume: volume.to_owned(),
+            path: tree.path.clone(),
+            files,
+            bytes,
+            extra: Default::default(),
+        };
+        if let Some(existing) = v.trees.get(&tree.path) {
+            if *existing == tree.entries {
+                return Ok(committed);
+            }
+            return Err(ApiError::from_server(
+                ErrorKind::Conflict,
+                "conflict".to_owned(),
+                format!("`{}` already holds another tree", tree.path),
+                Value::Null,
+            ));
+        }
+        for e in &tree.entries {
+            let data = e
+                .hash
+                .as_ref()
+                .and_then(|h| v.blobs.get(h).cloned())
+                .unwrap_or_default();
+            v.files.insert(
+                format!("{}/{}", tree.path, e.path),
+                FakeFile {
+                    kind: e.kind,
+                    data,
+                    executable: e.executable,
+                    target: e.target.clone(),
+                },
+            );
+        }
+        v.trees.insert(tree.path.clone(), tree.entries.clone());
+        Ok(committed)
+    }
+
+    async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        let state = self.state();
+        let v = state
+            .volumes
+            .get(volume)
+            .ok_or_else(|| not_found("volume", volume))?;
+        let prefix = path.trim_end_matches('/');
+        let under =
+            |p: &str| prefix.is_empty() || p == prefix || p.starts_with(&format!("{prefix}/"));
+        Ok(v.files
+            .iter()
+            .filter(|(p, _)| under(p))
+            .map(|(p, f)| VolumeEntry {
+                path: p.clone(),
+                kind: match f.kind {
+                    EntryKind::File => "file",
+                    EntryKind::Symlink => "symlink",
+                }
+                .to_owned(),
+                size: f.data.len() as u64,
+                executable: f.executable,
+                target: f.target.clone(),
+                extra: Default::default(),
+            })
+            .collect())
+    }
+
+    async fn read_file(
+        &self,
+        volume: &str,
+        path: &str,
+        sink: ByteSink<'_>,
+    ) -> Result<u64, ApiError> {
+        let data = {
+            let state = self.state();
+            let v = state
+                .volumes
+                .get(volume)
+                .ok_or_else(|| not_found("volume", volume))?;
+            match v.files.get(path) {
+                Some(f) if f.kind == EntryKind::File => f.data.clone(),
+                _ => return Err(not_found("file", path)),
+            }
+        };
+        sink.write_all(&data)
+            .await
+            .map_err(|e| ApiError::new(ErrorKind::Io, format!("could not write `{path}`: {e}")))?;
+        Ok(data.len() as u64)
+    }
+
+    async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
+        let catalogue = self.catalogue().await?;
+        let Some(offer) = catalogue.skus.iter().find(|s| s.name == run.sku) else {
+            let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
+            return Err(ApiError::from_server(
+                ErrorKind::Refused,
+                "unknown_sku".to_owned(),
+                format!("unknown SKU `{}`", run.sku),
+                json!({ "accepted": accepted }),
+            ));
+        };
+        let body = serde_json::to_value(run).expect("a CreateRun serializes");
+        let mut state = self.state();
+        if let Some((seen, id)) = state.keys.get(idempotency_key) {
+            if *seen == body {
+                let id = id.clone();
+                let i = find_run(&state.runs, &id)?;
+                return Ok(state.runs[i].clone());
+            }
+            return Err(ApiError::from_server(
+                ErrorKind::Conflict,
+                "conflict".to_owned(),
+                format!("idempotency key `{idempotency_key}` was used with another body"),
+                Value::Null,
+            ));
+        }
+        if let Some(name) = &run.name
+            && state.runs.iter().any(|r| &r.name == name)
+        {
+            return Err(ApiError::from_server(
+                ErrorKind::Conflict,
+                "conflict".to_owned(),
+                format!("a run is already named `{name}`"),
+                Value::Null,
+            ));
+        }
+        state.next += 1;
+        let n = state.next;
+        let units = i64::from(run.gpus.max(1));
+        let created = Run {
+            id: format!("r_fake{n:04}"),
+            name: run.name.clone().unwrap_or_else(|| format!("run-f{n:03}")),
+            project: run.project.clone(),
+            status: RunStatus::Queued,
+            entrypoint: run.entrypoint.clone(),
+            command: run.command.clone(),
+            sku: run.sku.clone(),
+            gpus: run.gpus,
+            cores: run.cpu.unwrap_or(offer.cores_per_unit * run.gpus.max(1)),
+            memory_gib: run
+                .memory_gib
+                .unwrap_or(offer.memory_gib_per_unit * run.gpus.max(1)),
+            cents_per_hour: offer.cents_per_hour * units,
+            max_spend_cents: run.max_spend_cents,
+            spent_cents: 0,
+            image: run.image.clone().unwrap_or_else(|| "default".to_owned()),
+            env: run.env.clone(),
+            checks: run.checks.clone(),
+            verdicts: Vec::new(),
+            exit_code: None,
+            reason: None,
+            code: run.code.clone(),
+            telemetry_layout: run.telemetry_layout.clone(),
+            created_at: FAKE_TIME.to_owned(),
+            started_at: None,
+            ended_at: None,
+            duration_seconds: 0,
+            log_bytes: 0,
+            extra: Default::default(),
+        };
+        state
+            .keys
+            .insert(idempotency_key.to_owned(), (body, created.id.clone()));
+        state.runs.push(created.clone());
+        Ok(created)
+    }
+
+    async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
+        let state = self.state();
+        let i = find_run(&state.runs, run)?;
+        Ok(state.runs[i].clone())
+    }
+
+    async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
+        let state = self.state();
+        let start: usize = match &query.cursor {
+            None => 0,
+            Some(c) => c
+                .parse()
+                .map_err(|_| invalid(format!("bad cursor `{c}`"), Value::Null))?,
+        };
+        let limit = query.limit.unwrap_or(50) as usize;
+        let matching: Vec<&Run> = state
+            .runs
+            .iter()
+            .rev()
+            .filter(|r| query.project.as_ref().is_none_or(|p| &r.project == p))
+            .filter(|r| query.status.is_none_or(|s| r.status == s))
+            .collect();
+        let runs: Vec<Run> = matching
+            .iter()
+            .skip(start)
+            .take(limit)
+            .map(|r| (*r).clone())
+            .collect();
+        let next = start + runs.len();
+        Ok(RunList {
+            runs,
+            next_cursor: (next < matching.len()).then(|| next.to_string()),
+            extra: Default::default(),
+        })
+    }
+
+    async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
+        let mut state = self.state();
+        let i = find_run(&state.runs, run)?;
+        let r = &mut state.runs[i];
+        if !r.status.is_terminal() {
+            r.status = RunStatus::Canceled;
+            r.ended_at = Some(FAKE_TIME.to_owned());
+            r.reason = Some("stopped".to_owned());
+        }
+        Ok(r.clone())
+    }
+
+    async fn log(
+        &self,
+        run: &str,
+        offset: u64,
+        _follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError> {
+        let state = self.state();
+        let i = find_run(&state.runs, run)?;
+        let r = &state.runs[i];
+        let log = state.logs.get(&r.id).cloned().unwrap_or_default();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(log.len());
+        let mut events = Vec::new();
+        if start < log.len() {
+            events.push(LogEvent::Chunk {
+                offset: start as u64,
+                data: Bytes::copy_from_slice(&log[start..]),
+            });
+        }
+        events.push(if r.status.is_terminal() {
+            LogEvent::End(Box::new(r.clone()))
+        } else {
+            // The fake cannot wait for bytes that never come: it always answers as if
+            // `follow` were false.
+            LogEvent::Tail {
+                offset: log.len() as u64,
+            }
+        });
+        events.reverse();
+        Ok(Box::new(FakeLog(events)))
+    }
+
+    async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
+        let r = self.get_run(run).await?;
+        Ok(RunResult {
+            run: r.id,
+            result: None,
+            problem: Some("the run wrote no result".to_owned()),
+            verdicts: r.verdicts,
+            extra: Default::default(),
+        })
+    }
+
+    async fn telemetry(&self, run: &str, _after: u64) -> Result<Telemetry, ApiError> {
+        let r = self.get_run(run).await?;
+        Ok(Telemetry {
+            run: r.id,
+            points: Vec::new(),
+            bad_lines: Vec::new(),
+            extra: Default::default(),
+        })
+    }
+
+    async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(invalid(format!("bad secret name `{name}`"), Value::Null));
+        }
+        let info = SecretInfo {
+            name: name.to_owned(),
+            updated_at: FAKE_TIME.to_owned(),
+            extra: Default::default(),
+        };
+        self.state()
+            .secrets
+            .insert(name.to_owned(), (value.to_owned(), info.clone()));
+        Ok(info)
+    }
+
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
+        Ok(self
+            .state()
+            .secrets
+            .values()
+            .map(|(_, i)| i.clone())
+            .collect())
+    }
+
+    async fn delete_secret(&self, name: &str) -> Result<(), ApiError> {
+        self.state()
+            .secrets
+            .remove(name)
+            .map(drop)
+            .ok_or_else(|| not_found("secret", name))
+    }
+}
+
+/// Events handed out back to front.
+struct FakeLog(Vec<LogEvent>);
+
+#[async_trait]
+impl LogStream for FakeLog {
+    async fn next(&mut self) -> Option<Result<LogEvent, ApiError>> {
+        self.0.pop().map(Ok)
+    }
+}
