@@ -8,22 +8,21 @@ fn rate(cents: i64) -> Rate {
 #[test]
 fn spend_after_elapsed_time() {
     // `run-k4t9 finished in 12m 40s and spent $1.05` and the other spec lines, at $4.95/h.
-    let check = |seconds: u64, spent: &str| {
-        assert_eq!(format_duration(seconds), format_duration(seconds));
-        assert_eq!(
+    let check = |seconds: u64, after: &str, spent: &str| {
+        let shown = (
+            format_duration(seconds),
             rate(495).spend_after(seconds).to_string(),
-            spent,
-            "{seconds}s"
         );
+        assert_eq!(shown, (after.to_owned(), spent.to_owned()), "{seconds}s");
     };
-    check(760, "$1.05");
-    check(240, "$0.33");
-    check(3636, "$5.00");
-    check(0, "$0.00");
-    check(1, "$0.00");
-    check(8, "$0.01");
-    check(3600, "$4.95");
-    check(86_400, "$118.80");
+    check(760, "12m 40s", "$1.05");
+    check(240, "4m 0s", "$0.33");
+    check(3636, "1h 0m", "$5.00");
+    check(0, "0s", "$0.00");
+    check(1, "1s", "$0.00");
+    check(8, "8s", "$0.01");
+    check(3600, "1h 0m", "$4.95");
+    check(86_400, "24h 0m", "$118.80");
     assert_eq!(rate(0).spend_after(u64::MAX), Money::ZERO);
     assert_eq!(
         rate(i64::MAX).spend_after(u64::MAX),
