@@ -1,0 +1,418 @@
+//! The shipped set inside a repository is what `git ls-files -co --exclude-standard` prints.
+
+use std::fs;
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use crate::support::{assert_matches_git, git, git_init, ship_set, symlink, write};
+
+/// Builds a repository with `setup`, checks div-ship against git from `run_in` (relative to the
+/// repository), and that the set is `expect`.
+fn check(setup: impl FnOnce(&Path), run_in: &str, expect: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    git_init(&repo);
+    setup(&repo);
+    let dir = repo.join(run_in);
+    assert_matches_git(&dir);
+    let got: Vec<String> = ship_set(&dir).into_iter().collect();
+    assert_eq!(got, expect, "from `{run_in}`");
+}
+
+#[test]
+fn nested_gitignore_with_negation() {
+    check(
+        |r| {
+            write(r, ".gitignore", "*.log\nbuild/\n");
+            write(r, "a.log", "");
+            write(r, "train.py", "");
+            write(r, "build/out.bin", "");
+            write(r, "logs/.gitignore", "!keep.log\n");
+            write(r, "logs/keep.log", "");
+            write(r, "logs/drop.log", "");
+        },
+        "",
+        &[".gitignore", "logs/.gitignore", "logs/keep.log", "train.py"],
+    );
+}
+
+#[test]
+fn info_exclude_is_honoured() {
+    check(
+        |r| {
+            write(r, ".git/info/exclude", "secret.txt\n");
+            write(r, "secret.txt", "");
+            write(r, "a.py", "");
+        },
+        "",
+        &["a.py"],
+    );
+}
+
+#[test]
+fn core_excludes_file_is_honoured() {
+    check(
+        |r| {
+            let excludes = r.parent().unwrap().join("global-ignore");
+            fs::write(&excludes, "*.ckpt\n").unwrap();
+            git(
+                r,
+                &["config", "core.excludesFile", excludes.to_str().unwrap()],
+            );
+            write(r, "model.ckpt", "");
+            write(r, "a.py", "");
+        },
+        "",
+        &["a.py"],
+    );
+}
+
+#[test]
+fn tracked_files_deleted_from_the_work_tree_are_not_shipped() {
+    check(
+        |r| {
+            write(r, "a.py", "");
+            write(r, "gone.py", "");
+            git(r, &["add", "."]);
+            fs::remove_file(r.join("gone.py")).unwrap();
+        },
+        "",
+        &["a.py"],
+    );
+}
+
+#[test]
+fn tracked_wins_over_ignored() {
+    check(
+        |r| {
+            write(r, ".gitignore", "*.csv\n");
+            write(r, "small.csv", "");
+            write(r, "big.csv", "");
+            git(r, &["add", "-f", "small.csv"]);
+        },
+        "",
+        &[".gitignore", "small.csv"],
+    );
+}
+
+#[test]
+fn untracked_and_tracked_together() {
+    check(
+        |r| {
+            write(r, "tracked.py", "");
+            git(r, &["add", "tracked.py"]);
+            write(r, "new.py", "");
+            write(r, "deep/er/new.py", "");
+        },
+        "",
+        &["deep/er/new.py", "new.py", "tracked.py"],
+    );
+}
+
+#[test]
+fn symlinks_ship_as_links_and_outside_ones_are_left_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    git_init(r);
+    write(r, "a.py", "");
+    symlink(r, "inside", "a.py");
+    symlink(r, "sub/up", "../a.py");
+    symlink(r, "outside", "/etc/passwd");
+    symlink(r, "escape", "../..");
+    let shipment = div_ship::collect(r, &div_ship::ShipOptions::default()).unwrap();
+    let paths: Vec<&str> = shipment
+        .manifest
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(paths, ["a.py", "inside", "sub/up"]);
+    let link = shipment.manifest.get("inside").unwrap();
+    assert_eq!(
+        (link.kind, link.target.as_deref()),
+        (div_ship::EntryKind::Symlink, Some("a.py"))
+    );
+    insta::assert_snapshot!(shipment.warnings.join("\n"), @r"
+    symlink `escape` points outside the shipped folder (`../..`): not shipped
+    symlink `outside` points outside the shipped folder (`/etc/passwd`): not shipped
+    ");
+}
+
+#[test]
+fn symlinks_match_git() {
+    check(
+        |r| {
+            write(r, "a.py", "");
+            symlink(r, "link", "a.py");
+            symlink(r, "dangling", "nope");
+            git(r, &["add", "link"]);
+        },
+        "",
+        &["a.py", "dangling", "link"],
+    );
+}
+
+#[test]
+fn submodules_ship_their_own_set() {
+    check(
+        |r| {
+            let sub = r.join("vendor/lib");
+            git_init(&sub);
+            write(&sub, ".gitignore", "*.o\n");
+            write(&sub, "lib.py", "");
+            write(&sub, "lib.o", "");
+            git(&sub, &["add", "."]);
+            git(&sub, &["commit", "-qm", "lib"]);
+            write(&sub, "untracked.py", "");
+            git(r, &["add", "vendor/lib"]);
+            write(r, "a.py", "");
+        },
+        "",
+        &[
+            "a.py",
+            "vendor/lib/.gitignore",
+            "vendor/lib/lib.py",
+            "vendor/lib/untracked.py",
+        ],
+    );
+}
+
+#[test]
+fn nested_repositories_ship_their_own_set() {
+    check(
+        |r| {
+            let nested = r.join("other");
+            git_init(&nested);
+            write(&nested, "x.py", "");
+            write(&nested, ".gitignore", "y.py\n");
+            write(&nested, "y.py", "");
+            write(r, "a.py", "");
+        },
+        "",
+        &["a.py", "other/.gitignore", "other/x.py"],
+    );
+}
+
+#[test]
+fn empty_folders_are_not_shipped() {
+    check(
+        |r| {
+            fs::create_dir_all(r.join("empty/deeper")).unwrap();
+            write(r, "a.py", "");
+        },
+        "",
+        &["a.py"],
+    );
+}
+
+#[test]
+fn unicode_and_spaces_in_names() {
+    check(
+        |r| {
+            write(r, "données/été.py", "");
+            write(r, "with space/a b.py", "");
+            write(r, "tab\there.py", "");
+            write(r, "[glob]*?.py", "");
+            git(r, &["add", "données"]);
+        },
+        "",
+        &[
+            "[glob]*?.py",
+            "données/été.py",
+            "tab\there.py",
+            "with space/a b.py",
+        ],
+    );
+}
+
+#[test]
+fn a_subdirectory_ships_its_subtree_relative_to_it() {
+    check(
+        |r| {
+            write(r, ".gitignore", "*.log\n");
+            write(r, "top.py", "");
+            write(r, "exp/train.py", "");
+            write(r, "exp/run.log", "");
+            write(r, "exp/deep/x.py", "");
+            write(r, "expanded/no.py", "");
+            git(r, &["add", "exp/deep/x.py"]);
+        },
+        "exp",
+        &["deep/x.py", "train.py"],
+    );
+}
+
+#[test]
+fn a_subdirectory_with_glob_characters_is_taken_literally() {
+    check(
+        |r| {
+            write(r, "[a]/x.py", "");
+            write(r, "a/y.py", "");
+        },
+        "[a]",
+        &["x.py"],
+    );
+}
+
+#[test]
+fn a_subdirectory_inside_a_submodule_ships_the_submodule_part() {
+    check(
+        |r| {
+            let sub = r.join("lib");
+            git_init(&sub);
+            write(&sub, "pkg/m.py", "");
+            write(&sub, "other.py", "");
+            git(&sub, &["add", "."]);
+            git(&sub, &["commit", "-qm", "lib"]);
+            git(r, &["add", "lib"]);
+        },
+        "lib/pkg",
+        &["m.py"],
+    );
+}
+
+#[test]
+fn an_empty_repository_is_refused_with_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    write(&r, ".git/info/exclude", "*\n");
+    write(&r, "ignored.bin", "");
+    let err = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap_err();
+    let shown = err.to_string().replace(r.to_str().unwrap(), "DIR");
+    insta::assert_snapshot!(shown, @"nothing to ship in `DIR`");
+    insta::assert_snapshot!(err.hint().unwrap(), @"run it where the code is, or pass `--no-upload` to run the image as it is");
+}
+
+#[test]
+fn a_repository_owned_by_another_user_is_refused_like_git_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    write(&r, "a.py", "");
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "12345:12345"])
+        .arg(&r)
+        .status()
+        .unwrap();
+    if !chown.success() {
+        // Not root here: the other user cannot be made; what we can check is that our own
+        // repository is not refused.
+        assert_eq!(ship_set(&r).len(), 1);
+        return;
+    }
+    let git_says = std::process::Command::new("git")
+        .args(["ls-files"])
+        .current_dir(&r)
+        .output()
+        .unwrap();
+    assert!(
+        !git_says.status.success(),
+        "git refuses a repository owned by someone else"
+    );
+    let err = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap_err();
+    let shown = format!("{err}\nhint: {}", err.hint().unwrap()).replace(r.to_str().unwrap(), "DIR");
+    insta::assert_snapshot!(shown, @r"
+    repository `DIR` is owned by another user
+    hint: git refuses it too; if you trust it, run `git config --global --add safe.directory DIR`
+    ");
+}
+
+#[test]
+fn conflicted_paths_are_listed_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    git_init(r);
+    write(r, "f.txt", "base\n");
+    git(r, &["add", "."]);
+    git(r, &["commit", "-qm", "base"]);
+    git(r, &["checkout", "-qb", "other"]);
+    write(r, "f.txt", "other\n");
+    git(r, &["commit", "-qam", "other"]);
+    git(r, &["checkout", "-q", "main"]);
+    write(r, "f.txt", "main\n");
+    git(r, &["commit", "-qam", "main"]);
+    let merge = std::process::Command::new("git")
+        .args(["merge", "-q", "other"])
+        .current_dir(r)
+        .output()
+        .unwrap();
+    assert!(!merge.status.success(), "the merge conflicts");
+    assert_eq!(ship_set(r).into_iter().collect::<Vec<_>>(), ["f.txt"]);
+    assert_matches_git(r);
+}
+
+/// Names the random trees are made of: a few, so that ignore rules and paths collide often.
+const NAMES: &[&str] = &["a", "b.log", "c.py", "d d", "é", "keep.log"];
+const DIRS: &[&str] = &["", "x/", "x/y/", "z/", "x/z/"];
+const RULES: &[&str] = &[
+    "*.log",
+    "!keep.log",
+    "b.log",
+    "/a",
+    "x/",
+    "y",
+    "!c.py",
+    "**/z",
+    "z/*",
+    "d*",
+    "!x/y/",
+];
+
+prop_compose! {
+    fn tree()(
+        files in prop::collection::btree_set((0..DIRS.len(), 0..NAMES.len()), 1..14),
+        ignores in prop::collection::vec((0..DIRS.len(), prop::collection::vec(0..RULES.len(), 1..4)), 0..4),
+        exclude in prop::collection::vec(0..RULES.len(), 0..2),
+        added in prop::collection::vec(any::<bool>(), 14),
+        deleted in prop::collection::vec(any::<bool>(), 14),
+        run_in in 0..DIRS.len(),
+    ) -> (Vec<String>, Vec<(String, String)>, String, Vec<bool>, Vec<bool>, String) {
+        let files = files.into_iter().map(|(d, n)| format!("{}{}", DIRS[d], NAMES[n])).collect();
+        let rules = |ids: &[usize]| ids.iter().map(|&i| format!("{}\n", RULES[i])).collect::<String>();
+        let ignores = ignores.iter().map(|(d, ids)| (format!("{}.gitignore", DIRS[*d]), rules(ids))).collect();
+        (files, ignores, rules(&exclude), added, deleted, DIRS[run_in].trim_end_matches('/').to_owned())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// For random trees, ignore files, `info/exclude` and index states (force-added files,
+    /// some then deleted), run from the top or a subdirectory, div-ship ships exactly git's set.
+    #[test]
+    fn proptest_matches_git((files, ignores, exclude, added, deleted, run_in) in tree()) {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path().join("repo");
+        git_init(&r);
+        for file in &files {
+            // A file and a folder of the same name cannot both exist: keep the first.
+            if r.join(file).exists() || fs::create_dir_all(r.join(file).parent().unwrap()).is_err() {
+                continue;
+            }
+            let _ = fs::write(r.join(file), file);
+        }
+        for (path, rules) in &ignores {
+            if fs::create_dir_all(r.join(path).parent().unwrap()).is_ok() {
+                let _ = fs::write(r.join(path), rules);
+            }
+        }
+        write(&r, ".git/info/exclude", &exclude);
+        for (i, file) in files.iter().enumerate() {
+            if added[i] && r.join(file).is_file() {
+                git(&r, &["add", "-f", "--", file]);
+            }
+        }
+        for (i, file) in files.iter().enumerate() {
+            if added[i] && deleted[i] {
+                let _ = fs::remove_file(r.join(file));
+            }
+        }
+        let dir = r.join(&run_in);
+        if dir.is_dir() {
+            prop_assert_eq!(ship_set(&dir), crate::support::git_set(&dir));
+        }
+        prop_assert_eq!(ship_set(&r), crate::support::git_set(&r));
+    }
+}

@@ -1,0 +1,249 @@
+//! Materialising a manifest: every unsafe entry refused, the tree written whole or not at all.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use div_ship::{EntryKind, ManifestEntry, materialise, validate_entries};
+
+fn file(path: &str, content: &str) -> ManifestEntry {
+    ManifestEntry {
+        path: path.to_owned(),
+        kind: EntryKind::File,
+        executable: false,
+        size: content.len() as u64,
+        hash: Some(blake3::hash(content.as_bytes()).to_hex().to_string()),
+        target: None,
+    }
+}
+
+fn link(path: &str, target: &str) -> ManifestEntry {
+    ManifestEntry {
+        path: path.to_owned(),
+        kind: EntryKind::Symlink,
+        executable: false,
+        size: 0,
+        hash: None,
+        target: Some(target.to_owned()),
+    }
+}
+
+/// `entries` are refused with `expect`.
+fn check(entries: &[ManifestEntry], expect: &str) {
+    let err = validate_entries(entries).unwrap_err();
+    assert_eq!(err.to_string(), expect);
+}
+
+#[test]
+fn unsafe_entries_are_refused() {
+    check(
+        &[file("/etc/passwd", "")],
+        "path `/etc/passwd` is not relative",
+    );
+    check(
+        &[file("../x", "")],
+        "path `../x` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("a/../../x", "")],
+        "path `a/../../x` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("a//b", "")],
+        "path `a//b` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("./a", "")],
+        "path `./a` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("a/", "")],
+        "path `a/` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("", "")],
+        "path `` has an empty, `.` or `..` component",
+    );
+    check(
+        &[file("a\0b", "")],
+        "path `a\0b` is not a valid name on Linux",
+    );
+    check(
+        &[file(&"n".repeat(256), "")],
+        &format!("path `{}` is not a valid name on Linux", "n".repeat(256)),
+    );
+    check(&[file("a", ""), file("a", "x")], "path `a` is listed twice");
+    check(
+        &[link("l", "d"), file("l/x", "")],
+        "path `l/x` goes through the symlink `l`",
+    );
+    check(
+        &[file("f", ""), file("f/x", "")],
+        "path `f/x` is under `f`, which is a file",
+    );
+    check(
+        &[link("l", "/etc")],
+        "symlink `l` points outside the tree (`/etc`)",
+    );
+    check(
+        &[link("d/l", "../..")],
+        "symlink `d/l` points outside the tree (`../..`)",
+    );
+    check(
+        &[link("d", "."), link("e", "d/..")],
+        "symlink `e` points outside the tree (`d/..`)",
+    );
+    check(&[link("l", "")], "symlink `l` points outside the tree (``)");
+    check(
+        &[link("a", "b"), link("b", "a")],
+        "symlink `a` points outside the tree (`b`)",
+    );
+    let mut bad_hash = file("f", "");
+    bad_hash.hash = Some("../../etc/passwd".to_owned());
+    check(
+        &[bad_hash],
+        "entry `f` is a file but its hash is not 64 lowercase hex digits",
+    );
+    let mut no_hash = file("f", "");
+    no_hash.hash = None;
+    check(&[no_hash], "entry `f` is a file but has no hash");
+    let mut no_target = link("l", "x");
+    no_target.target = None;
+    check(&[no_target], "entry `l` is a symlink but has no target");
+}
+
+#[test]
+fn safe_entries_pass() {
+    let entries = [
+        file("a/b.py", ""),
+        link("a/l", "../c"),
+        link("top", "a"),
+        file("c", "x"),
+    ];
+    validate_entries(&entries).unwrap();
+}
+
+/// A blob store holding `contents`, named by hash.
+fn blobs(dir: &Path, contents: &[&str]) -> impl Fn(&str) -> PathBuf + use<> {
+    let store = dir.join("blobs");
+    fs::create_dir_all(&store).unwrap();
+    for content in contents {
+        fs::write(
+            store.join(blake3::hash(content.as_bytes()).to_hex().as_str()),
+            content,
+        )
+        .unwrap();
+    }
+    move |hash| store.join(hash)
+}
+
+#[test]
+fn a_tree_is_written_with_modes_and_links() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &["print(1)\n", "#!/bin/sh\n"]);
+    let mut run = file("bin/run.sh", "#!/bin/sh\n");
+    run.executable = true;
+    let entries = [
+        file("a/train.py", "print(1)\n"),
+        run,
+        link("latest", "a/train.py"),
+    ];
+    let dest = tmp.path().join("code/9f31c2ab");
+    fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    materialise(&entries, blob_path, &dest).unwrap();
+    assert_eq!(
+        fs::read_to_string(dest.join("a/train.py")).unwrap(),
+        "print(1)\n"
+    );
+    assert_eq!(
+        fs::metadata(dest.join("bin/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o755
+    );
+    assert_eq!(
+        fs::metadata(dest.join("a/train.py"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644
+    );
+    assert_eq!(
+        fs::read_link(dest.join("latest")).unwrap(),
+        Path::new("a/train.py")
+    );
+    assert_eq!(
+        fs::read_dir(dest.parent().unwrap()).unwrap().count(),
+        1,
+        "no temporary left"
+    );
+}
+
+#[test]
+fn a_failed_materialise_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &["here"]);
+    let entries = [file("a", "here"), file("b", "missing blob")];
+    let parent = tmp.path().join("code");
+    fs::create_dir_all(&parent).unwrap();
+    let dest = parent.join("id");
+    let err = materialise(&entries, blob_path, &dest).unwrap_err();
+    assert!(err.to_string().starts_with("cannot write `"), "{err}");
+    assert!(!dest.exists());
+    assert_eq!(
+        fs::read_dir(&parent).unwrap().count(),
+        0,
+        "no temporary left"
+    );
+}
+
+#[test]
+fn a_blob_of_the_wrong_size_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &["short"]);
+    let mut entry = file("a", "short");
+    entry.size = 99;
+    let dest = tmp.path().join("out");
+    let err = materialise(&[entry], blob_path, &dest).unwrap_err();
+    assert!(
+        err.to_string().contains("has 5 bytes, expected 99"),
+        "{err}"
+    );
+    assert!(!dest.exists());
+}
+
+#[test]
+fn an_existing_destination_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &[""]);
+    let dest = tmp.path().join("out");
+    fs::create_dir(&dest).unwrap();
+    let err = materialise(&[file("a", "")], blob_path, &dest).unwrap_err();
+    assert!(
+        matches!(err, div_ship::MaterialiseError::DestinationExists { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_shipment_round_trips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    crate::support::write(&src, "a.py", "a");
+    crate::support::write(&src, "pkg/b.py", "b");
+    crate::support::symlink(&src, "pkg/link", "b.py");
+    let shipment = div_ship::collect(&src, &div_ship::ShipOptions::default()).unwrap();
+    let by_hash: std::collections::HashMap<String, PathBuf> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.hash.clone()?, shipment.local_path(&e.path))))
+        .collect();
+    let dest = tmp.path().join("dest");
+    materialise(&shipment.manifest.entries, |h| by_hash[h].clone(), &dest).unwrap();
+    let again = div_ship::collect(&dest, &div_ship::ShipOptions::default()).unwrap();
+    assert_eq!(again.manifest, shipment.manifest);
+}
