@@ -1,6 +1,9 @@
 //! div-ship's integration tests: the shipped set against real git, the walk, the hash cache,
 //! the upload plan, materialising.
 
+// Helpers outside `#[test]` functions panic on setup failures, as tests do.
+#![allow(clippy::unwrap_used)]
+
 mod cache;
 mod git_set;
 mod materialise;
