@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+mod bench_ship;
+
 use anyhow::{Context, Result, bail};
 
 fn main() -> Result<()> {
@@ -59,6 +61,7 @@ fn ci() -> Result<()> {
 fn bench(rest: &[String]) -> Result<()> {
     let name = rest.first().map(String::as_str).unwrap_or("all");
     match name {
+        "ship" => bench_ship::run(&rest[1..]),
         other => bail!("unknown benchmark `{other}`"),
     }
 }

@@ -296,26 +296,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             dir: dir.to_owned(),
         });
     }
-    let mut listed = Vec::new();
-    let mut warnings = Vec::new();
-    let source = match gix::discover(&root) {
-        Ok(repo) => {
-            git::list(&repo, &root, &mut listed, &mut warnings)?;
-            Source::Git
-        }
-        Err(err) if is_no_repository(&err) => {
-            walk::list(&root, &mut listed, &mut warnings)?;
-            Source::Walk
-        }
-        Err(err) => {
-            return Err(ShipError::Git {
-                repo: root.clone(),
-                source: Box::new(err),
-            });
-        }
-    };
-    listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    listed.dedup_by(|a, b| a.path == b.path);
+    let (source, listed, mut warnings) = list_sorted(&root)?;
 
     let cache = options
         .cache
@@ -352,6 +333,47 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         warnings,
         stats,
     })
+}
+
+/// The paths [`collect()`] would look at from `dir`, relative to it, sorted and unique, without
+/// reading anything but folders (no stat, no hash). Paths deleted from disk since they were
+/// tracked, and links pointing outside, are still in it: `collect` drops them.
+pub fn list_paths(dir: &Path) -> Result<(Source, Vec<String>), ShipError> {
+    let root = dir.canonicalize().map_err(|source| ShipError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let (source, listed, _) = list_sorted(&root)?;
+    Ok((source, listed.into_iter().map(|l| l.path).collect()))
+}
+
+fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
+    if !root.is_dir() {
+        return Err(ShipError::NotADirectory {
+            dir: root.to_owned(),
+        });
+    }
+    let mut listed = Vec::new();
+    let mut warnings = Vec::new();
+    let source = match gix::discover(root) {
+        Ok(repo) => {
+            git::list(&repo, root, &mut listed, &mut warnings)?;
+            Source::Git
+        }
+        Err(err) if is_no_repository(&err) => {
+            walk::list(root, &mut listed, &mut warnings)?;
+            Source::Walk
+        }
+        Err(err) => {
+            return Err(ShipError::Git {
+                repo: root.to_owned(),
+                source: Box::new(err),
+            });
+        }
+    };
+    listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    listed.dedup_by(|a, b| a.path == b.path);
+    Ok((source, listed, warnings))
 }
 
 fn is_no_repository(err: &gix::Error) -> bool {
