@@ -1,0 +1,13 @@
+//! Parses arbitrary UTF-8 as a `Entrypoint`; whatever parses must display as text that parses back
+//! to the same value.
+#![no_main]
+
+use div_spec::Entrypoint;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|text: &str| {
+    if let Ok(value) = text.parse::<Entrypoint>() {
+        let shown = value.to_string();
+        assert_eq!(shown.parse::<Entrypoint>().ok(), Some(value), "{text:?} shown as {shown:?}");
+    }
+});
