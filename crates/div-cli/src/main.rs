@@ -1,2 +1,13 @@
-//! The `div` command.
-fn main() {}
+//! The `div` command: places runs on GPUs.
+
+mod args;
+mod commands;
+mod exit_codes;
+mod printer;
+mod settings;
+
+use clap::Parser;
+
+fn main() {
+    std::process::exit(commands::main(args::Cli::try_parse()));
+}

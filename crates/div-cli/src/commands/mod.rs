@@ -1,0 +1,104 @@
+//! One module per command: each turns its arguments into div-core options, calls div-core and
+//! renders what comes back.
+
+pub(crate) mod logs;
+pub(crate) mod run;
+pub(crate) mod server;
+pub(crate) mod stop;
+
+use anyhow::anyhow;
+use div_api::{ControlPlane, Endpoint, HttpControlPlane, Options, Token};
+use div_core::RunError;
+
+use crate::exit_codes;
+use crate::printer::Failure;
+use crate::settings::{Settings, Target};
+
+/// The control plane the settings name: a remote one, or the local one (started on demand).
+pub(crate) async fn connect(settings: &Settings) -> Result<Box<dyn ControlPlane>, Failure> {
+    let mut options = Options::default();
+    if let Some(deadline) = settings.deadline {
+        options.deadline = deadline;
+    }
+    match &settings.target {
+        Target::Remote { url, token, from } => {
+            let endpoint = Endpoint::parse(url).map_err(|e| {
+                Failure::new(
+                    exit_codes::REFUSED,
+                    anyhow!(e).context(format!("`{url}` ({from}) is not a control plane address")),
+                )
+                .hint(Some("write it like `https://api.example.com`".into()))
+            })?;
+            options.token = token.clone().map(Token::new);
+            let cp = HttpControlPlane::new(endpoint, options)
+                .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+            Ok(Box::new(cp))
+        }
+        Target::Local => server::connect_local(settings, options).await,
+    }
+}
+
+/// A div-core failure, with its hint and exit code.
+pub(crate) fn failure(e: RunError) -> Failure {
+    let code = exit_codes::for_failure(e.kind());
+    let hint = e.hint();
+    Failure::new(code, e).hint(hint)
+}
+
+/// Run what was typed; returns the exit code.
+pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
+    use crate::args::Command;
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` go to stdout and succeed; anything else is refused.
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit_codes::REFUSED
+            } else {
+                exit_codes::SUCCESS
+            };
+        }
+    };
+    if let Command::Supervise { run_dir } = &cli.command {
+        return server::supervise(run_dir);
+    }
+    let mut printer = crate::printer::Printer::new(false);
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            printer.failure(&Failure::new(exit_codes::LOCAL, e));
+            return exit_codes::LOCAL;
+        }
+    };
+    let mut printer = crate::printer::Printer::new(settings.color);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            printer.failure(&Failure::new(exit_codes::LOCAL, e));
+            return exit_codes::LOCAL;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args, &settings, &mut printer).await,
+            Command::Logs(args) => logs::logs(args, &settings, &mut printer).await,
+            Command::Stop(args) => stop::stop(args, &settings, &mut printer).await,
+            Command::Server(command) => server::server(command, &settings, &mut printer).await,
+            Command::Supervise { .. } => Ok(exit_codes::LOCAL),
+        }
+    });
+    // Leave background work (a blocked stdin read, a retry) behind rather than wait for it.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => code,
+        Err(failure) => {
+            printer.failure(&failure);
+            failure.code
+        }
+    }
+}

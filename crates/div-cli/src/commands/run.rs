@@ -1,0 +1,215 @@
+//! `div run`.
+
+use std::sync::Mutex;
+
+use anyhow::anyhow;
+use div_core::{DryRun, Event, RunOptions, RunOutcome, last_line, new_volume_line, shipping_line};
+
+use crate::args::RunArgs;
+use crate::exit_codes;
+use crate::printer::{Failure, Printer};
+use crate::settings::Settings;
+
+/// Where a run stands, as far as the printer has heard.
+#[derive(Debug, Default)]
+struct Seen {
+    placed: Option<String>,
+}
+
+pub(crate) async fn run(
+    args: RunArgs,
+    settings: &Settings,
+    printer: &mut Printer,
+) -> Result<i32, Failure> {
+    if let Some(nodes) = &args.nodes {
+        let hint = match nodes.parse::<u32>() {
+            Ok(n) if n > 0 => format!(
+                "for {n} nodes of eight, ask for `--gpus {}`",
+                n.saturating_mul(8)
+            ),
+            _ => "ask for the GPUs themselves, like `--gpus 32`".to_string(),
+        };
+        return Err(Failure::new(
+            exit_codes::REFUSED,
+            anyhow!("runs are placed in GPUs, not nodes: `--gpus 32` asks for the same hardware as four nodes of eight"),
+        )
+        .hint(Some(hint)));
+    }
+    let options = RunOptions {
+        dir: settings.cwd.clone(),
+        command: args.command,
+        gpu: args.gpu,
+        gpus: args.gpus,
+        cpu: args.cpu,
+        memory: args.memory,
+        max_spend: args.max_spend,
+        project: args.project,
+        project_env: settings.project.clone(),
+        name: args.name,
+        image: args.image,
+        env: args.env,
+        checks: args.check,
+        telemetry: args.telemetry.map(|t| settings.cwd.join(t)),
+        volume: args.volume,
+        no_upload: args.no_upload,
+        detach: args.detach,
+        dry_run: args.dry_run,
+        ship_cache: settings
+            .cache_dir
+            .as_ref()
+            .map(|c| div_ship::cache_file_for(&c.join("ship"), &settings.cwd)),
+        idempotency_key: None,
+    };
+    if args.json {
+        printer.log_to_stderr();
+    }
+    let cp = super::connect(settings).await?;
+
+    let seen = Mutex::new(Seen::default());
+    let printer_cell = Mutex::new(&mut *printer);
+    let mut sink = |event: Event| {
+        let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+        render(&mut p, &seen, event);
+    };
+    let outcome = {
+        let work = div_core::run(&*cp, &options, &mut sink);
+        tokio::select! {
+            outcome = work => outcome,
+            _ = tokio::signal::ctrl_c() => {
+                // A second Ctrl-C exits at once.
+                tokio::spawn(async {
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        std::process::exit(exit_codes::INTERRUPTED);
+                    }
+                });
+                let placed = seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone();
+                let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                match placed {
+                    Some(name) => {
+                        p.status(&format!("detached from {name}; it goes on"));
+                        p.status(&format!("  follow it again: div logs {name} --follow"));
+                        p.status(&format!("  stop it:         div stop {name}"));
+                    }
+                    None => p.status("interrupted before the run was placed"),
+                }
+                return Ok(exit_codes::INTERRUPTED);
+            }
+        }
+    };
+    let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
+    match outcome.map_err(super::failure)? {
+        RunOutcome::DryRun(dry) => {
+            if args.json {
+                print_json(printer, &dry.request)?;
+            } else {
+                dry_run_report(printer, &dry)?;
+            }
+            Ok(exit_codes::SUCCESS)
+        }
+        RunOutcome::Detached(run) => {
+            if args.json {
+                print_json(printer, &run)?;
+            } else {
+                printer.data(&run.name).map_err(output_failure)?;
+            }
+            Ok(exit_codes::SUCCESS)
+        }
+        RunOutcome::Ended(run) => {
+            printer.status(&last_line(&run));
+            if args.json {
+                print_json(printer, &run)?;
+            }
+            Ok(exit_codes::for_run(&run))
+        }
+    }
+}
+
+fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
+    match event {
+        Event::Shipping {
+            files,
+            bytes,
+            volume,
+            path,
+        } => printer.status(&shipping_line(files, bytes, &volume, &path)),
+        Event::Warning { message, hint } => printer.warning(&message, hint.as_deref()),
+        Event::UploadStarted { bytes, .. } => printer.upload_started(bytes),
+        Event::UploadProgress { sent } => printer.upload_progress(sent),
+        Event::UploadFinished => printer.upload_finished(),
+        Event::VolumeCreated { name } => printer.status(&new_volume_line(&name)),
+        Event::Placed { run, header } => {
+            seen.lock().unwrap_or_else(|e| e.into_inner()).placed = Some(run.name.clone());
+            printer.status(&header);
+        }
+        Event::Log(bytes) => {
+            if let Err(e) = printer.log(&bytes)
+                && e.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                std::process::exit(exit_codes::SUCCESS);
+            }
+        }
+        Event::Ended(_) => {}
+        _ => {}
+    }
+}
+
+pub(crate) fn print_json(
+    printer: &mut Printer,
+    value: &impl serde::Serialize,
+) -> Result<(), Failure> {
+    let text =
+        serde_json::to_string_pretty(value).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+    printer.data(&text).map_err(output_failure)
+}
+
+pub(crate) fn output_failure(e: std::io::Error) -> Failure {
+    Failure::new(
+        exit_codes::LOCAL,
+        anyhow::Error::new(e).context("could not write the output"),
+    )
+}
+
+fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
+    let mut out = String::new();
+    out.push_str(&format!("project    {}\n", dry.project.slug));
+    out.push_str(&format!("entrypoint {}\n", dry.request.entrypoint));
+    out.push_str(&format!("command    {}\n", dry.request.command));
+    match &dry.shipment {
+        Some(s) => {
+            out.push_str(&format!(
+                "ships      {}\n",
+                shipping_line(s.files, s.bytes, &s.volume, &s.path)
+            ));
+            if !s.largest_files.is_empty() {
+                out.push_str("largest files\n");
+                for (path, size) in &s.largest_files {
+                    out.push_str(&format!(
+                        "  {:>10}  {path}\n",
+                        div_spec::format_bytes(*size)
+                    ));
+                }
+            }
+            if !s.biggest_folders.is_empty() {
+                out.push_str("biggest folders\n");
+                for (path, size) in &s.biggest_folders {
+                    out.push_str(&format!(
+                        "  {:>10}  {path}\n",
+                        div_spec::format_bytes(*size)
+                    ));
+                }
+            }
+        }
+        None => out.push_str("ships      nothing (--no-upload)\n"),
+    }
+    for name in &dry.new_volumes {
+        out.push_str(&format!("would make {}\n", new_volume_line(name)));
+    }
+    out.push_str(&format!("header     {}\n", dry.header));
+    let most = match dry.request.max_spend_cents {
+        Some(_) => format!("{} (its ceiling)", dry.most_it_can_spend),
+        None => format!("{} (24 hours with no ceiling)", dry.most_it_can_spend),
+    };
+    out.push_str(&format!("at most    {most}\n"));
+    out.push_str("nothing was placed (--dry-run)");
+    printer.data(&out).map_err(output_failure)
+}

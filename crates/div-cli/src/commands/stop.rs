@@ -1,0 +1,27 @@
+//! `div stop`.
+
+use div_core::{StopOutcome, last_line};
+
+use crate::args::StopArgs;
+use crate::exit_codes;
+use crate::printer::{Failure, Printer};
+use crate::settings::Settings;
+
+pub(crate) async fn stop(
+    args: StopArgs,
+    settings: &Settings,
+    printer: &mut Printer,
+) -> Result<i32, Failure> {
+    let cp = super::connect(settings).await?;
+    match div_core::stop(&*cp, &args.run)
+        .await
+        .map_err(super::failure)?
+    {
+        StopOutcome::Stopped(run) => printer.status(&last_line(&run)),
+        StopOutcome::AlreadyEnded(run) => {
+            printer.status(&format!("{} had already ended", run.name));
+            printer.status(&last_line(&run));
+        }
+    }
+    Ok(exit_codes::SUCCESS)
+}

@@ -1,0 +1,212 @@
+//! Everything `div` takes from its surroundings, resolved once: flags > environment >
+//! config files > defaults. The only module that reads the environment.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Which control plane `div` talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A remote one (`DIVERGENT_API_URL`, or `api_url` in a config file), with its token.
+    Remote {
+        url: String,
+        token: Option<String>,
+        /// Where the URL came from, for error messages.
+        from: String,
+    },
+    /// The local control plane, on a Unix socket in `home`, started on demand.
+    Local,
+}
+
+/// What `div` resolved from its environment and config files.
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // `home` and `emulate_gpus` serve the local control plane
+pub(crate) struct Settings {
+    /// The directory `div` was started in.
+    pub(crate) cwd: PathBuf,
+    pub(crate) target: Target,
+    /// `DIVERGENT_HOME`: the local control plane's state (default `$XDG_DATA_HOME/div`).
+    pub(crate) home: PathBuf,
+    /// `DIVERGENT_PROJECT`.
+    pub(crate) project: Option<String>,
+    /// `DIVERGENT_EMULATE_GPUS`, passed to a local control plane started on demand.
+    pub(crate) emulate_gpus: Option<String>,
+    /// Where div-ship keeps its hash cache (`$XDG_CACHE_HOME/div/ship`).
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// `DIVERGENT_API_TIMEOUT` (seconds): how long one call to the control plane may take,
+    /// retries included.
+    pub(crate) deadline: Option<std::time::Duration>,
+    /// Whether stderr may be coloured: it is a terminal and `NO_COLOR` is unset.
+    pub(crate) color: bool,
+}
+
+/// Reads an environment variable, treating an empty one as unset.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Settings {
+    /// Resolve the settings from the process's environment.
+    pub(crate) fn from_env() -> Result<Settings> {
+        let cwd = std::env::current_dir().context("could not read the current directory")?;
+        let home_dir = env("HOME").map(PathBuf::from);
+        let xdg = |var: &str, fallback: &str| {
+            env(var)
+                .map(PathBuf::from)
+                .or_else(|| home_dir.as_ref().map(|h| h.join(fallback)))
+        };
+        let data = xdg("XDG_DATA_HOME", ".local/share");
+        let config = xdg("XDG_CONFIG_HOME", ".config");
+        let cache = xdg("XDG_CACHE_HOME", ".cache");
+
+        let home = match env("DIVERGENT_HOME") {
+            Some(h) => PathBuf::from(h),
+            None => data.map(|d| d.join("div")).context(
+                "neither DIVERGENT_HOME nor HOME is set, so div has nowhere to keep its state",
+            )?,
+        };
+        let user_config = match &config {
+            Some(c) => read_json(&c.join("div/config.json"))?,
+            None => None,
+        };
+        let project_file = div_core::find_project_file(&cwd)?;
+        let target = resolve_target(
+            env("DIVERGENT_API_URL"),
+            env("DIVERGENT_TOKEN"),
+            project_file.as_ref().map(|(p, m)| (p.as_path(), m)),
+            user_config.as_ref().map(|(p, m)| (p.as_path(), m)),
+        )?;
+        let color =
+            env("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let deadline = match env("DIVERGENT_API_TIMEOUT") {
+            Some(t) => Some(std::time::Duration::from_secs(t.parse().with_context(
+                || format!("DIVERGENT_API_TIMEOUT is `{t}`, not a whole number of seconds"),
+            )?)),
+            None => None,
+        };
+        Ok(Settings {
+            cwd,
+            deadline,
+            target,
+            home,
+            project: env("DIVERGENT_PROJECT"),
+            emulate_gpus: env("DIVERGENT_EMULATE_GPUS"),
+            cache_dir: cache.map(|c| c.join("div")),
+            color,
+        })
+    }
+}
+
+type JsonFile<'a> = (&'a Path, &'a serde_json::Map<String, serde_json::Value>);
+
+/// `DIVERGENT_API_URL`, else `api_url` in the nearest `divergent.json`, else in the user's
+/// config; the token from `DIVERGENT_TOKEN`, else the user's config. None of them: local.
+fn resolve_target(
+    env_url: Option<String>,
+    env_token: Option<String>,
+    project_file: Option<JsonFile<'_>>,
+    user_config: Option<JsonFile<'_>>,
+) -> Result<Target> {
+    let field = |file: Option<JsonFile<'_>>, key: &str| -> Result<Option<(String, String)>> {
+        let Some((path, map)) = file else {
+            return Ok(None);
+        };
+        match map.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some((s.clone(), path.display().to_string()))),
+            Some(_) => anyhow::bail!("`{key}` in `{}` is not a string", path.display()),
+        }
+    };
+    let url = match env_url {
+        Some(url) => Some((url, "DIVERGENT_API_URL".to_string())),
+        None => match field(project_file, "api_url")? {
+            Some(found) => Some(found),
+            None => field(user_config, "api_url")?,
+        },
+    };
+    let token = match env_token {
+        Some(t) => Some(t),
+        None => field(user_config, "token")?.map(|(t, _)| t),
+    };
+    Ok(match url {
+        Some((url, from)) => Target::Remote { url, token, from },
+        None => Target::Local,
+    })
+}
+
+fn read_json(path: &Path) -> Result<Option<(PathBuf, serde_json::Map<String, serde_json::Value>)>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("could not read `{}`", path.display())),
+    };
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(Some((path.to_path_buf(), map))),
+        Ok(_) => anyhow::bail!("`{}` is not a JSON object", path.display()),
+        Err(e) => Err(e).with_context(|| format!("`{}` is not valid JSON", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!("an object literal"),
+        }
+    }
+
+    fn check(env_url: Option<&str>, project: Option<Value>, user: Option<Value>, expect: &str) {
+        let project = project.map(obj);
+        let user = user.map(obj);
+        let got = resolve_target(
+            env_url.map(String::from),
+            None,
+            project
+                .as_ref()
+                .map(|m| (Path::new("/p/divergent.json"), m)),
+            user.as_ref().map(|m| (Path::new("/u/config.json"), m)),
+        );
+        let got = match got {
+            Ok(Target::Remote { url, token, from }) => format!("{url} {token:?} from {from}"),
+            Ok(Target::Local) => "local".into(),
+            Err(e) => format!("error: {e}"),
+        };
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn the_control_plane_is_chosen_in_order() {
+        check(None, None, None, "local");
+        check(
+            Some("http://e"),
+            Some(json!({"api_url": "http://p"})),
+            None,
+            "http://e None from DIVERGENT_API_URL",
+        );
+        check(
+            None,
+            Some(json!({"api_url": "http://p"})),
+            Some(json!({"api_url": "http://u", "token": "t"})),
+            "http://p Some(\"t\") from /p/divergent.json",
+        );
+        check(
+            None,
+            Some(json!({"project": "x"})),
+            Some(json!({"api_url": "http://u"})),
+            "http://u None from /u/config.json",
+        );
+        check(
+            None,
+            Some(json!({"api_url": 3})),
+            None,
+            "error: `api_url` in `/p/divergent.json` is not a string",
+        );
+    }
+}
