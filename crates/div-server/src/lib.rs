@@ -1,1 +1,142 @@
-//! The local div control plane: HTTP server, SQLite store, sandboxed executor, meter and check judging.
+//! The local div control plane: the server that speaks div's API on this machine and really
+//! runs runs.
+//!
+//! [`serve`] answers the API over a Unix socket at [`socket_path`] (reachable by its owner
+//! only) and, optionally, loopback TCP with a bearer token. It keeps its records in SQLite
+//! under the state directory, starts queued runs when the GPUs and cores they need are free,
+//! and hands each to a supervisor process ([`supervise`]) that owns it: the run survives the
+//! server, and the server reconciles on start.
+//!
+//! Main types: [`ServerOptions`], [`GpuSource`], [`SandboxMode`], [`SupervisorCommand`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), div_server::ServerError> {
+//! use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
+//! let options = ServerOptions {
+//!     home: "/home/me/.local/share/div".into(),
+//!     tcp: None,
+//!     gpus: GpuSource::Emulate("h100:8".into()),
+//!     supervisor: SupervisorCommand { program: "/usr/bin/div".into(), args: vec!["__supervise".into()] },
+//!     sandbox: SandboxMode::Auto,
+//! };
+//! div_server::serve(options, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+//!
+//! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
+
+mod deps;
+mod frames;
+mod http;
+mod inventory;
+mod runs;
+mod sandbox;
+mod store;
+mod supervisor;
+mod sys;
+mod volumes;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+pub use inventory::InventoryError;
+
+/// How to run the local control plane.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The state directory: database, socket, logs, volumes. Made 0700.
+    pub home: PathBuf,
+    /// Also listen on loopback TCP, with a bearer token.
+    pub tcp: Option<TcpOptions>,
+    /// Where the GPU inventory comes from.
+    pub gpus: GpuSource,
+    /// How to launch a run's supervisor.
+    pub supervisor: SupervisorCommand,
+    /// Whether runs are sandboxed with bubblewrap.
+    pub sandbox: SandboxMode,
+}
+
+/// A loopback TCP listener, for tests that inject faults between client and server.
+#[derive(Debug, Clone)]
+pub struct TcpOptions {
+    pub addr: SocketAddr,
+    /// Every request must carry `Authorization: Bearer <token>`.
+    pub token: String,
+}
+
+/// Where the GPU inventory comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSource {
+    /// `nvidia-smi --query-gpu=name --format=csv,noheader`; none when it is absent.
+    Detect,
+    /// A declared inventory, the `DIVERGENT_EMULATE_GPUS` value: `h100:8` or `h100:8,h200:2`.
+    /// Runs on it get no GPU and say so in their first log line.
+    Emulate(String),
+}
+
+/// Whether runs are sandboxed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// bubblewrap when `bwrap --ro-bind / / true` works, else degraded (said in each log).
+    Auto,
+    /// bubblewrap, or refuse to start.
+    Bwrap,
+    /// No sandbox: runs see the host, and each run's first log line says so.
+    None,
+}
+
+/// How a run's supervisor is launched: `program args... <run-dir>`.
+#[derive(Debug, Clone)]
+pub struct SupervisorCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// The error returned by [`serve`].
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("could not prepare the state directory `{path}`")]
+    Home {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("another div server is already running on `{0}`")]
+    AlreadyRunning(PathBuf),
+    #[error("could not open the state database")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("bubblewrap (`bwrap`) does not work on this machine")]
+    NoSandbox,
+    #[error(transparent)]
+    Inventory(#[from] InventoryError),
+    #[error("could not listen on `{addr}`")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("tcp listening is loopback only; `{0}` is not a loopback address")]
+    NotLoopback(SocketAddr),
+}
+
+/// Where the server listens under `home`: `home/server.sock`.
+pub fn socket_path(home: &Path) -> PathBuf {
+    home.join("server.sock")
+}
+
+/// Runs the local control plane until `shutdown` completes. Runs keep going after it
+/// returns: their supervisors own them, and the next `serve` on the same home reconciles.
+pub async fn serve(
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
+    http::serve(options, shutdown).await
+}
+
+/// The body of the per-run supervisor process (`div __supervise <run-dir>`): runs the run
+/// described by `run-dir/spec.json` to its end and writes `run-dir/end.json`. Blocks; returns
+/// the process's exit code.
+pub fn supervise(run_dir: &Path) -> i32 {
+    supervisor::supervise(run_dir)
+}

@@ -1,0 +1,746 @@
+//! The HTTP side: listeners, routing, request and response bodies, the log stream.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use div_api::{
+    CommitTree, CreateVolume, ListRuns, MissingBlobsRequest, RunList, RunResult, RunStatus,
+    SetSecret, Telemetry,
+};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::inventory::Inventory;
+use crate::runs::{self, Failure, State};
+use crate::store::Store;
+use crate::supervisor::{KeptResult, KeptTelemetry};
+use crate::{ServerError, ServerOptions, frames, sandbox, volumes};
+
+type Resp = Response<BoxBody<Bytes, Infallible>>;
+
+/// A response body fed by a channel, for streams (logs, files).
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Resp {
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", content_type)
+        .body(Full::new(body.into()).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn json_resp(status: u16, value: &impl Serialize) -> Resp {
+    match serde_json::to_vec(value) {
+        Ok(body) => full(status, "application/json", body),
+        Err(e) => fail(Failure::new(500, "internal", e.to_string())),
+    }
+}
+
+fn empty(status: u16) -> Resp {
+    full(status, "application/json", Bytes::new())
+}
+
+fn fail(f: Failure) -> Resp {
+    full(
+        f.status,
+        "application/json",
+        serde_json::to_vec(
+            &json!({"error": {"code": f.code, "message": f.message, "details": f.details}}),
+        )
+        .unwrap_or_default(),
+    )
+}
+
+fn stream(content_type: &str, rx: mpsc::Receiver<Bytes>) -> Resp {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", content_type)
+        .body(ChannelBody(rx).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// Runs blocking work (SQLite, files) off the async threads.
+async fn blocking<T: Send + 'static>(
+    state: &Arc<State>,
+    f: impl FnOnce(&State) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    let state = Arc::clone(state);
+    tokio::task::spawn_blocking(move || f(&state))
+        .await
+        .map_err(|e| Failure::new(500, "internal", format!("a task failed: {e}")))?
+}
+
+fn query(req: &Request<Incoming>) -> Vec<(String, String)> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn param(q: &[(String, String)], key: &str) -> Option<String> {
+    q.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// Percent-decoding (and `+` as space) of a query or path part.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Failure> {
+    req.into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| {
+            Failure::new(
+                400,
+                "invalid",
+                format!("the request body could not be read: {e}"),
+            )
+        })
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Failure> {
+    let body = read_body(req).await?;
+    serde_json::from_slice(&body).map_err(|e| {
+        Failure::new(
+            400,
+            "invalid",
+            format!("the request is not valid JSON: {e}"),
+        )
+    })
+}
+
+async fn handle(
+    state: Arc<State>,
+    token: Option<Arc<String>>,
+    req: Request<Incoming>,
+) -> Result<Resp, Infallible> {
+    if let Some(token) = token {
+        let ok = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| t == token.as_str());
+        if !ok {
+            return Ok(fail(Failure::new(
+                401,
+                "unauthorized",
+                "a valid bearer token is required",
+            )));
+        }
+    }
+    Ok(route(state, req).await.unwrap_or_else(fail))
+}
+
+async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, Failure> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<String> = path.trim_matches('/').split('/').map(decode).collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let q = query(&req);
+    match (&method, seg.as_slice()) {
+        (&Method::GET, ["v1", "health"]) => Ok(json_resp(
+            200,
+            &json!({"ok": true, "version": env!("CARGO_PKG_VERSION")}),
+        )),
+        (&Method::GET, ["v1", "catalogue"]) => Ok(json_resp(200, &state.inventory.catalogue())),
+        (&Method::GET, ["v1", "volumes"]) => {
+            let list = blocking(&state, volumes::list_volumes).await?;
+            Ok(json_resp(200, &json!({ "volumes": list })))
+        }
+        (&Method::POST, ["v1", "volumes"]) => {
+            let body: CreateVolume = read_json(req).await?;
+            let (status, v) =
+                blocking(&state, move |s| volumes::create_volume(s, &body.name)).await?;
+            Ok(json_resp(status, &v))
+        }
+        (&Method::DELETE, ["v1", "volumes", name]) => {
+            let name = name.to_string();
+            blocking(&state, move |s| volumes::delete_volume(s, &name)).await?;
+            Ok(empty(204))
+        }
+        (&Method::POST, ["v1", "volumes", name, "blobs", "missing"]) => {
+            let name = name.to_string();
+            let body: MissingBlobsRequest = read_json(req).await?;
+            let m = blocking(&state, move |s| {
+                volumes::missing_blobs(s, &name, &body.hashes)
+            })
+            .await?;
+            Ok(json_resp(200, &m))
+        }
+        (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
+            upload(state, name.to_string(), hash.to_string(), &q, req).await
+        }
+        (&Method::POST, ["v1", "volumes", name, "trees"]) => {
+            let name = name.to_string();
+            let body: CommitTree = read_json(req).await?;
+            let (status, t) =
+                blocking(&state, move |s| volumes::commit_tree(s, &name, &body)).await?;
+            Ok(json_resp(status, &t))
+        }
+        (&Method::GET, ["v1", "volumes", name, "tree"]) => {
+            let name = name.to_string();
+            let p = param(&q, "path").unwrap_or_default();
+            let entries = blocking(&state, move |s| volumes::list_tree(s, &name, &p)).await?;
+            Ok(json_resp(200, &json!({ "entries": entries })))
+        }
+        (&Method::GET, ["v1", "volumes", name, "file"]) => {
+            let name = name.to_string();
+            let p = param(&q, "path").unwrap_or_default();
+            let file = blocking(&state, move |s| volumes::file_path(s, &name, &p)).await?;
+            let mut f = tokio::fs::File::open(&file).await?;
+            let (tx, rx) = mpsc::channel(4);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 256 << 10];
+                while let Ok(n) = f.read(&mut buf).await {
+                    if n == 0 || tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok(stream("application/octet-stream", rx))
+        }
+        (&Method::POST, ["v1", "runs"]) => {
+            let key = req
+                .headers()
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = read_body(req).await?;
+            let (status, run) = blocking(&state, move |s| runs::create_run(s, &key, &body)).await?;
+            Ok(json_resp(status, &run))
+        }
+        (&Method::GET, ["v1", "runs"]) => {
+            let query = ListRuns {
+                project: param(&q, "project").filter(|p| !p.is_empty()),
+                status: match param(&q, "status").filter(|s| !s.is_empty()) {
+                    Some(s) => Some(
+                        s.parse::<RunStatus>()
+                            .map_err(|e| Failure::new(400, "invalid", e))?,
+                    ),
+                    None => None,
+                },
+                limit: match param(&q, "limit").filter(|s| !s.is_empty()) {
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        Failure::new(400, "invalid", format!("`{l}` is not a limit"))
+                    })?),
+                    None => None,
+                },
+                cursor: param(&q, "cursor").filter(|s| !s.is_empty()),
+            };
+            let cursor =
+                match &query.cursor {
+                    Some(c) => Some(c.parse::<i64>().map_err(|_| {
+                        Failure::new(400, "invalid", format!("`{c}` is not a cursor"))
+                    })?),
+                    None => None,
+                };
+            let list = blocking(&state, move |s| {
+                let limit = query.limit.unwrap_or(50).clamp(1, 1000);
+                let (runs, next) =
+                    s.store
+                        .list_runs(query.project.as_deref(), query.status, limit, cursor)?;
+                let runs = runs
+                    .into_iter()
+                    .map(|r| {
+                        s.store
+                            .get_run(&r.id)
+                            .ok()
+                            .flatten()
+                            .map_or(r, |rec| runs::view(s, &rec))
+                    })
+                    .collect();
+                Ok(RunList {
+                    runs,
+                    next_cursor: next.map(|n| n.to_string()),
+                    extra: Default::default(),
+                })
+            })
+            .await?;
+            Ok(json_resp(200, &list))
+        }
+        (&Method::GET, ["v1", "runs", run]) => {
+            let run = run.to_string();
+            let (r, _) = blocking(&state, move |s| runs::get_run(s, &run)).await?;
+            Ok(json_resp(200, &r))
+        }
+        (&Method::POST, ["v1", "runs", run, "stop"]) => {
+            let run = run.to_string();
+            let r2 = run.clone();
+            let was_running = blocking(&state, move |s| runs::request_stop(s, &r2)).await?;
+            if was_running {
+                // Wait (bounded) for the supervisor to end it, so the answer is the ended run.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+                while tokio::time::Instant::now() < deadline {
+                    let _ = blocking(&state, |s| runs::tick(s).map_err(Failure::from)).await;
+                    let r3 = run.clone();
+                    let (r, _) = blocking(&state, move |s| runs::get_run(s, &r3)).await?;
+                    if r.status.is_terminal() {
+                        return Ok(json_resp(200, &r));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let (r, _) = blocking(&state, move |s| runs::get_run(s, &run)).await?;
+            Ok(json_resp(200, &r))
+        }
+        (&Method::GET, ["v1", "runs", run, "log"]) => {
+            let run = run.to_string();
+            let offset: u64 = param(&q, "offset")
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(0);
+            let follow = param(&q, "follow").is_some_and(|f| f == "true" || f == "1");
+            let r2 = run.clone();
+            let (r, _) = blocking(&state, move |s| runs::get_run(s, &r2)).await?;
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(log_stream(Arc::clone(&state), r.id, offset, follow, tx));
+            Ok(stream(frames::MEDIA_TYPE, rx))
+        }
+        (&Method::GET, ["v1", "runs", run, "result"]) => {
+            let run = run.to_string();
+            let result = blocking(&state, move |s| {
+                let (r, _) = runs::get_run(s, &run)?;
+                let kept: Option<KeptResult> =
+                    std::fs::read(s.run_dir(&r.id).join("result.kept.json"))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok());
+                let (result, problem) = match kept {
+                    Some(k) => (k.result, k.problem),
+                    None if r.status.is_terminal() => {
+                        (None, Some("the run wrote no result".to_owned()))
+                    }
+                    None => (None, Some("the run has not ended yet".to_owned())),
+                };
+                Ok(RunResult {
+                    run: r.id,
+                    result,
+                    problem,
+                    verdicts: r.verdicts,
+                    extra: Default::default(),
+                })
+            })
+            .await?;
+            Ok(json_resp(200, &result))
+        }
+        (&Method::GET, ["v1", "runs", run, "telemetry"]) => {
+            let run = run.to_string();
+            let after: u64 = param(&q, "after").and_then(|o| o.parse().ok()).unwrap_or(0);
+            let t = blocking(&state, move |s| {
+                let (r, _) = runs::get_run(s, &run)?;
+                let dir = s.run_dir(&r.id);
+                let kept: KeptTelemetry = std::fs::read(dir.join("telemetry.kept.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_else(|| {
+                        crate::supervisor::read_telemetry(
+                            &dir.join("tmp/divergent/telemetry.jsonl"),
+                        )
+                    });
+                Ok(Telemetry {
+                    run: r.id,
+                    points: kept.points.into_iter().filter(|p| p.line > after).collect(),
+                    bad_lines: kept
+                        .bad_lines
+                        .into_iter()
+                        .filter(|b| b.line > after)
+                        .collect(),
+                    extra: Default::default(),
+                })
+            })
+            .await?;
+            Ok(json_resp(200, &t))
+        }
+        (&Method::GET, ["v1", "secrets"]) => {
+            let list = blocking(&state, |s| Ok(s.store.secrets()?)).await?;
+            Ok(json_resp(200, &json!({ "secrets": list })))
+        }
+        (&Method::PUT, ["v1", "secrets", name]) => {
+            let name = name.to_string();
+            if !name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(Failure::invalid(format!(
+                    "`{name}` is not an environment variable name"
+                )));
+            }
+            let body: SetSecret = read_json(req).await?;
+            let info = blocking(&state, move |s| {
+                s.store.set_secret(
+                    &name,
+                    &body.value,
+                    &runs::now_rfc3339(crate::supervisor::now_ms()),
+                )?;
+                s.store
+                    .secrets()?
+                    .into_iter()
+                    .find(|i| i.name == name)
+                    .ok_or_else(|| Failure::new(500, "internal", "the secret vanished"))
+            })
+            .await?;
+            Ok(json_resp(200, &info))
+        }
+        (&Method::DELETE, ["v1", "secrets", name]) => {
+            let name = name.to_string();
+            blocking(&state, move |s| {
+                if s.store.delete_secret(&name)? {
+                    Ok(())
+                } else {
+                    Err(Failure::not_found(format!("no secret `{name}`")))
+                }
+            })
+            .await?;
+            Ok(empty(204))
+        }
+        _ => Err(Failure::not_found(format!("no route `{method} {path}`"))),
+    }
+}
+
+async fn upload(
+    state: Arc<State>,
+    volume: String,
+    hash: String,
+    q: &[(String, String)],
+    req: Request<Incoming>,
+) -> Result<Resp, Failure> {
+    let offset: u64 = param(q, "offset")
+        .unwrap_or_else(|| "0".into())
+        .parse()
+        .map_err(|_| Failure::new(400, "invalid", "`offset` is not a number"))?;
+    let total: u64 = param(q, "total")
+        .ok_or_else(|| Failure::new(400, "invalid", "`total` is required"))?
+        .parse()
+        .map_err(|_| Failure::new(400, "invalid", "`total` is not a number"))?;
+    if !volumes::valid_hash(&hash) {
+        return Err(Failure::new(
+            400,
+            "invalid",
+            format!("`{hash}` is not a blake3 hash (64 lowercase hex digits)"),
+        ));
+    }
+    let (v2, h2) = (volume.clone(), hash.clone());
+    let (have, partial, done) = blocking(&state, move |s| {
+        volumes::require_volume(s, &v2)?;
+        std::fs::create_dir_all(volumes::blob_dir(s, &v2).join("partial"))?;
+        Ok((
+            s.store.has_blob(&v2, &h2)?,
+            volumes::partial_path(s, &v2, &h2),
+            volumes::blob_path(s, &v2, &h2),
+        ))
+    })
+    .await?;
+    let _ = done;
+    if have {
+        let _ = read_body(req).await;
+        return Ok(empty(201));
+    }
+    let received = tokio::fs::metadata(&partial).await.map_or(0, |m| m.len());
+    if offset != received {
+        return Err(Failure::new(
+            409,
+            "offset_mismatch",
+            format!("the upload of `{hash}` is at byte {received}, not {offset}"),
+        )
+        .with_details(json!({ "received": received })));
+    }
+    let mut file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&partial)
+        .await?;
+    let mut body = req.into_body();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Ok(data) = frame.into_data() {
+            file.write_all(&data).await?;
+        }
+    }
+    file.flush().await?;
+    drop(file);
+    let status = blocking(&state, move |s| {
+        volumes::finish_upload(s, &volume, &hash, total)
+    })
+    .await?;
+    Ok(empty(status))
+}
+
+/// Sends the log from `offset` as frames; while following, polls the file and sends a beat
+/// after each 5 s of silence, and the end frame once the run ended and every byte was sent.
+async fn log_stream(
+    state: Arc<State>,
+    id: String,
+    mut offset: u64,
+    follow: bool,
+    tx: mpsc::Sender<Bytes>,
+) {
+    let path = state.run_dir(&id).join("log");
+    let mut last_sent = tokio::time::Instant::now();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        // Whether the run had ended before this read: then the bytes read are all there is.
+        let i2 = id.clone();
+        let ended = match blocking(&state, move |s| runs::get_run(s, &i2)).await {
+            Ok((r, _)) => r.status.is_terminal().then_some(r),
+            Err(_) => return,
+        };
+        let mut progressed = false;
+        if let Ok(mut f) = tokio::fs::File::open(&path).await
+            && f.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+        {
+            loop {
+                match f.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx
+                            .send(frames::encode_chunk(offset, &buf[..n]))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        offset += n as u64;
+                        progressed = true;
+                    }
+                }
+            }
+        }
+        if let Some(run) = ended {
+            let _ = tx.send(frames::encode_end(&run)).await;
+            return;
+        }
+        if !follow {
+            let _ = tx.send(frames::encode_tail(offset)).await;
+            return;
+        }
+        if progressed {
+            last_sent = tokio::time::Instant::now();
+        } else if last_sent.elapsed() >= Duration::from_secs(5) {
+            if tx.send(Bytes::from_static(frames::BEAT)).await.is_err() {
+                return;
+            }
+            last_sent = tokio::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+}
+
+/// Aborts its task when dropped, so the scheduler stops with `serve` even when `serve`'s
+/// future is dropped rather than shut down.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn serve_connection<S>(stream: S, state: Arc<State>, token: Option<Arc<String>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let service =
+            hyper::service::service_fn(move |req| handle(Arc::clone(&state), token.clone(), req));
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, service)
+            .await;
+    });
+}
+
+pub(crate) async fn serve(
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
+    let home = options.home.clone();
+    let home_err = |source| ServerError::Home {
+        path: home.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&home).map_err(home_err)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700))
+            .map_err(home_err)?;
+    }
+    // The lock: held for as long as this server runs, so two never share a home.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(home.join("server.pid"))
+        .map_err(home_err)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(ServerError::AlreadyRunning(home.clone()));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(home_err(e)),
+    }
+    lock.set_len(0).map_err(home_err)?;
+    std::io::Write::write_all(&mut &lock, format!("{}\n", std::process::id()).as_bytes())
+        .map_err(home_err)?;
+
+    let inventory = Inventory::load(&options.gpus)?;
+    let sandboxed = match options.sandbox {
+        crate::SandboxMode::None => false,
+        crate::SandboxMode::Auto => sandbox::bwrap_works(),
+        crate::SandboxMode::Bwrap => {
+            if !sandbox::bwrap_works() {
+                return Err(ServerError::NoSandbox);
+            }
+            true
+        }
+    };
+    let store = Store::open(&home.join("state.db")).map_err(|e| ServerError::Store(Box::new(e)))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for name in ["state.db", "state.db-wal", "state.db-shm"] {
+            let _ =
+                std::fs::set_permissions(home.join(name), std::fs::Permissions::from_mode(0o600));
+        }
+    }
+    let state = Arc::new(State {
+        home: home.clone(),
+        store,
+        inventory,
+        sandboxed,
+        supervisor: options.supervisor.clone(),
+        memory_cgroup_parent: runs::memory_cgroup_parent(),
+        lock: std::sync::Mutex::new(()),
+    });
+    // Reconcile before answering anything.
+    {
+        let s = Arc::clone(&state);
+        let _ = tokio::task::spawn_blocking(move || runs::tick(&s)).await;
+    }
+
+    let socket = crate::socket_path(&home);
+    let _ = std::fs::remove_file(&socket);
+    let unix = tokio::net::UnixListener::bind(&socket).map_err(|source| ServerError::Listen {
+        addr: socket.display().to_string(),
+        source,
+    })?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(home_err)?;
+    }
+    let tcp = match &options.tcp {
+        Some(t) => {
+            if !t.addr.ip().is_loopback() {
+                return Err(ServerError::NotLoopback(t.addr));
+            }
+            let listener = tokio::net::TcpListener::bind(t.addr)
+                .await
+                .map_err(|source| ServerError::Listen {
+                    addr: t.addr.to_string(),
+                    source,
+                })?;
+            Some((listener, Arc::new(t.token.clone())))
+        }
+        None => None,
+    };
+
+    let scheduler = {
+        let state = Arc::clone(&state);
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                let s = Arc::clone(&state);
+                let _ = tokio::task::spawn_blocking(move || runs::tick(&s)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }))
+    };
+    let accept = async {
+        loop {
+            tokio::select! {
+                conn = unix.accept() => {
+                    if let Ok((stream, _)) = conn {
+                        serve_connection(stream, Arc::clone(&state), None);
+                    }
+                }
+                conn = async {
+                    match &tcp {
+                        Some((l, _)) => l.accept().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let (Ok((stream, _)), Some((_, token))) = (conn, &tcp) {
+                        serve_connection(stream, Arc::clone(&state), Some(Arc::clone(token)));
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = shutdown => {}
+        () = accept => {}
+    }
+    drop(scheduler);
+    let _ = std::fs::remove_file(&socket);
+    drop(lock);
+    Ok(())
+}

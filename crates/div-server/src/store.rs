@@ -1,0 +1,407 @@
+//! The SQLite store: runs, volumes, blobs, trees, secrets and idempotency keys.
+//!
+//! Every call is blocking: the server calls it from `spawn_blocking`. The database is in WAL
+//! mode with a busy timeout, so the supervisor-watching loop and request handlers never see
+//! `SQLITE_BUSY`.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use div_api::{Run, RunStatus, SecretInfo, Volume};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// The error returned by every [`Store`] operation.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error("the state database failed")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("a stored record could not be read")]
+    Json(#[from] serde_json::Error),
+}
+
+/// What the server keeps about a run beyond the API's [`Run`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RunInternal {
+    /// The supervisor's process id, once launched.
+    #[serde(default)]
+    pub(crate) pid: Option<u32>,
+    /// The host cores the scheduler gave it.
+    #[serde(default)]
+    pub(crate) cores: Vec<usize>,
+    /// The GPU indices the scheduler gave it.
+    #[serde(default)]
+    pub(crate) gpus: Vec<u32>,
+    /// When the command was started, in milliseconds since the epoch.
+    #[serde(default)]
+    pub(crate) started_ms: Option<u64>,
+}
+
+/// A run and what the server keeps beside it.
+#[derive(Debug, Clone)]
+pub(crate) struct RunRecord {
+    pub(crate) run: Run,
+    pub(crate) internal: RunInternal,
+}
+
+/// What an idempotency key already answered.
+#[derive(Debug)]
+pub(crate) enum Placed {
+    /// A new run.
+    New,
+    /// The key was seen with the same body: this run.
+    Again(Box<RunRecord>),
+    /// The key was seen with another body.
+    Conflict,
+}
+
+#[derive(Debug)]
+pub(crate) struct Store {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    project TEXT NOT NULL,
+    status TEXT NOT NULL,
+    run TEXT NOT NULL,
+    internal TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    body_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS volumes (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS blobs (
+    volume TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    PRIMARY KEY (volume, hash)
+);
+CREATE TABLE IF NOT EXISTS trees (
+    volume TEXT NOT NULL,
+    path TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    PRIMARY KEY (volume, path)
+);
+CREATE TABLE IF NOT EXISTS secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+";
+
+fn row_to_record(run: String, internal: String) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        run: serde_json::from_str(&run)?,
+        internal: serde_json::from_str(&internal)?,
+    })
+}
+
+impl Store {
+    /// Opens (and creates) the database at `path`, readable by its owner only.
+    pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A poisoned lock means a panic mid-call; SQLite's own transaction keeps the data
+        // consistent, so carry on with the connection.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Inserts `record` under the idempotency `key`, unless the key was seen.
+    pub(crate) fn place_run(
+        &self,
+        key: &str,
+        body_hash: &str,
+        record: &RunRecord,
+    ) -> Result<Placed, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let seen: Option<(String, String)> = tx
+            .query_row(
+                "SELECT body_hash, run_id FROM idempotency WHERE key = ?1",
+                [key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((hash, run_id)) = seen {
+            if hash != body_hash {
+                return Ok(Placed::Conflict);
+            }
+            let row: Option<(String, String)> = tx
+                .query_row(
+                    "SELECT run, internal FROM runs WHERE id = ?1",
+                    [&run_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            if let Some((run, internal)) = row {
+                return Ok(Placed::Again(Box::new(row_to_record(run, internal)?)));
+            }
+            return Ok(Placed::Conflict);
+        }
+        tx.execute(
+            "INSERT INTO runs (id, name, project, status, run, internal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                record.run.id,
+                record.run.name,
+                record.run.project,
+                record.run.status.as_str(),
+                serde_json::to_string(&record.run)?,
+                serde_json::to_string(&record.internal)?
+            ],
+        )?;
+        tx.execute(
+            "INSERT INTO idempotency (key, body_hash, run_id) VALUES (?1, ?2, ?3)",
+            params![key, body_hash, record.run.id],
+        )?;
+        tx.commit()?;
+        Ok(Placed::New)
+    }
+
+    /// Whether a run has this name.
+    pub(crate) fn name_taken(&self, name: &str) -> Result<bool, StoreError> {
+        let n: i64 =
+            self.conn()
+                .query_row("SELECT COUNT(*) FROM runs WHERE name = ?1", [name], |r| {
+                    r.get(0)
+                })?;
+        Ok(n > 0)
+    }
+
+    /// A run by id or name.
+    pub(crate) fn get_run(&self, id_or_name: &str) -> Result<Option<RunRecord>, StoreError> {
+        let row: Option<(String, String)> = self
+            .conn()
+            .query_row(
+                "SELECT run, internal FROM runs WHERE id = ?1 OR name = ?1",
+                [id_or_name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        row.map(|(run, internal)| row_to_record(run, internal))
+            .transpose()
+    }
+
+    /// Writes a run's new state.
+    pub(crate) fn update_run(&self, record: &RunRecord) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE runs SET status = ?2, run = ?3, internal = ?4 WHERE id = ?1",
+            params![
+                record.run.id,
+                record.run.status.as_str(),
+                serde_json::to_string(&record.run)?,
+                serde_json::to_string(&record.internal)?
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Runs with `status`, oldest first.
+    pub(crate) fn runs_with_status(&self, status: RunStatus) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare("SELECT run, internal FROM runs WHERE status = ?1 ORDER BY seq ASC")?;
+        let rows = stmt
+            .query_map([status.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<(String, String)>, _>>()?;
+        rows.into_iter()
+            .map(|(run, internal)| row_to_record(run, internal))
+            .collect()
+    }
+
+    /// A page of runs, newest first, and the cursor of the next page.
+    pub(crate) fn list_runs(
+        &self,
+        project: Option<&str>,
+        status: Option<RunStatus>,
+        limit: u32,
+        cursor: Option<i64>,
+    ) -> Result<(Vec<Run>, Option<i64>), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, run FROM runs
+             WHERE (?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR seq < ?3)
+             ORDER BY seq DESC LIMIT ?4",
+        )?;
+        let rows = stmt
+            .query_map(
+                params![
+                    project,
+                    status.map(|s| s.as_str()),
+                    cursor,
+                    i64::from(limit) + 1
+                ],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let more = rows.len() > limit as usize;
+        let mut runs = Vec::new();
+        let mut last = None;
+        for (seq, run) in rows.into_iter().take(limit as usize) {
+            runs.push(serde_json::from_str(&run)?);
+            last = Some(seq);
+        }
+        Ok((runs, if more { last } else { None }))
+    }
+
+    /// Makes a volume; returns it and whether it is new.
+    pub(crate) fn create_volume(&self, name: &str, now: &str) -> Result<bool, StoreError> {
+        let n = self.conn().execute(
+            "INSERT OR IGNORE INTO volumes (name, created_at) VALUES (?1, ?2)",
+            params![name, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Every volume's name and creation time.
+    pub(crate) fn volumes(&self) -> Result<Vec<Volume>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT name, created_at FROM volumes ORDER BY name")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Volume {
+                    name: r.get(0)?,
+                    created_at: r.get(1)?,
+                    size_bytes: 0,
+                    extra: Default::default(),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// A volume by name.
+    pub(crate) fn volume(&self, name: &str) -> Result<Option<Volume>, StoreError> {
+        Ok(self.volumes()?.into_iter().find(|v| v.name == name))
+    }
+
+    /// Removes a volume and its records; whether it existed.
+    pub(crate) fn delete_volume(&self, name: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let n = tx.execute("DELETE FROM volumes WHERE name = ?1", [name])?;
+        tx.execute("DELETE FROM blobs WHERE volume = ?1", [name])?;
+        tx.execute("DELETE FROM trees WHERE volume = ?1", [name])?;
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    /// Records a verified blob.
+    pub(crate) fn add_blob(&self, volume: &str, hash: &str, size: u64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO blobs (volume, hash, size) VALUES (?1, ?2, ?3)",
+            params![volume, hash, size as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Whether the volume holds this blob.
+    pub(crate) fn has_blob(&self, volume: &str, hash: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COUNT(*) FROM blobs WHERE volume = ?1 AND hash = ?2",
+            params![volume, hash],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The digest, files and bytes of a committed tree.
+    pub(crate) fn tree(
+        &self,
+        volume: &str,
+        path: &str,
+    ) -> Result<Option<(String, u64, u64)>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT digest, files, bytes FROM trees WHERE volume = ?1 AND path = ?2",
+                params![volume, path],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get::<_, i64>(1)? as u64,
+                        r.get::<_, i64>(2)? as u64,
+                    ))
+                },
+            )
+            .optional()?)
+    }
+
+    /// Records a committed tree.
+    pub(crate) fn add_tree(
+        &self,
+        volume: &str,
+        path: &str,
+        digest: &str,
+        files: u64,
+        bytes: u64,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO trees (volume, path, digest, files, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![volume, path, digest, files as i64, bytes as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Sets a secret.
+    pub(crate) fn set_secret(&self, name: &str, value: &str, now: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO secrets (name, value, updated_at) VALUES (?1, ?2, ?3)",
+            params![name, value, now],
+        )?;
+        Ok(())
+    }
+
+    /// Secrets' names and dates.
+    pub(crate) fn secrets(&self) -> Result<Vec<SecretInfo>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT name, updated_at FROM secrets ORDER BY name")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(SecretInfo {
+                    name: r.get(0)?,
+                    updated_at: r.get(1)?,
+                    extra: Default::default(),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Secrets with their values, by name: what every run's environment gets.
+    pub(crate) fn secret_values(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT name, value FROM secrets ORDER BY name")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Removes a secret; whether it existed.
+    pub(crate) fn delete_secret(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM secrets WHERE name = ?1", [name])?
+            == 1)
+    }
+}

@@ -1,0 +1,540 @@
+//! The per-run supervisor: a small process, in its own session, that owns one run.
+//!
+//! The server writes `run-dir/spec.json` and launches it; it runs the command, appends its
+//! output to `run-dir/log`, holds it to its memory, cores, ceiling and 24 hours, judges the
+//! checks once it exits and writes `run-dir/end.json` last, atomically. Nothing it does
+//! depends on the server still running.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use div_api::{BadLine, CheckVerdict, RunStatus, TelemetryPoint};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{deps, sys};
+
+/// The reason a run killed for its memory (or by a signal from outside) gives.
+pub(crate) const OOM_REASON: &str = "killed (out of memory, or stopped)";
+/// The reason a run stopped at 24 hours gives.
+pub(crate) const DAY_REASON: &str = "reached the 24-hour limit";
+
+/// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunSpec {
+    pub(crate) run_id: String,
+    pub(crate) run_name: String,
+    /// Program and arguments: `bwrap … sh -lc <command>` or `sh -lc <command>`.
+    pub(crate) argv: Vec<String>,
+    /// The working directory of `argv` on the host.
+    pub(crate) cwd: PathBuf,
+    /// The whole environment, in order (later wins).
+    pub(crate) env: Vec<(String, String)>,
+    /// Lines written at the top of the log before the command starts.
+    pub(crate) first_lines: Vec<String>,
+    /// Host cores to pin the run to.
+    pub(crate) cores: Vec<usize>,
+    /// The container's memory.
+    pub(crate) memory_bytes: u64,
+    /// The cgroup v1 memory directory to make the run's cgroup in, when there is one.
+    pub(crate) memory_cgroup_parent: Option<PathBuf>,
+    pub(crate) cents_per_hour: i64,
+    pub(crate) max_spend_cents: Option<i64>,
+    pub(crate) max_seconds: u64,
+    /// When the run started, in ms since the epoch: spend is metered from here.
+    pub(crate) started_ms: u64,
+    /// Checks, canonical.
+    pub(crate) checks: Vec<String>,
+    /// Where the run's result and telemetry land on the host.
+    pub(crate) result_path: PathBuf,
+    pub(crate) telemetry_path: PathBuf,
+    /// The host directory behind the run's `/mnt`, when sandboxed, and the volumes mounted in it.
+    pub(crate) mnt_dir: Option<PathBuf>,
+    pub(crate) volumes: Vec<String>,
+    /// The run's copy of the code, deleted once it ends.
+    pub(crate) workspace: PathBuf,
+}
+
+/// How a run ended, written by the supervisor as `run-dir/end.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct EndRecord {
+    pub(crate) status: RunStatus,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) reason: Option<String>,
+    pub(crate) started_ms: u64,
+    pub(crate) ended_ms: u64,
+    pub(crate) duration_seconds: u64,
+    pub(crate) spent_cents: i64,
+    pub(crate) verdicts: Vec<CheckVerdict>,
+}
+
+/// The result as kept after the run: `run-dir/result.kept.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct KeptResult {
+    pub(crate) result: Option<Value>,
+    pub(crate) problem: Option<String>,
+}
+
+/// The telemetry as kept after the run: `run-dir/telemetry.kept.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct KeptTelemetry {
+    pub(crate) points: Vec<TelemetryPoint>,
+    pub(crate) bad_lines: Vec<BadLine>,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes `value` as JSON to `path` atomically: a temporary file, then a rename.
+pub(crate) fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let mut file = File::create(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+/// The body of `div __supervise <run-dir>` and `div-supervise <run-dir>`.
+pub(crate) fn supervise(run_dir: &Path) -> i32 {
+    sys::new_session();
+    sys::catch_stop_signals();
+    let spec: RunSpec = match fs::read(run_dir.join("spec.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(spec) => spec,
+        Err(e) => {
+            let now = now_ms();
+            let end = EndRecord {
+                status: RunStatus::Failed,
+                exit_code: None,
+                reason: Some(format!("the supervisor could not read its spec: {e}")),
+                started_ms: now,
+                ended_ms: now,
+                duration_seconds: 0,
+                spent_cents: 0,
+                verdicts: Vec::new(),
+            };
+            let _ = write_json_atomic(&run_dir.join("end.json"), &end);
+            return 1;
+        }
+    };
+    let end = run(run_dir, &spec);
+    match write_json_atomic(&run_dir.join("end.json"), &end) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// How the watching loop ended.
+enum Stopped {
+    Exited(std::process::ExitStatus),
+    Canceled,
+    Ceiling,
+    Day,
+    Memory,
+}
+
+fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
+    let log_path = run_dir.join("log");
+    let mut log = match OpenOptions::new().create(true).append(true).open(&log_path) {
+        Ok(f) => f,
+        Err(e) => return early_end(spec, format!("the log could not be opened: {e}")),
+    };
+    for line in &spec.first_lines {
+        let _ = writeln!(log, "{line}");
+    }
+    if !spec.cores.is_empty()
+        && let Err(e) = sys::set_affinity(&spec.cores)
+    {
+        let _ = writeln!(log, "div: could not pin the run to its cores: {e}");
+    }
+    let cgroup = spec
+        .memory_cgroup_parent
+        .as_deref()
+        .and_then(|parent| make_cgroup(parent, &spec.run_id, spec.memory_bytes).ok());
+    if spec.memory_cgroup_parent.is_some() && cgroup.is_none() {
+        let _ = writeln!(
+            log,
+            "div: no memory cgroup could be made; memory is held by polling (a soft limit)"
+        );
+    }
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(cg) = &cgroup {
+        // A shell that moves itself into the cgroup, then becomes the command: the run is in
+        // the cgroup before it execs, and the supervisor stays outside it.
+        argv.extend([
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            "echo $$ > \"$0\" && exec \"$@\"".to_owned(),
+            cg.join("cgroup.procs").display().to_string(),
+        ]);
+    }
+    argv.extend(spec.argv.iter().cloned());
+    let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
+        return early_end(spec, "the log could not be shared with the run".to_owned());
+    };
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err));
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = writeln!(log, "div: the run could not start: {e}");
+            if let Some(cg) = &cgroup {
+                let _ = fs::remove_dir(cg);
+            }
+            return early_end(spec, format!("the run could not start: {e}"));
+        }
+    };
+    let stop_file = run_dir.join("stop");
+    let mut last_poll = std::time::Instant::now();
+    let stopped = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Stopped::Exited(status),
+            Ok(None) => {}
+            Err(_) => break Stopped::Canceled,
+        }
+        let elapsed = now_ms().saturating_sub(spec.started_ms);
+        if sys::stop_requested() || stop_file.exists() {
+            break Stopped::Canceled;
+        }
+        if let Some(ceiling) = spec.max_spend_cents {
+            // Exact in integers: rate × elapsed ≥ ceiling × one hour, to the millisecond.
+            if i128::from(spec.cents_per_hour) * i128::from(elapsed)
+                >= i128::from(ceiling) * 3_600_000
+            {
+                break Stopped::Ceiling;
+            }
+        }
+        if elapsed >= spec.max_seconds.saturating_mul(1000) {
+            break Stopped::Day;
+        }
+        if cgroup.is_none() && last_poll.elapsed() >= Duration::from_millis(50) {
+            last_poll = std::time::Instant::now();
+            if tree_rss(child.id()) > spec.memory_bytes {
+                break Stopped::Memory;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    kill_tree(&mut child, cgroup.as_deref());
+    let ended_ms = now_ms();
+    let oom = matches!(stopped, Stopped::Memory) || cgroup.as_deref().is_some_and(oom_killed);
+    if let Some(cg) = &cgroup {
+        remove_cgroup(cg);
+    }
+    let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
+    let duration_seconds = elapsed_ms / 1000;
+    let mut spent = deps::spend_after(spec.cents_per_hour, duration_seconds);
+    if let Some(ceiling) = spec.max_spend_cents {
+        spent = spent.min(ceiling);
+    }
+    let (mut status, exit_code, mut reason) = match stopped {
+        Stopped::Exited(st) => {
+            let code = exit_code_of(st);
+            if code == 0 {
+                (RunStatus::Succeeded, Some(0), None)
+            } else {
+                (RunStatus::Failed, Some(code), None)
+            }
+        }
+        Stopped::Canceled => (RunStatus::Canceled, None, None),
+        Stopped::Ceiling => (RunStatus::HitCeiling, None, None),
+        Stopped::Day => (RunStatus::Failed, None, Some(DAY_REASON.to_owned())),
+        Stopped::Memory => (RunStatus::Failed, Some(137), Some(OOM_REASON.to_owned())),
+    };
+    let mut exit_code = exit_code;
+    if oom && !matches!(stopped, Stopped::Canceled | Stopped::Ceiling | Stopped::Day) {
+        status = RunStatus::Failed;
+        exit_code = Some(137);
+        reason = Some(OOM_REASON.to_owned());
+    }
+    if status == RunStatus::Failed && reason.is_none() {
+        reason = last_line(&log_path);
+    }
+    // After exit: result, verdicts, telemetry, what was lost under /mnt, then clean up.
+    let kept = read_result(&spec.result_path);
+    let _ = write_json_atomic(&run_dir.join("result.kept.json"), &kept);
+    let verdicts: Vec<CheckVerdict> = spec
+        .checks
+        .iter()
+        .map(|c| deps::judge(c, kept.result.as_ref()))
+        .collect();
+    for v in &verdicts {
+        let _ = writeln!(log, "{}", v.line);
+    }
+    let telemetry = read_telemetry(&spec.telemetry_path);
+    let _ = write_json_atomic(&run_dir.join("telemetry.kept.json"), &telemetry);
+    if let Some(mnt) = &spec.mnt_dir {
+        for line in lost_under_mnt(mnt, &spec.volumes) {
+            let _ = writeln!(log, "{line}");
+        }
+    }
+    let _ = log.sync_all();
+    let _ = fs::remove_dir_all(&spec.workspace);
+    EndRecord {
+        status,
+        exit_code,
+        reason,
+        started_ms: spec.started_ms,
+        ended_ms,
+        duration_seconds,
+        spent_cents: spent,
+        verdicts,
+    }
+}
+
+fn early_end(spec: &RunSpec, reason: String) -> EndRecord {
+    let now = now_ms();
+    EndRecord {
+        status: RunStatus::Failed,
+        exit_code: None,
+        reason: Some(reason),
+        started_ms: spec.started_ms,
+        ended_ms: now,
+        duration_seconds: now.saturating_sub(spec.started_ms) / 1000,
+        spent_cents: 0,
+        verdicts: Vec::new(),
+    }
+}
+
+fn exit_code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// A failed run's reason: its log's last non-empty line, at most 200 characters.
+fn last_line(log: &Path) -> Option<String> {
+    let bytes = fs::read(log).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.chars().take(200).collect())
+}
+
+fn make_cgroup(parent: &Path, run_id: &str, memory_bytes: u64) -> io::Result<PathBuf> {
+    let dir = parent.join(format!("div-{run_id}"));
+    match fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
+    // Without swap accounting this file is absent; the limit above is then the whole limit.
+    let _ = fs::write(
+        dir.join("memory.memsw.limit_in_bytes"),
+        memory_bytes.to_string(),
+    );
+    Ok(dir)
+}
+
+fn oom_killed(cgroup: &Path) -> bool {
+    fs::read_to_string(cgroup.join("memory.oom_control"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("oom_kill "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .is_some_and(|n| n > 0)
+}
+
+fn remove_cgroup(cgroup: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while fs::remove_dir(cgroup).is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every process under `root` (itself included), from `/proc`.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
+    if let Ok(dir) = fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
+                // The command name is in parentheses and may hold spaces: read after the last `)`.
+                if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r)
+                    && let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok())
+                {
+                    parent.insert(pid, ppid);
+                }
+            }
+        }
+    }
+    let mut tree = BTreeSet::from([root]);
+    loop {
+        let before = tree.len();
+        for (&pid, ppid) in &parent {
+            if tree.contains(ppid) {
+                tree.insert(pid);
+            }
+        }
+        if tree.len() == before {
+            break;
+        }
+    }
+    tree.into_iter().collect()
+}
+
+/// The resident memory of the process tree under `root`, in bytes.
+fn tree_rss(root: u32) -> u64 {
+    let page = sys::page_size();
+    descendants(root)
+        .into_iter()
+        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/statm")).ok())
+        .filter_map(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map(|pages| pages * page)
+        .sum()
+}
+
+/// Kills everything the run started: its process group, every descendant, and everything
+/// in its cgroup; then reaps the child. No orphan survives.
+fn kill_tree(child: &mut Child, cgroup: Option<&Path>) {
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut any = false;
+        for p in descendants(pid) {
+            if p != std::process::id() && sys::kill(p, libc::SIGKILL) {
+                any = true;
+            }
+        }
+        any |= sys::kill_group(pid, libc::SIGKILL);
+        if let Some(cg) = cgroup
+            && let Ok(procs) = fs::read_to_string(cg.join("cgroup.procs"))
+        {
+            for p in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                any |= sys::kill(p, libc::SIGKILL);
+            }
+        }
+        let _ = child.try_wait();
+        if !any || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.wait();
+}
+
+fn read_result(path: &Path) -> KeptResult {
+    match fs::read(path) {
+        Err(_) => KeptResult {
+            result: None,
+            problem: Some("the run wrote no result".to_owned()),
+        },
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v @ Value::Object(_)) => KeptResult {
+                result: Some(v),
+                problem: None,
+            },
+            Ok(_) => KeptResult {
+                result: None,
+                problem: Some("the result is not a JSON object".to_owned()),
+            },
+            Err(e) => KeptResult {
+                result: None,
+                problem: Some(format!("the result is not JSON: {e}")),
+            },
+        },
+    }
+}
+
+pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
+    let mut kept = KeptTelemetry::default();
+    let Ok(bytes) = fs::read(path) else {
+        return kept;
+    };
+    for (i, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+        let n = i as u64 + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(point @ Value::Object(_)) => kept.points.push(TelemetryPoint { line: n, point }),
+            Ok(_) => kept.bad_lines.push(BadLine {
+                line: n,
+                error: "not a JSON object".to_owned(),
+            }),
+            Err(e) => kept.bad_lines.push(BadLine {
+                line: n,
+                error: e.to_string(),
+            }),
+        }
+    }
+    kept
+}
+
+fn size_of(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        fs::read_dir(path)
+            .map(|d| d.flatten().map(|e| size_of(&e.path())).sum())
+            .unwrap_or(0)
+    } else {
+        meta.len()
+    }
+}
+
+/// The spec's sentence for each directory under the run's `/mnt` that is not a volume and
+/// holds something; each is then deleted.
+fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Ok(dir) = fs::read_dir(mnt) else {
+        return lines;
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    for name in names {
+        if volumes.contains(&name) {
+            continue;
+        }
+        let path = mnt.join(&name);
+        let size = size_of(&path);
+        let has_anything = fs::read_dir(&path)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true);
+        if has_anything {
+            lines.push(format!(
+                "/mnt/{name} is not a volume, so the {} the run wrote there went with the container. Volumes are mounted when a run starts: make {name} first with div storage put {name} <path>, or name /mnt/{name} in the command.",
+                deps::format_bytes_short(size)
+            ));
+        }
+        let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+    }
+    lines
+}

@@ -1,0 +1,335 @@
+//! Volumes: content-addressed blobs (kept outside the volume's directory), resumable and
+//! verified uploads, committed trees, listings and file reads.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use div_api::{CommitTree, CommittedTree, MissingBlobs, Volume, VolumeEntry};
+use serde_json::json;
+
+use crate::deps;
+use crate::runs::{Failure, State, now_rfc3339};
+use crate::supervisor::now_ms;
+
+pub(crate) fn blob_dir(state: &State, volume: &str) -> PathBuf {
+    state.home.join("blobs").join(volume)
+}
+
+pub(crate) fn blob_path(state: &State, volume: &str, hash: &str) -> PathBuf {
+    blob_dir(state, volume).join(hash)
+}
+
+pub(crate) fn partial_path(state: &State, volume: &str, hash: &str) -> PathBuf {
+    blob_dir(state, volume).join("partial").join(hash)
+}
+
+pub(crate) fn valid_hash(hash: &str) -> bool {
+    hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A relative path inside a volume: `""`, or `/`-separated with no empty, `.` or `..` part.
+fn valid_rel(path: &str) -> bool {
+    path.is_empty()
+        || (!path.starts_with('/')
+            && !path.contains('\0')
+            && path
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != ".."))
+}
+
+pub(crate) fn require_volume(state: &State, name: &str) -> Result<Volume, Failure> {
+    state
+        .store
+        .volume(name)?
+        .ok_or_else(|| Failure::not_found(format!("no volume `{name}`")))
+}
+
+fn size_of(path: &Path) -> u64 {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::read_dir(path)
+            .map(|d| d.flatten().map(|e| size_of(&e.path())).sum())
+            .unwrap_or(0),
+        Ok(m) if m.is_file() => m.len(),
+        _ => 0,
+    }
+}
+
+fn with_size(state: &State, mut v: Volume) -> Volume {
+    v.size_bytes = size_of(&state.volume_dir(&v.name));
+    v
+}
+
+pub(crate) fn create_volume(state: &State, name: &str) -> Result<(u16, Volume), Failure> {
+    if !deps::valid_volume_name(name) {
+        return Err(Failure::invalid(format!(
+            "`{name}` is not a volume name; use 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or digit"
+        )));
+    }
+    let created = state.store.create_volume(name, &now_rfc3339(now_ms()))?;
+    fs::create_dir_all(state.volume_dir(name))?;
+    let volume = require_volume(state, name)?;
+    Ok((if created { 201 } else { 200 }, with_size(state, volume)))
+}
+
+pub(crate) fn list_volumes(state: &State) -> Result<Vec<Volume>, Failure> {
+    Ok(state
+        .store
+        .volumes()?
+        .into_iter()
+        .map(|v| with_size(state, v))
+        .collect())
+}
+
+pub(crate) fn delete_volume(state: &State, name: &str) -> Result<(), Failure> {
+    if !state.store.delete_volume(name)? {
+        return Err(Failure::not_found(format!("no volume `{name}`")));
+    }
+    let _ = fs::remove_dir_all(state.volume_dir(name));
+    let _ = fs::remove_dir_all(blob_dir(state, name));
+    Ok(())
+}
+
+pub(crate) fn missing_blobs(
+    state: &State,
+    volume: &str,
+    hashes: &[String],
+) -> Result<MissingBlobs, Failure> {
+    require_volume(state, volume)?;
+    let mut missing = Vec::new();
+    let mut partial = std::collections::BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for hash in hashes {
+        if !seen.insert(hash.as_str()) {
+            continue;
+        }
+        if valid_hash(hash) && state.store.has_blob(volume, hash)? {
+            continue;
+        }
+        missing.push(hash.clone());
+        if valid_hash(hash)
+            && let Ok(m) = fs::metadata(partial_path(state, volume, hash))
+            && m.len() > 0
+        {
+            partial.insert(hash.clone(), m.len());
+        }
+    }
+    Ok(MissingBlobs {
+        missing,
+        partial,
+        extra: Default::default(),
+    })
+}
+
+/// After bytes were appended to a partial upload: whole and right (201), whole and wrong
+/// (422, discarded), too long (422, discarded), or still partial (204).
+pub(crate) fn finish_upload(
+    state: &State,
+    volume: &str,
+    hash: &str,
+    total: u64,
+) -> Result<u16, Failure> {
+    let partial = partial_path(state, volume, hash);
+    let size = fs::metadata(&partial).map_or(0, |m| m.len());
+    if size > total {
+        let _ = fs::remove_file(&partial);
+        return Err(Failure::invalid(format!(
+            "the blob `{hash}` got {size} bytes, more than its total of {total}; the partial upload was discarded"
+        )));
+    }
+    if size < total {
+        return Ok(204);
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(fs::File::open(&partial)?)?;
+    let got = hasher.finalize().to_hex().to_string();
+    if got != hash {
+        let _ = fs::remove_file(&partial);
+        return Err(Failure::new(
+            422,
+            "hash_mismatch",
+            format!(
+                "the bytes sent for `{hash}` hash to `{got}`; the partial upload was discarded"
+            ),
+        )
+        .with_details(json!({ "expected": hash, "actual": got })));
+    }
+    fs::rename(&partial, blob_path(state, volume, hash))?;
+    state.store.add_blob(volume, hash, total)?;
+    Ok(201)
+}
+
+pub(crate) fn commit_tree(
+    state: &State,
+    volume: &str,
+    tree: &CommitTree,
+) -> Result<(u16, CommittedTree), Failure> {
+    require_volume(state, volume)?;
+    if tree.path.is_empty() || !valid_rel(&tree.path) {
+        return Err(Failure::invalid(format!(
+            "`{}` is not a path inside the volume",
+            tree.path
+        )));
+    }
+    deps::validate_entries(&tree.entries).map_err(Failure::invalid)?;
+    let mut missing: Vec<String> = Vec::new();
+    for entry in &tree.entries {
+        if entry.kind != div_api::EntryKind::File {
+            continue;
+        }
+        let Some(hash) = &entry.hash else {
+            return Err(Failure::invalid(format!(
+                "the file `{}` has no hash",
+                entry.path
+            )));
+        };
+        if (!valid_hash(hash) || !state.store.has_blob(volume, hash)?) && !missing.contains(hash) {
+            missing.push(hash.clone());
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Failure::invalid(format!(
+            "{} blob(s) of the tree were not sent",
+            missing.len()
+        ))
+        .with_details(json!({ "missing": missing })));
+    }
+    let mut entries = tree.entries.clone();
+    entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let digest =
+        blake3::hash(&serde_json::to_vec(&entries).map_err(|e| Failure::invalid(e.to_string()))?)
+            .to_hex()
+            .to_string();
+    let files = entries
+        .iter()
+        .filter(|e| e.kind == div_api::EntryKind::File)
+        .count() as u64;
+    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let committed = CommittedTree {
+        volume: volume.to_owned(),
+        path: tree.path.clone(),
+        files,
+        bytes,
+        extra: Default::default(),
+    };
+    if let Some((existing, _, _)) = state.store.tree(volume, &tree.path)? {
+        if existing == digest {
+            return Ok((200, committed));
+        }
+        return Err(Failure::new(
+            409,
+            "conflict",
+            format!("`{}` in volume `{volume}` holds another tree", tree.path),
+        ));
+    }
+    let dest = state.volume_dir(volume).join(&tree.path);
+    if fs::symlink_metadata(&dest).is_ok() {
+        return Err(Failure::new(
+            409,
+            "conflict",
+            format!("`{}` already exists in volume `{volume}`", tree.path),
+        ));
+    }
+    deps::materialise(&entries, |h| blob_path(state, volume, h), &dest)
+        .map_err(Failure::invalid)?;
+    state
+        .store
+        .add_tree(volume, &tree.path, &digest, files, bytes)?;
+    Ok((201, committed))
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<()> {
+    let mut entries: Vec<_> = fs::read_dir(dir)?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let rel = path
+            .strip_prefix(root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let meta = fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() {
+            out.push(VolumeEntry {
+                path: rel,
+                kind: "symlink".into(),
+                size: 0,
+                executable: false,
+                target: fs::read_link(&path)
+                    .ok()
+                    .map(|t| t.to_string_lossy().into_owned()),
+                extra: Default::default(),
+            });
+        } else if meta.is_dir() {
+            if rel.starts_with(".tmp-") {
+                continue;
+            }
+            out.push(VolumeEntry {
+                path: rel,
+                kind: "dir".into(),
+                size: 0,
+                executable: false,
+                target: None,
+                extra: Default::default(),
+            });
+            walk(root, &path, out)?;
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            out.push(VolumeEntry {
+                path: rel,
+                kind: "file".into(),
+                size: meta.len(),
+                executable: meta.permissions().mode() & 0o111 != 0,
+                target: None,
+                extra: Default::default(),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn list_tree(
+    state: &State,
+    volume: &str,
+    path: &str,
+) -> Result<Vec<VolumeEntry>, Failure> {
+    require_volume(state, volume)?;
+    if !valid_rel(path) {
+        return Err(Failure::invalid(format!(
+            "`{path}` is not a path inside the volume"
+        )));
+    }
+    let root = state.volume_dir(volume);
+    let at = root.join(path);
+    let meta = fs::symlink_metadata(&at)
+        .map_err(|_| Failure::not_found(format!("no `{path}` in volume `{volume}`")))?;
+    let mut out = Vec::new();
+    if meta.is_dir() {
+        walk(&root, &at, &mut out)?;
+    } else {
+        let parent = at.parent().unwrap_or(&root).to_path_buf();
+        let mut all = Vec::new();
+        walk(&root, &parent, &mut all)?;
+        out.extend(all.into_iter().filter(|e| e.path == path));
+    }
+    Ok(out)
+}
+
+/// The host path of a file in a volume, refusing anything that leaves the volume.
+pub(crate) fn file_path(state: &State, volume: &str, path: &str) -> Result<PathBuf, Failure> {
+    require_volume(state, volume)?;
+    if path.is_empty() || !valid_rel(path) {
+        return Err(Failure::invalid(format!(
+            "`{path}` is not a path inside the volume"
+        )));
+    }
+    let root = state.volume_dir(volume).canonicalize()?;
+    let not_found = || Failure::not_found(format!("no file `{path}` in volume `{volume}`"));
+    let real = root.join(path).canonicalize().map_err(|_| not_found())?;
+    if !real.starts_with(&root) || !real.is_file() {
+        return Err(not_found());
+    }
+    Ok(real)
+}

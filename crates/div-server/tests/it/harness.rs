@@ -1,0 +1,256 @@
+//! A server on a temp home, and a small raw HTTP client over its Unix socket.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+
+pub(crate) struct Server {
+    pub(crate) home: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), div_server::ServerError>>>,
+}
+
+pub(crate) fn options(home: &Path, gpus: Option<&str>, sandbox: SandboxMode) -> ServerOptions {
+    ServerOptions {
+        home: home.to_path_buf(),
+        tcp: None,
+        gpus: gpus.map_or(GpuSource::Detect, |g| GpuSource::Emulate(g.to_owned())),
+        supervisor: SupervisorCommand {
+            program: PathBuf::from(env!("CARGO_BIN_EXE_div-supervise")),
+            args: Vec::new(),
+        },
+        sandbox,
+    }
+}
+
+impl Server {
+    pub(crate) async fn start() -> Server {
+        Server::start_with(Some("h100:2"), SandboxMode::Auto).await
+    }
+
+    pub(crate) async fn start_with(gpus: Option<&str>, sandbox: SandboxMode) -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let home = dir.path().join("home");
+        let mut server = Server::at(options(&home, gpus, sandbox)).await;
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts a server on an existing home (a restart).
+    pub(crate) async fn at(options: ServerOptions) -> Server {
+        let home = options.home.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(div_server::serve(options, async {
+            let _ = rx.await;
+        }));
+        let server = Server {
+            home,
+            _dir: None,
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok((200, _)) = server.try_request("GET", "/v1/health", None, &[]).await {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not come up"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    /// Stops the server as a crash would: its task is aborted, nothing is cleaned up.
+    pub(crate) async fn kill(mut self) -> (PathBuf, Option<tempfile::TempDir>) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        (self.home.clone(), self._dir.take())
+    }
+
+    pub(crate) fn socket(&self) -> PathBuf {
+        div_server::socket_path(&self.home)
+    }
+
+    pub(crate) async fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Bytes), String> {
+        let stream = tokio::net::UnixStream::connect(self.socket())
+            .await
+            .map_err(|e| e.to_string())?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.request_with(method, path, body, &[]).await
+    }
+
+    pub(crate) async fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let (status, bytes) = self
+            .try_request(
+                method,
+                path,
+                body.map(|b| b.to_string().into_bytes()),
+                headers,
+            )
+            .await
+            .expect("the request went through");
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        (status, value)
+    }
+
+    /// Places a run; `extra` fields override the defaults.
+    pub(crate) async fn create_run(&self, command: &str, extra: Value) -> (u16, Value) {
+        let mut body = serde_json::json!({
+            "project": "tests",
+            "entrypoint": command,
+            "command": command,
+            "sku": "cpu",
+            "gpus": 1,
+        });
+        if let (Some(b), Value::Object(e)) = (body.as_object_mut(), extra) {
+            b.extend(e);
+        }
+        let key = format!(
+            "key-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after the epoch")
+                .as_nanos()
+        );
+        self.request_with("POST", "/v1/runs", Some(body), &[("idempotency-key", &key)])
+            .await
+    }
+
+    /// Polls the run until it has ended; returns it.
+    pub(crate) async fn wait_end(&self, id: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, run) = self.request("GET", &format!("/v1/runs/{id}"), None).await;
+            assert_eq!(status, 200, "{run}");
+            let s = run["status"].as_str().unwrap_or("");
+            if s != "queued" && s != "running" {
+                return run;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run did not end: {run}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls until the run's log contains `needle`.
+    pub(crate) async fn wait_log(&self, id: &str, needle: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.log_text(id).await.contains(needle) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log never said {needle:?}: {}",
+                self.log_text(id).await
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The whole log now, decoded from the frames of a non-following read.
+    pub(crate) async fn log_text(&self, id: &str) -> String {
+        let (_, bytes) = self
+            .try_request(
+                "GET",
+                &format!("/v1/runs/{id}/log?offset=0&follow=false"),
+                None,
+                &[],
+            )
+            .await
+            .expect("the log request went through");
+        decode_chunks(&bytes)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The bytes of every `chunk` frame, in order.
+pub(crate) fn decode_chunks(stream: &[u8]) -> String {
+    let mut out = Vec::new();
+    let mut rest = stream;
+    while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+        let header = String::from_utf8_lossy(&rest[..nl]).into_owned();
+        rest = &rest[nl + 1..];
+        let parts: Vec<&str> = header.split(' ').collect();
+        match parts.as_slice() {
+            ["chunk", _, len] => {
+                let len: usize = len.parse().expect("a length");
+                out.extend_from_slice(&rest[..len]);
+                rest = &rest[len..];
+            }
+            ["end", len] => {
+                let len: usize = len.parse().expect("a length");
+                rest = &rest[len..];
+            }
+            _ => {}
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
