@@ -22,7 +22,6 @@ pub(crate) enum Target {
 
 /// What `div` resolved from its environment and config files.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // `home` and `emulate_gpus` serve the local control plane
 pub(crate) struct Settings {
     /// The directory `div` was started in.
     pub(crate) cwd: PathBuf,

@@ -1,33 +1,267 @@
 //! `div server …`, `div __supervise`, and starting the local control plane on demand.
 
-use anyhow::anyhow;
-use div_api::{ControlPlane, Options};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use div_api::{ControlPlane, Endpoint, HttpControlPlane, ListRuns, Options, RunStatus};
+use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
 
 use crate::args::ServerCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
 use crate::settings::Settings;
 
-/// The local control plane, started when it is not answering.
+/// How long a local control plane started on demand has to answer.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+/// How long `div server stop` waits for it to go.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+fn client(settings: &Settings, options: Options) -> Result<HttpControlPlane, Failure> {
+    let socket = div_server::socket_path(&settings.home);
+    HttpControlPlane::new(Endpoint::unix(socket), options)
+        .map_err(|e| Failure::new(exit_codes::LOCAL, e))
+}
+
+/// Whether the local control plane answers `/v1/health` now.
+async fn answering(settings: &Settings) -> bool {
+    let probe = Options {
+        deadline: Duration::from_millis(300),
+        ..Options::default()
+    };
+    match client(settings, probe) {
+        Ok(cp) => cp.health().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The local control plane, started in the background when it is not answering.
 pub(crate) async fn connect_local(
-    _settings: &Settings,
-    _options: Options,
+    settings: &Settings,
+    options: Options,
 ) -> Result<Box<dyn ControlPlane>, Failure> {
-    Err(Failure::new(
-        exit_codes::UNREACHABLE,
-        anyhow!("the local control plane is not part of this build yet"),
-    )
-    .hint(Some("set DIVERGENT_API_URL to a control plane".into())))
+    if !answering(settings).await {
+        start(settings).await?;
+    }
+    Ok(Box::new(client(settings, options)?))
+}
+
+/// Start `<this exe> server run` in its own session, its output in `home/server.log`, and
+/// wait for it to answer.
+async fn start(settings: &Settings) -> Result<u32, Failure> {
+    let local = |e: anyhow::Error| Failure::new(exit_codes::UNREACHABLE, e);
+    let home = &settings.home;
+    std::fs::create_dir_all(home)
+        .with_context(|| format!("could not make the state directory `{}`", home.display()))
+        .map_err(local)?;
+    let log_path = home.join("server.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("could not open `{}`", log_path.display()))
+        .map_err(local)?;
+    let exe = std::env::current_exe()
+        .context("could not find the div executable to start the local control plane")
+        .map_err(local)?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["server", "run"])
+        .env("DIVERGENT_HOME", home)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|e| local(e.into()))?)
+        .stderr(log);
+    if let Some(gpus) = &settings.emulate_gpus {
+        command.env("DIVERGENT_EMULATE_GPUS", gpus);
+    }
+    // Its own process group, so a Ctrl-C meant for this `div` does not reach it.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
+        .spawn()
+        .context("could not start the local control plane")
+        .map_err(local)?;
+    let pid = child.id();
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        if answering(settings).await {
+            return Ok(pid);
+        }
+        // Reap it if it exited: another div may have started one first, and that one
+        // answering is as good.
+        let _ = child.try_wait();
+        if Instant::now() > deadline {
+            let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = tail
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(Failure::new(
+                exit_codes::UNREACHABLE,
+                anyhow!(
+                    "the local control plane did not answer within {}s of starting",
+                    START_DEADLINE.as_secs()
+                ),
+            )
+            .hint(Some(format!(
+                "its log is `{}`{}",
+                log_path.display(),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!("; it ends: {last}")
+                }
+            ))));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub(crate) async fn server(
-    _command: ServerCommand,
+    command: ServerCommand,
     settings: &Settings,
-    _printer: &mut Printer,
+    printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    connect_local(settings, Options::default()).await.map(|_| 0)
+    match command {
+        ServerCommand::Run => run(settings, printer).await,
+        ServerCommand::Start => {
+            if answering(settings).await {
+                printer.status(&format!(
+                    "the local control plane is already running{}",
+                    pid(&settings.home)
+                        .map(|p| format!(" (pid {p})"))
+                        .unwrap_or_default()
+                ));
+            } else {
+                let pid = start(settings).await?;
+                printer.status(&format!(
+                    "started the local control plane (pid {pid}) on {}",
+                    div_server::socket_path(&settings.home).display()
+                ));
+            }
+            Ok(exit_codes::SUCCESS)
+        }
+        ServerCommand::Stop => stop(settings, printer).await,
+        ServerCommand::Status => status(settings, printer).await,
+    }
 }
 
-pub(crate) fn supervise(_run_dir: &std::path::Path) -> i32 {
-    exit_codes::LOCAL
+async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {
+    let exe = std::env::current_exe()
+        .context("could not find the div executable, which supervises runs")
+        .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+    let options = ServerOptions {
+        home: settings.home.clone(),
+        tcp: None,
+        gpus: match &settings.emulate_gpus {
+            Some(g) => GpuSource::Emulate(g.clone()),
+            None => GpuSource::Detect,
+        },
+        supervisor: SupervisorCommand {
+            program: exe,
+            args: vec!["__supervise".into()],
+        },
+        sandbox: SandboxMode::Auto,
+    };
+    printer.status(&format!(
+        "div server: serving {} on {}",
+        settings.home.display(),
+        div_server::socket_path(&settings.home).display()
+    ));
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+    };
+    div_server::serve(options, shutdown)
+        .await
+        .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+    printer.status("div server: stopped; runs go on under their supervisors");
+    Ok(exit_codes::SUCCESS)
+}
+
+/// The pid in `home/server.pid`, when there is one.
+fn pid(home: &Path) -> Option<i32> {
+    std::fs::read_to_string(home.join("server.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+}
+
+async fn stop(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {
+    let running = answering(settings).await;
+    let Some(pid) = pid(&settings.home).filter(|_| running) else {
+        printer.status("the local control plane is not running");
+        return Ok(exit_codes::SUCCESS);
+    };
+    if !signal_terminate(pid) {
+        return Err(Failure::new(
+            exit_codes::LOCAL,
+            anyhow!("could not signal the local control plane (pid {pid})"),
+        ));
+    }
+    let deadline = Instant::now() + STOP_DEADLINE;
+    while answering(settings).await {
+        if Instant::now() > deadline {
+            return Err(Failure::new(
+                exit_codes::LOCAL,
+                anyhow!(
+                    "the local control plane (pid {pid}) is still answering after {}s",
+                    STOP_DEADLINE.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    printer.status(&format!(
+        "stopped the local control plane (pid {pid}); runs go on under their supervisors"
+    ));
+    Ok(exit_codes::SUCCESS)
+}
+
+/// SIGTERM to `pid`.
+#[allow(unsafe_code)]
+fn signal_terminate(pid: i32) -> bool {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(pid, libc::SIGTERM) == 0 }
+}
+
+async fn status(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {
+    let socket = div_server::socket_path(&settings.home);
+    if !answering(settings).await {
+        printer.status("the local control plane is not running");
+        printer.status(&format!("home    {}", settings.home.display()));
+        printer.status(&format!("socket  {}", socket.display()));
+        return Ok(exit_codes::SUCCESS);
+    }
+    let cp = client(settings, Options::default())?;
+    let mut going = 0;
+    for status in [RunStatus::Running, RunStatus::Queued] {
+        let query = ListRuns {
+            status: Some(status),
+            limit: Some(1000),
+            ..ListRuns::default()
+        };
+        if let Ok(list) = cp.list_runs(&query).await {
+            going += list.runs.len();
+        }
+    }
+    printer.status("the local control plane is running");
+    printer.status(&format!("home    {}", settings.home.display()));
+    printer.status(&format!("socket  {}", socket.display()));
+    if let Some(pid) = pid(&settings.home) {
+        printer.status(&format!("pid     {pid}"));
+    }
+    printer.status(&format!("runs    {going} going"));
+    Ok(exit_codes::SUCCESS)
+}
+
+/// `div __supervise <run-dir>`.
+pub(crate) fn supervise(run_dir: &Path) -> i32 {
+    div_server::supervise(run_dir)
 }
