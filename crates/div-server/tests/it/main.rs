@@ -1,5 +1,6 @@
 //! div-server's integration tests: a real server in-process, real supervisors
 //! (`div-supervise`), real sandboxes.
 
+mod api;
 mod harness;
 mod runs;

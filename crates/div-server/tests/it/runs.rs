@@ -97,3 +97,220 @@ async fn a_run_outlives_a_killed_server_and_is_followed_to_its_end() {
     drop(server);
     drop(dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ceiling_stops_the_run_and_spends_exactly_it() {
+    let server = Server::start().await;
+    // 1 cent buys 7 s (7.27 s) at $4.95/h.
+    let (status, run) = server
+        .create_run(
+            "echo start; sleep 1000",
+            json!({"sku": "h100", "max_spend_cents": 1}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id");
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "hit_ceiling", "{ended}");
+    assert_eq!(ended["spent_cents"], 1);
+    let seconds = ended["duration_seconds"].as_u64().expect("a duration");
+    assert!((7..=8).contains(&seconds), "{ended}");
+    let log = server.log_text(id).await;
+    assert!(
+        log.starts_with(
+            "div: emulated H100 ×1 (DIVERGENT_EMULATE_GPUS): this run has no GPU\nstart\n"
+        ),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_past_its_memory_is_killed() {
+    let server = Server::start().await;
+    let (_, run) = server
+        .create_run(
+            "python3 -c 'x = bytearray(3 << 30); print(len(x))'",
+            json!({}),
+        )
+        .await;
+    let ended = server.wait_end(run["id"].as_str().expect("an id")).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 137);
+    assert_eq!(ended["reason"], "killed (out of memory, or stopped)");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_cancels_and_kills_the_whole_tree() {
+    let server = Server::start_with(None, div_server::SandboxMode::None).await;
+    let (_, run) = server
+        .create_run("sleep 1000 & sleep 1000", json!({}))
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, r) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
+        if r["status"] == "running" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pids_of = || -> Vec<u32> {
+        let mut pids = Vec::new();
+        for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            if let Ok(cmd) = std::fs::read(e.path().join("environ")) {
+                if String::from_utf8_lossy(&cmd).contains(&format!("DIVERGENT_RUN_ID={id}")) {
+                    pids.extend(e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()));
+                }
+            }
+        }
+        pids
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pids_of().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's processes never appeared"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, stopped) = server
+        .request("POST", &format!("/v1/runs/{id}/stop"), None)
+        .await;
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["status"], "canceled", "{stopped}");
+    assert_eq!(pids_of(), Vec::<u32>::new(), "an orphan survived");
+    let (_, again) = server
+        .request("POST", &format!("/v1/runs/{id}/stop"), None)
+        .await;
+    assert_eq!(again, stopped);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_environment_follows_the_runtime_table() {
+    let server = Server::start().await;
+    let (status, _) = server
+        .request(
+            "PUT",
+            "/v1/secrets/TOKEN",
+            Some(json!({"value": "from-secret"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    server
+        .request(
+            "PUT",
+            "/v1/secrets/ONLY_SECRET",
+            Some(json!({"value": "s"})),
+        )
+        .await;
+    server
+        .request(
+            "PUT",
+            "/v1/secrets/DIVERGENT_RUN_NAME",
+            Some(json!({"value": "nope"})),
+        )
+        .await;
+    let (_, run) = server
+        .create_run(
+            "echo \"$PIP_BREAK_SYSTEM_PACKAGES $TOKEN $ONLY_SECRET $DIVERGENT_RUN_NAME $DIVERGENT_RESULT_PATH $DIVERGENT_TELEMETRY_PATH $PWD\"; env | grep -c CARGO || true",
+            json!({"env": [{"key": "TOKEN", "value": "a"}, {"key": "TOKEN", "value": "from-env"}, {"key": "PIP_BREAK_SYSTEM_PACKAGES", "value": "0"}]}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    let ended = server.wait_end(id).await;
+    let name = ended["name"].as_str().expect("a name");
+    assert_eq!(
+        server.log_text(id).await,
+        format!(
+            "0 from-env s {name} /tmp/divergent/result.json /tmp/divergent/telemetry.jsonl /workspace\n0\n"
+        )
+    );
+    let (_, secrets) = server.request("GET", "/v1/secrets", None).await;
+    assert!(!secrets.to_string().contains("from-secret"), "{secrets}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_keeps_writes_off_the_host() {
+    let server = Server::start().await;
+    let host_marker = format!("/var/tmp/div-sandbox-{}", std::process::id());
+    let command = format!(
+        "touch {host_marker} 2>/dev/null && echo wrote-var; touch /etc/div-x 2>/dev/null && echo wrote-etc; touch /div-root && echo root-is-private; ls {} >/dev/null 2>&1 && echo saw-home; echo ok > /workspace/w && echo workspace; echo ok > /tmp/t && echo tmp",
+        server.home.display()
+    );
+    let (_, run) = server.create_run(&command, json!({})).await;
+    let id = run["id"].as_str().expect("an id");
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(
+        server.log_text(id).await,
+        "root-is-private\nworkspace\ntmp\n"
+    );
+    assert!(!std::path::Path::new(&host_marker).exists());
+    assert!(!std::path::Path::new("/etc/div-x").exists());
+    assert!(!std::path::Path::new("/div-root").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_sandbox_the_log_says_so_and_paths_are_real() {
+    let server = Server::start_with(None, div_server::SandboxMode::None).await;
+    let (_, run) = server
+        .create_run(
+            "echo {\\\"ok\\\": true} > $DIVERGENT_RESULT_PATH; pwd",
+            json!({"checks": ["ok==true"]}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(id).await;
+    let run_dir = server.home.join("runs").join(id);
+    assert_eq!(
+        log,
+        format!(
+            "div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt\n{}\ncheck passed: ok == true (found true)\n",
+            run_dir.join("workspace").display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_run_leaves_under_mnt_outside_a_volume_is_named() {
+    let server = Server::start().await;
+    let (_, v) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "kept"})))
+        .await;
+    assert_eq!(v["name"], "kept");
+    let (_, run) = server
+        .create_run(
+            "d=mask-models; mkdir -p /mnt/$d && head -c 1100000 /dev/zero > /mnt/$d/w.bin && echo saved > /mnt/kept/note",
+            json!({}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    server.wait_end(id).await;
+    assert_eq!(
+        server.log_text(id).await,
+        "/mnt/mask-models is not a volume, so the 1.1M the run wrote there went with the container. Volumes are mounted when a run starts: make mask-models first with div storage put mask-models <path>, or name /mnt/mask-models in the command.\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.home.join("volumes/kept/note")).expect("kept"),
+        "saved\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_the_command_names_is_made_before_the_run_is_queued() {
+    let server = Server::start().await;
+    let (_, run) = server
+        .create_run(
+            "mkdir -p /mnt/mask-models/base && echo w > /mnt/mask-models/base/x",
+            json!({}),
+        )
+        .await;
+    server.wait_end(run["id"].as_str().expect("an id")).await;
+    let (_, tree) = server
+        .request("GET", "/v1/volumes/mask-models/tree?path=", None)
+        .await;
+    assert_eq!(tree["entries"][1]["path"], "base/x", "{tree}");
+}
