@@ -1,0 +1,551 @@
+//! `div run`, `div logs` and `div stop` against a wiremock control plane.
+
+use div_api::{CheckOutcome, CheckVerdict, RunStatus};
+use insta::assert_snapshot;
+
+use crate::support::{World, run};
+
+/// A refusal: exit 200, the message, and nothing created.
+async fn refused(args: &[&str]) -> String {
+    let world = World::new().await;
+    let done = world.div(args).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert_eq!(done.stdout, "");
+    world.assert_nothing_created().await;
+    done.stderr
+}
+
+#[tokio::test]
+async fn a_misspelled_flag_is_refused_with_the_real_one() {
+    assert_snapshot!(refused(&["run", "train.py::run", "--max-spent", "5"]).await, @r"
+    error: unexpected argument '--max-spent' found
+
+      tip: a similar argument exists: '--max-spend'
+
+    Usage: div run --max-spend <USD> [ENTRYPOINT]...
+
+    For more information, try '--help'.
+    ");
+}
+
+#[tokio::test]
+async fn nodes_are_refused_with_the_sentence() {
+    assert_snapshot!(refused(&["run", "--nodes", "4", "train.py"]).await, @r"
+    error: runs are placed in GPUs, not nodes: `--gpus 32` asks for the same hardware as four nodes of eight
+    hint: for 4 nodes of eight, ask for `--gpus 32`
+    ");
+}
+
+#[tokio::test]
+async fn an_unknown_sku_is_refused_with_the_catalogue() {
+    assert_snapshot!(refused(&["run", "--gpu=a100", "train.py"]).await, @"error: unknown SKU `a100`; expected one of b300, h200, h100, cpu");
+}
+
+#[tokio::test]
+async fn memory_is_refused_rather_than_rounded() {
+    assert_snapshot!(refused(&["run", "--memory", "512M", "train.py"]).await, @r"
+    error: invalid value '512M' for '--memory <GiB>': `512M` is not a whole number of GiB; memory is given in whole GiB, like `64G`, and is not rounded up
+
+    For more information, try '--help'.
+    ");
+}
+
+#[tokio::test]
+async fn other_refusals_reach_nothing() {
+    for args in [
+        &["run", "--max-spend", "0", "train.py"][..],
+        &["run", "--max-spend", "five", "train.py"],
+        &["run", "--check", "metrics.accuracy>>0.8", "train.py"],
+        &["run", "--env", "NOVALUE", "train.py"],
+        &["run", "--gpus", "0", "train.py"],
+        &["run", "--cpu", "65", "train.py"],
+        &["run", "--memory", "400G", "train.py"],
+        &["run", "missing.py::run"],
+        &["run", "train.py::not-a-name"],
+        &["run", "--project", "My Project", "train.py"],
+        &["run", "--telemetry", "nope.toml", "train.py"],
+        &["run"],
+    ] {
+        let stderr = refused(args).await;
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn nothing_to_ship_is_refused() {
+    let world = World::new().await;
+    std::fs::remove_file(world.project().join("train.py")).expect("rm");
+    let done = world.div(&["run", "--", "echo", "hi"]).await;
+    assert_eq!(done.code, 200);
+    assert_snapshot!(done.stderr, @r"
+    error: nothing to ship in `[TMP]/very-cool-classifier`
+    hint: run it where the code is, or pass `--no-upload` to run the image as it is
+    ");
+    world.assert_nothing_created().await;
+}
+
+#[tokio::test]
+async fn an_attached_run_prints_shipping_header_log_and_last_line() {
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Succeeded);
+    ended.duration_seconds = 760;
+    ended.spent_cents = 105;
+    world
+        .mount_placing(
+            &run(RunStatus::Queued),
+            &[b"epoch 1\n", b"epoch 2\n"],
+            &ended,
+        )
+        .await;
+    let done = world
+        .div(&[
+            "run",
+            "--gpu",
+            "h100",
+            "train.py::run",
+            "--max-spend",
+            "5.00",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_eq!(done.stdout, "epoch 1\nepoch 2\n");
+    let stderr = done.stderr.replace(char::is_numeric, "#");
+    assert!(
+        stderr.starts_with("# file, ## B → very-cool-classifier-code/code/"),
+        "{stderr}"
+    );
+    let lines: Vec<&str> = done.stderr.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m",
+            "run-k4t9 finished in 12m 40s and spent $1.05"
+        ]
+    );
+    let requests = world.requests().await;
+    let create = requests
+        .iter()
+        .position(|r| r == "POST /v1/runs")
+        .expect("placed");
+    let commit = requests
+        .iter()
+        .position(|r| r.ends_with("/trees"))
+        .expect("committed");
+    assert!(
+        commit < create,
+        "the code is shipped before the run is placed: {requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_status_has_its_last_line_and_exit_code() {
+    let verdict = |outcome| CheckVerdict {
+        check: "metrics.accuracy >= 0.8".into(),
+        outcome,
+        found: None,
+        line: String::new(),
+        extra: Default::default(),
+    };
+    let cases = [
+        (
+            RunStatus::Succeeded,
+            Some(0),
+            None,
+            760,
+            105,
+            0,
+            "run-k4t9 finished in 12m 40s and spent $1.05 · missed 1 of 2 checks",
+        ),
+        (
+            RunStatus::HitCeiling,
+            None,
+            None,
+            3636,
+            500,
+            205,
+            "run-k4t9 hit its $5.00 ceiling after 1h 0m",
+        ),
+        (
+            RunStatus::StoppedByOrg,
+            None,
+            Some("org usage limit of $500.00 reached"),
+            720,
+            310,
+            207,
+            "run-k4t9 was stopped by the org after 12m 0s: org usage limit of $500.00 reached — $3.10 spent",
+        ),
+        (
+            RunStatus::Failed,
+            Some(1),
+            Some("ValueError: bad"),
+            192,
+            27,
+            1,
+            "run-k4t9 failed after 3m 12s (exit 1): ValueError: bad — $0.27 spent",
+        ),
+        (
+            RunStatus::Failed,
+            Some(3),
+            Some("boom"),
+            192,
+            27,
+            3,
+            "run-k4t9 failed after 3m 12s (exit 3): boom — $0.27 spent",
+        ),
+        (
+            RunStatus::Canceled,
+            None,
+            None,
+            240,
+            33,
+            206,
+            "run-k4t9 was canceled after 4m 0s, $0.33 spent",
+        ),
+    ];
+    for (status, exit, reason, seconds, spent, code, line) in cases {
+        let world = World::new().await;
+        let mut ended = run(status);
+        ended.exit_code = exit;
+        ended.reason = reason.map(String::from);
+        ended.duration_seconds = seconds;
+        ended.spent_cents = spent;
+        if status == RunStatus::HitCeiling {
+            ended.max_spend_cents = Some(500);
+        }
+        if status == RunStatus::Succeeded {
+            ended.checks = vec!["a".into(), "b".into()];
+            ended.verdicts = vec![verdict(CheckOutcome::Passed), verdict(CheckOutcome::Failed)];
+        }
+        world
+            .mount_placing(&run(RunStatus::Queued), &[b"x\n"], &ended)
+            .await;
+        let done = world.div(&["run", "train.py::run"]).await;
+        assert_eq!(done.code, code, "{status}: {}", done.stderr);
+        assert_eq!(done.stderr.lines().last(), Some(line), "{status}");
+    }
+}
+
+#[tokio::test]
+async fn json_prints_the_run_as_it_ended_with_unknown_fields() {
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Succeeded);
+    ended
+        .extra
+        .insert("gpu_hours".into(), serde_json::json!(0.2));
+    world
+        .mount_placing(&run(RunStatus::Queued), &[b"log line\n"], &ended)
+        .await;
+    let done = world.div(&["run", "--json", "train.py"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let printed: serde_json::Value =
+        serde_json::from_str(&done.stdout).expect("stdout is exactly the JSON");
+    assert_eq!(printed["gpu_hours"], serde_json::json!(0.2));
+    assert_eq!(printed["status"], "succeeded");
+    assert!(
+        done.stderr.contains("log line\n"),
+        "the log goes to stderr with --json"
+    );
+}
+
+#[tokio::test]
+async fn detach_prints_the_name_once_placed() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world
+        .div(&[
+            "run",
+            "-d",
+            "--",
+            "torchrun",
+            "--nproc-per-node",
+            "8",
+            "train.py",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_eq!(done.stdout, "run-k4t9\n");
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/log")),
+        "{requests:?}"
+    );
+    let create = world
+        .server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.url.path() == "/v1/runs")
+        .expect("placed");
+    let body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    assert_eq!(body["command"], "torchrun --nproc-per-node 8 train.py");
+}
+
+#[tokio::test]
+async fn the_request_carries_every_flag() {
+    let world = World::new().await;
+    std::fs::write(world.project().join("telemetry.toml"), "[chart]\n").expect("write");
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world
+        .div(&[
+            "run",
+            "-d",
+            "--gpu",
+            "h200",
+            "--gpus",
+            "2",
+            "--cpu",
+            "8",
+            "--memory",
+            "64G",
+            "--max-spend",
+            "$5",
+            "--name",
+            "mine",
+            "--image",
+            "python:3.12",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--check",
+            "metrics.accuracy>=0.8",
+            "--volume",
+            "codevol",
+            "--project",
+            "proj",
+            "train.py::run",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let create = world
+        .server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.url.path() == "/v1/runs")
+        .expect("placed");
+    let mut body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    body["code"]["path"] = "code/[ID]".into();
+    assert_snapshot!(serde_json::to_string_pretty(&body).expect("json"), @r#"
+    {
+      "project": "proj",
+      "name": "mine",
+      "entrypoint": "train.py::run",
+      "command": "python -u -c 'from train import run; run()'",
+      "sku": "h200",
+      "gpus": 2,
+      "cpu": 8,
+      "memory_gib": 64,
+      "max_spend_cents": 500,
+      "image": "python:3.12",
+      "env": [
+        {
+          "key": "A",
+          "value": "1"
+        },
+        {
+          "key": "B",
+          "value": "x=y"
+        }
+      ],
+      "checks": [
+        "metrics.accuracy >= 0.8"
+      ],
+      "code": {
+        "volume": "codevol",
+        "path": "code/[ID]"
+      },
+      "telemetry_layout": "[chart]\n"
+    }
+    "#);
+}
+
+#[tokio::test]
+async fn a_volume_the_command_names_is_made_before_the_run() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world
+        .div(&[
+            "run",
+            "-d",
+            "--no-upload",
+            "--",
+            "mkdir -p /mnt/mask-models/base && python download.py",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_snapshot!(done.stderr, @r"
+    new volume mask-models, for the /mnt/mask-models the command names
+    run-k4t9  H100  $4.95/h  no ceiling
+    ");
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.contains("/blobs/")),
+        "--no-upload ships nothing: {requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn dry_run_checks_everything_and_places_nothing() {
+    let world = World::new().await;
+    let done = world
+        .div(&[
+            "run",
+            "--dry-run",
+            "--cpu",
+            "8",
+            "--memory",
+            "64G",
+            "train.py",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let stdout = done
+        .stdout
+        .replace(|c: char| c.is_ascii_hexdigit() && false, "");
+    let mut lines: Vec<String> = stdout.lines().map(String::from).collect();
+    lines[3] = lines[3]
+        .split("code/")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_snapshot!(lines.join("\n"), @r"
+    project    very-cool-classifier
+    entrypoint train.py
+    command    python -u train.py
+    ships      1 file, 29 B → very-cool-classifier-code/
+    largest files
+          29 B  train.py
+    header     <name>  H100 · 8 cores · 64 GiB  $7.82/h  no ceiling
+    at most    $187.68 (24 hours with no ceiling)
+    nothing was placed (--dry-run)
+    ");
+    world.assert_nothing_created().await;
+}
+
+#[tokio::test]
+async fn ctrl_c_detaches_and_says_how_to_follow_and_stop() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    // A log that never ends: beats only.
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/v1/runs/r_run-k4t9/log"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_raw(b"beat\n".to_vec(), div_api::logframe::MEDIA_TYPE)
+                .set_delay(std::time::Duration::from_secs(2)),
+        )
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    let mut child = world
+        .command(&["run", "train.py"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let mut seen = Vec::new();
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        let header = line.starts_with("run-k4t9  ");
+        seen.push(line);
+        if header {
+            break;
+        }
+    }
+    let pid = child.id().expect("running") as i32;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) with a plain pid and signal number.
+    let sent = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        seen.push(line);
+    }
+    let status = child.wait().await.expect("exits");
+    assert_eq!(status.code(), Some(208));
+    assert_snapshot!(seen[1..].join("\n"), @r"
+    run-k4t9  H100  $4.95/h  no ceiling
+    detached from run-k4t9; it goes on
+      follow it again: div logs run-k4t9 --follow
+      stop it:         div stop run-k4t9
+    ");
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/stop")),
+        "{requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn logs_prints_the_log_and_the_last_line() {
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Canceled);
+    ended.duration_seconds = 240;
+    ended.spent_cents = 33;
+    div_test_support::mock::mount_run(&world.server, &ended).await;
+    div_test_support::mock::mount_log(
+        &world.server,
+        &ended.id,
+        div_test_support::mock::log_body(&[b"a\n", b"b\n"], &ended),
+    )
+    .await;
+    let done = world.div(&["logs", "run-k4t9"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_eq!(done.stdout, "a\nb\n");
+    assert_eq!(
+        done.stderr,
+        "run-k4t9 was canceled after 4m 0s, $0.33 spent\n"
+    );
+}
+
+#[tokio::test]
+async fn stopping_an_ended_run_says_so() {
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Succeeded);
+    ended.duration_seconds = 760;
+    ended.spent_cents = 105;
+    div_test_support::mock::mount_run(&world.server, &ended).await;
+    let done = world.div(&["stop", "run-k4t9"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_snapshot!(done.stderr, @r"
+    run-k4t9 had already ended
+    run-k4t9 finished in 12m 40s and spent $1.05
+    ");
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/stop")),
+        "{requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_run_is_refused() {
+    let world = World::new().await;
+    let done = world.div(&["logs", "run-nope"]).await;
+    assert_eq!(done.code, 200);
+    assert_snapshot!(done.stderr, @r"
+    error: there is no run `run-nope`
+    hint: `div runs` lists them
+    ");
+}
+
+#[tokio::test]
+async fn an_unreachable_control_plane_has_its_own_code() {
+    let world = World::new().await;
+    let mut c = world.command(&["run", "train.py"]);
+    c.env("DIVERGENT_API_URL", "http://127.0.0.1:9")
+        .env("DIVERGENT_API_TIMEOUT", "1");
+    let out = c.output().await.expect("runs");
+    assert_eq!(out.status.code(), Some(201));
+}

@@ -1,0 +1,176 @@
+//! Running the real `div` binary against one wiremock server per test.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use div_api::{Catalogue, Run, RunStatus, SkuOffer};
+use div_test_support::mock::{
+    json_response, log_body, mock_server, mount_catalogue, mount_log, mount_run,
+};
+use serde_json::json;
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer};
+
+pub(crate) const DIV: &str = env!("CARGO_BIN_EXE_div");
+
+/// div-run.md's catalogue.
+pub(crate) fn catalogue() -> Catalogue {
+    let sku = |name: &str, cents, gib| SkuOffer {
+        name: name.into(),
+        cents_per_hour: cents,
+        cores_per_unit: 1,
+        memory_gib_per_unit: gib,
+        capacity: None,
+        emulated: false,
+        extra: Default::default(),
+    };
+    Catalogue {
+        skus: vec![
+            sku("b300", 895, 8),
+            sku("h200", 595, 8),
+            sku("h100", 495, 8),
+            sku("cpu", 30, 2),
+        ],
+        extra_core_cents_per_hour: 17,
+        extra_gib_cents_per_hour: 3,
+        max_cores: 64,
+        max_memory_gib: 336,
+        max_run_seconds: 86_400,
+        extra: Default::default(),
+    }
+}
+
+/// A test's world: a control plane, a project directory with a `train.py`, a home.
+pub(crate) struct World {
+    pub(crate) server: MockServer,
+    pub(crate) tmp: tempfile::TempDir,
+}
+
+impl World {
+    pub(crate) async fn new() -> World {
+        let server = mock_server().await;
+        mount_catalogue(&server, &catalogue()).await;
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let project = tmp.path().join("very-cool-classifier");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        std::fs::write(project.join("train.py"), "def run():\n    print('hi')\n").expect("write");
+        World { server, tmp }
+    }
+
+    pub(crate) fn project(&self) -> PathBuf {
+        self.tmp.path().join("very-cool-classifier")
+    }
+
+    /// `div args…` in the project directory.
+    pub(crate) async fn div(&self, args: &[&str]) -> Done {
+        let output = self.command(args).output().await.expect("div runs");
+        Done::new(output, self)
+    }
+
+    pub(crate) fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(DIV);
+        c.args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.tmp.path().join("div-home"))
+            .env("DIVERGENT_API_URL", self.server.uri())
+            .env("DIVERGENT_API_TIMEOUT", "3")
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    /// The methods and paths of every request the control plane received.
+    pub(crate) async fn requests(&self) -> Vec<String> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.url.path()))
+            .collect()
+    }
+
+    /// Asserts no request but reads reached the control plane: nothing was created.
+    pub(crate) async fn assert_nothing_created(&self) {
+        let requests = self.requests().await;
+        assert!(
+            requests.iter().all(|r| r.starts_with("GET ")),
+            "only reads may reach the server before everything is checked: {requests:?}"
+        );
+    }
+
+    /// Mount what shipping and placing `run` need, and a log of `chunks` ending with `ended`.
+    pub(crate) async fn mount_placing(&self, placed: &Run, chunks: &[&[u8]], ended: &Run) {
+        let s = &self.server;
+        Mock::given(method("POST"))
+            .and(path("/v1/volumes"))
+            .respond_with(json_response(
+                201,
+                &json!({"name": "very-cool-classifier-code", "created_at": "2025-01-01T00:00:00Z"}),
+            ))
+            .mount(s)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/v1/volumes"))
+            .respond_with(json_response(200, &json!({"volumes": []})))
+            .mount(s)
+            .await;
+        Mock::given(method("POST"))
+            .and(path_regex("^/v1/volumes/[^/]+/blobs/missing$"))
+            .respond_with(json_response(200, &json!({"missing": []})))
+            .mount(s)
+            .await;
+        Mock::given(method("POST"))
+            .and(path_regex("^/v1/volumes/[^/]+/trees$"))
+            .respond_with(json_response(201, &json!({"volume": "very-cool-classifier-code", "path": "code/x", "files": 1, "bytes": 1})))
+            .mount(s)
+            .await;
+        Mock::given(method("POST"))
+            .and(path("/v1/runs"))
+            .respond_with(json_response(201, placed))
+            .mount(s)
+            .await;
+        mount_run(s, ended).await;
+        mount_log(s, &placed.id, log_body(chunks, ended)).await;
+    }
+}
+
+/// A run named `run-k4t9`.
+pub(crate) fn run(status: RunStatus) -> Run {
+    let mut run = div_test_support::mock::sample_run("run-k4t9", status);
+    run.cores = 1;
+    run.memory_gib = 8;
+    run.max_spend_cents = None;
+    run
+}
+
+/// A finished `div`: exit code and output, temp paths and ports filtered.
+pub(crate) struct Done {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Done {
+    fn new(output: Output, world: &World) -> Done {
+        let filter = |b: &[u8]| {
+            filter(
+                &String::from_utf8_lossy(b),
+                world.tmp.path(),
+                &world.server.uri(),
+            )
+        };
+        Done {
+            code: output.status.code().unwrap_or(-1),
+            stdout: filter(&output.stdout),
+            stderr: filter(&output.stderr),
+        }
+    }
+}
+
+pub(crate) fn filter(text: &str, tmp: &Path, uri: &str) -> String {
+    text.replace(&*tmp.to_string_lossy(), "[TMP]")
+        .replace(uri, "[API]")
+}
