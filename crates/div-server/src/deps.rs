@@ -1,18 +1,20 @@
-//! The few calls div-server makes into div-spec, div-pricing and div-ship, in one place.
-//!
-//! INTERIM: those crates are being written beside this one; until their APIs land these are
-//! small stand-ins with the same behaviour, to be replaced by direct calls.
+//! The few calls div-server makes into div-spec, div-pricing and div-ship, in one place, in
+//! the shapes the server needs (API models in, API models out).
 
 use std::path::{Path, PathBuf};
 
 use div_api::{CheckOutcome, CheckVerdict, TreeEntry};
+use div_pricing::{Catalogue, Rate, SizeRequest};
+use div_ship::ManifestEntry;
+use div_spec::{Check, MemoryGib, Money, Outcome, Sku, VolumeName};
 use serde_json::Value;
 
-/// The longest a run is given, in seconds.
-pub(crate) const MAX_RUN_SECONDS: u64 = 86_400;
+pub(crate) use div_spec::{MAX_RUN_SECONDS, format_bytes_short};
 
-/// One SKU's price and share: name, label, cents an hour, cores and GiB per unit, is a GPU.
+/// One SKU's price and share, from the standard catalogue.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct SkuPrice {
+    pub(crate) sku: Sku,
     pub(crate) name: &'static str,
     pub(crate) label: &'static str,
     pub(crate) cents_per_hour: i64,
@@ -21,49 +23,31 @@ pub(crate) struct SkuPrice {
     pub(crate) gpu: bool,
 }
 
-pub(crate) const EXTRA_CORE_CENTS: i64 = 17;
-pub(crate) const EXTRA_GIB_CENTS: i64 = 3;
-pub(crate) const MAX_CORES: u32 = 64;
-pub(crate) const MAX_MEMORY_GIB: u32 = 336;
+pub(crate) fn catalogue() -> Catalogue {
+    Catalogue::standard()
+}
 
-pub(crate) const SKUS: [SkuPrice; 4] = [
-    SkuPrice {
-        name: "b300",
-        label: "B300",
-        cents_per_hour: 895,
-        cores_per_unit: 1,
-        memory_gib_per_unit: 8,
-        gpu: true,
-    },
-    SkuPrice {
-        name: "h200",
-        label: "H200",
-        cents_per_hour: 595,
-        cores_per_unit: 1,
-        memory_gib_per_unit: 8,
-        gpu: true,
-    },
-    SkuPrice {
-        name: "h100",
-        label: "H100",
-        cents_per_hour: 495,
-        cores_per_unit: 1,
-        memory_gib_per_unit: 8,
-        gpu: true,
-    },
-    SkuPrice {
-        name: "cpu",
-        label: "CPU",
-        cents_per_hour: 30,
-        cores_per_unit: 1,
-        memory_gib_per_unit: 2,
-        gpu: false,
-    },
-];
+/// Every SKU of the catalogue, in its order.
+pub(crate) fn skus() -> Vec<SkuPrice> {
+    catalogue()
+        .skus
+        .iter()
+        .map(|p| SkuPrice {
+            sku: p.sku,
+            name: p.sku.name(),
+            label: p.sku.label(),
+            cents_per_hour: p.cents_per_hour,
+            cores_per_unit: p.cores_per_unit,
+            memory_gib_per_unit: p.memory_gib_per_unit,
+            gpu: p.sku.is_gpu(),
+        })
+        .collect()
+}
 
 /// The SKU named `name` (case-insensitive).
-pub(crate) fn sku(name: &str) -> Option<&'static SkuPrice> {
-    SKUS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+pub(crate) fn sku(name: &str) -> Option<SkuPrice> {
+    let sku: Sku = name.parse().ok()?;
+    skus().into_iter().find(|s| s.sku == sku)
 }
 
 /// A container's size and price.
@@ -74,228 +58,113 @@ pub(crate) struct Sizing {
     pub(crate) cents_per_hour: i64,
 }
 
-/// Sizes a container, or says why it cannot be had.
+/// Sizes a container (div-pricing's rules), or says why it cannot be had.
 pub(crate) fn size(
     sku: &SkuPrice,
     gpus: u32,
     cpu: Option<u32>,
     memory: Option<u32>,
 ) -> Result<Sizing, String> {
-    let units = if sku.gpu {
-        if gpus == 0 {
-            return Err("`--gpus` must be at least 1".to_owned());
-        }
-        gpus
-    } else {
-        if gpus > 1 {
-            return Err("the cpu SKU has no GPUs to count; ask for cores with `--cpu`".to_owned());
-        }
-        1
-    };
-    let inc_cores = sku.cores_per_unit * units;
-    let inc_mem = sku.memory_gib_per_unit * units;
-    let cores = cpu.unwrap_or(0).max(inc_cores);
-    let memory_gib = memory.unwrap_or(0).max(inc_mem);
-    if cores > MAX_CORES || memory_gib > MAX_MEMORY_GIB {
-        return Err(format!(
-            "the most one container takes is {MAX_CORES} cores and {MAX_MEMORY_GIB} GiB"
-        ));
-    }
-    let cents_per_hour = sku.cents_per_hour * i64::from(units)
-        + EXTRA_CORE_CENTS * i64::from(cores - inc_cores)
-        + EXTRA_GIB_CENTS * i64::from(memory_gib - inc_mem);
+    let sizing = catalogue()
+        .size(&SizeRequest {
+            sku: sku.sku,
+            gpus,
+            cpu,
+            memory: memory.map(MemoryGib::new),
+        })
+        .map_err(|e| e.to_string())?;
     Ok(Sizing {
-        cores,
-        memory_gib,
-        cents_per_hour,
+        cores: sizing.cores,
+        memory_gib: sizing.memory_gib,
+        cents_per_hour: sizing.rate.cents_per_hour(),
     })
 }
 
-/// Spend after `seconds` at `cents_per_hour`, rounded half up to the cent.
-pub(crate) fn spend_after(cents_per_hour: i64, seconds: u64) -> i64 {
-    let num = i128::from(cents_per_hour) * i128::from(seconds);
-    ((num + 1800) / 3600) as i64
+/// What a run is charged after `seconds` at `cents_per_hour`, never past its ceiling.
+pub(crate) fn charge(cents_per_hour: i64, seconds: u64, ceiling: Option<i64>) -> i64 {
+    Rate::from_cents_per_hour(cents_per_hour)
+        .charge(seconds, ceiling.map(Money::from_cents))
+        .cents()
+}
+
+/// Whether `seconds` of running at `cents_per_hour` has reached the ceiling.
+pub(crate) fn ceiling_reached(cents_per_hour: i64, ceiling: i64, seconds: u64) -> bool {
+    Rate::from_cents_per_hour(cents_per_hour).ceiling_reached(Money::from_cents(ceiling), seconds)
 }
 
 /// A check in its canonical form, or why it is not one.
 pub(crate) fn parse_check(typed: &str) -> Result<String, String> {
-    split_check(typed).map(|(p, op, v)| format!("{p} {op} {v}"))
+    typed
+        .parse::<Check>()
+        .map(|c| c.to_string())
+        .map_err(|e| e.to_string())
 }
 
-fn split_check(typed: &str) -> Result<(String, &'static str, String), String> {
-    for op in [">=", "<=", "==", "!=", ">", "<"] {
-        if let Some(i) = typed.find(op) {
-            let path = typed[..i].trim();
-            let value = typed[i + op.len()..].trim();
-            if path.is_empty() || value.is_empty() {
-                break;
-            }
-            return Ok((path.to_owned(), op, value.to_owned()));
-        }
-    }
-    Err(format!(
-        "`{typed}` is not a check; write it like `metrics.accuracy>=0.8`"
-    ))
-}
-
-/// Judges `check` against the run's result.
+/// Judges `check` against the run's result (div-spec's rules); no result judges against
+/// `null`, so every check is unknown.
 pub(crate) fn judge(check: &str, result: Option<&Value>) -> CheckVerdict {
-    let Ok((path, op, value)) = split_check(check) else {
-        return CheckVerdict {
+    let verdict = match check.parse::<Check>() {
+        Ok(c) => c.evaluate(result.unwrap_or(&Value::Null)),
+        Err(e) => div_spec::Verdict {
             check: check.to_owned(),
-            outcome: CheckOutcome::Unknown,
+            outcome: Outcome::Unknown,
             found: None,
-            line: format!("check unknown: {check}"),
-            extra: Default::default(),
-        };
-    };
-    let canonical = format!("{path} {op} {value}");
-    let mut at = result;
-    for part in path.split('.') {
-        at = at.and_then(|v| v.get(part));
-    }
-    let Some(found) = at.cloned() else {
-        return CheckVerdict {
-            line: format!("check unknown: {canonical} (the result has no {path})"),
-            check: canonical,
-            outcome: CheckOutcome::Unknown,
-            found: None,
-            extra: Default::default(),
-        };
-    };
-    let want: Value = serde_json::from_str(&value)
-        .unwrap_or(Value::String(value.trim_matches(['"', '\'']).to_owned()));
-    let pass = match (found.as_f64(), want.as_f64()) {
-        (Some(a), Some(b)) => match op {
-            ">=" => a >= b,
-            "<=" => a <= b,
-            ">" => a > b,
-            "<" => a < b,
-            "==" => a == b,
-            _ => a != b,
-        },
-        _ => match op {
-            "==" => found == want,
-            "!=" => found != want,
-            _ => false,
+            reason: Some(e.to_string()),
         },
     };
-    let word = if pass { "passed" } else { "failed" };
     CheckVerdict {
-        line: format!("check {word}: {canonical} (found {found})"),
-        check: canonical,
-        outcome: if pass {
-            CheckOutcome::Passed
-        } else {
-            CheckOutcome::Failed
+        line: verdict.line(),
+        check: verdict.check,
+        outcome: match verdict.outcome {
+            Outcome::Passed => CheckOutcome::Passed,
+            Outcome::Failed => CheckOutcome::Failed,
+            Outcome::Unknown => CheckOutcome::Unknown,
         },
-        found: Some(found),
+        found: verdict.found,
         extra: Default::default(),
-    }
-}
-
-/// `1.1G`, `512K`, `300B`.
-pub(crate) fn format_bytes_short(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["K", "M", "G", "T"];
-    if bytes < 1000 {
-        return format!("{bytes}B");
-    }
-    let mut value = bytes as f64 / 1000.0;
-    let mut unit = 0;
-    while value >= 1000.0 && unit < UNITS.len() - 1 {
-        value /= 1000.0;
-        unit += 1;
-    }
-    if value < 10.0 {
-        format!("{value:.1}{}", UNITS[unit])
-    } else {
-        format!("{value:.0}{}", UNITS[unit])
     }
 }
 
 /// Whether `name` is a valid volume name.
 pub(crate) fn valid_volume_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
-        && name.as_bytes()[0].is_ascii_alphanumeric()
+    name.parse::<VolumeName>().is_ok()
 }
 
 /// Every `/mnt/<name>` literally in `command`.
 pub(crate) fn volumes_named(command: &str) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for (i, _) in command.match_indices("/mnt/") {
-        let rest = &command[i + 5..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
-            .collect();
-        if valid_volume_name(&name) && !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
+    div_spec::volumes_named(command)
+        .iter()
+        .map(|v| v.as_str().to_owned())
+        .collect()
 }
 
-/// Refuses a tree whose paths are unsafe.
+/// The API's entries as div-ship's (the same JSON shape).
+fn manifest_entries(entries: &[TreeEntry]) -> Result<Vec<ManifestEntry>, String> {
+    serde_json::to_value(entries)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("the tree's entries could not be read: {e}"))
+}
+
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
+}
+
+/// Refuses a tree whose paths are unsafe (div-ship's rules).
 pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
-    let mut seen = std::collections::BTreeSet::new();
-    for e in entries {
-        let p = &e.path;
-        if p.is_empty()
-            || p.starts_with('/')
-            || p.contains('\0')
-            || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
-        {
-            return Err(format!("`{p}` is not a relative path inside the tree"));
-        }
-        if !seen.insert(p.clone()) {
-            return Err(format!("`{p}` is listed twice"));
-        }
-        if let Some(t) = &e.target
-            && (t.starts_with('/') || t.split('/').any(|c| c == ".."))
-        {
-            return Err(format!("the link `{p}` points outside the tree"));
-        }
-    }
-    Ok(())
+    div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| describe(&e))
 }
 
-/// Writes the tree into `dest`, all or nothing.
+/// Writes the tree into `dest`, all or nothing (div-ship's `materialise`).
 pub(crate) fn materialise(
     entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf,
     dest: &Path,
 ) -> Result<(), String> {
-    validate_entries(entries)?;
-    let parent = dest.parent().ok_or("no parent")?;
-    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-    let tmp = parent.join(format!(".tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(&tmp)?;
-        for e in entries {
-            let at = tmp.join(&e.path);
-            if let Some(p) = at.parent() {
-                std::fs::create_dir_all(p)?;
-            }
-            match (&e.hash, &e.target) {
-                (_, Some(t)) => std::os::unix::fs::symlink(t, &at)?,
-                (Some(h), None) => {
-                    std::fs::copy(blob_path(h), &at)?;
-                    use std::os::unix::fs::PermissionsExt;
-                    let mode = if e.executable { 0o755 } else { 0o644 };
-                    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))?;
-                }
-                (None, None) => std::fs::write(&at, b"")?,
-            }
-        }
-        std::fs::rename(&tmp, dest)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_dir_all(&tmp);
-        e.to_string()
-    })
+    div_ship::materialise(&manifest_entries(entries)?, blob_path, dest).map_err(|e| describe(&e))
 }

@@ -24,7 +24,7 @@ use crate::inventory::Inventory;
 use crate::runs::{self, Failure, State};
 use crate::store::Store;
 use crate::supervisor::{KeptResult, KeptTelemetry};
-use crate::{ServerError, ServerOptions, frames, sandbox, volumes};
+use crate::{ServerError, ServerOptions, sandbox, volumes};
 
 type Resp = Response<BoxBody<Bytes, Infallible>>;
 
@@ -354,7 +354,7 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, Failur
             let (r, _) = blocking(&state, move |s| runs::get_run(s, &r2)).await?;
             let (tx, rx) = mpsc::channel(16);
             tokio::spawn(log_stream(Arc::clone(&state), r.id, offset, follow, tx));
-            Ok(stream(frames::MEDIA_TYPE, rx))
+            Ok(stream(div_api::logframe::MEDIA_TYPE, rx))
         }
         (&Method::GET, ["v1", "runs", run, "result"]) => {
             let run = run.to_string();
@@ -554,7 +554,7 @@ async fn log_stream(
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         if tx
-                            .send(frames::encode_chunk(offset, &buf[..n]))
+                            .send(div_api::logframe::encode_chunk(offset, &buf[..n]))
                             .await
                             .is_err()
                         {
@@ -567,17 +567,21 @@ async fn log_stream(
             }
         }
         if let Some(run) = ended {
-            let _ = tx.send(frames::encode_end(&run)).await;
+            let _ = tx.send(div_api::logframe::encode_end(&run)).await;
             return;
         }
         if !follow {
-            let _ = tx.send(frames::encode_tail(offset)).await;
+            let _ = tx.send(div_api::logframe::encode_tail(offset)).await;
             return;
         }
         if progressed {
             last_sent = tokio::time::Instant::now();
         } else if last_sent.elapsed() >= Duration::from_secs(5) {
-            if tx.send(Bytes::from_static(frames::BEAT)).await.is_err() {
+            if tx
+                .send(Bytes::from_static(div_api::logframe::BEAT))
+                .await
+                .is_err()
+            {
                 return;
             }
             last_sent = tokio::time::Instant::now();

@@ -18,7 +18,7 @@ pub enum InventoryError {
 /// The GPUs of one SKU.
 #[derive(Debug, Clone)]
 pub(crate) struct GpuGroup {
-    pub(crate) sku: &'static SkuPrice,
+    pub(crate) sku: SkuPrice,
     /// `CUDA_VISIBLE_DEVICES` indices (for emulated GPUs, 0..count).
     pub(crate) indices: Vec<u32>,
 }
@@ -28,12 +28,6 @@ pub(crate) struct Inventory {
     pub(crate) host_cores: u32,
     pub(crate) gpus: Vec<GpuGroup>,
     pub(crate) emulated: bool,
-}
-
-impl std::fmt::Debug for SkuPrice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
 }
 
 /// Parses `h100:8,h200:2`.
@@ -112,8 +106,8 @@ impl Inventory {
 
     /// The SKUs this machine takes, GPUs first then `cpu`.
     pub(crate) fn accepted(&self) -> Vec<String> {
-        deps::SKUS
-            .iter()
+        deps::skus()
+            .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
             .map(|s| s.name.to_owned())
             .collect()
@@ -124,8 +118,9 @@ impl Inventory {
     }
 
     pub(crate) fn catalogue(&self) -> Catalogue {
-        let skus = deps::SKUS
-            .iter()
+        let standard = deps::catalogue();
+        let skus = deps::skus()
+            .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
             .map(|s| SkuOffer {
                 name: s.name.to_owned(),
@@ -143,11 +138,11 @@ impl Inventory {
             .collect();
         Catalogue {
             skus,
-            extra_core_cents_per_hour: deps::EXTRA_CORE_CENTS,
-            extra_gib_cents_per_hour: deps::EXTRA_GIB_CENTS,
-            max_cores: deps::MAX_CORES.min(self.host_cores),
-            max_memory_gib: deps::MAX_MEMORY_GIB,
-            max_run_seconds: deps::MAX_RUN_SECONDS,
+            extra_core_cents_per_hour: standard.extra_core_cents_per_hour,
+            extra_gib_cents_per_hour: standard.extra_gib_cents_per_hour,
+            max_cores: standard.max_cores.min(self.host_cores),
+            max_memory_gib: standard.max_memory_gib,
+            max_run_seconds: standard.max_run_seconds,
             extra: Default::default(),
         }
     }

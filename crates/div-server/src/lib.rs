@@ -26,7 +26,6 @@
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
 mod deps;
-mod frames;
 mod http;
 mod inventory;
 mod runs;

@@ -167,8 +167,8 @@ pub(crate) fn create_run(state: &State, key: &str, body: &[u8]) -> Result<(u16, 
             )
             .with_details(json!({ "accepted": accepted }))
         })?;
-    let sizing =
-        deps::size(sku, request.gpus, request.cpu, request.memory_gib).map_err(Failure::invalid)?;
+    let sizing = deps::size(&sku, request.gpus, request.cpu, request.memory_gib)
+        .map_err(Failure::invalid)?;
     let gpus = if sku.gpu { request.gpus } else { 0 };
     if let Some(group) = state.inventory.group(sku.name) {
         let have = group.indices.len() as u32;
@@ -318,11 +318,7 @@ pub(crate) fn view(state: &State, record: &RunRecord) -> Run {
     {
         let seconds = supervisor::now_ms().saturating_sub(started) / 1000;
         run.duration_seconds = seconds;
-        let mut spent = deps::spend_after(run.cents_per_hour, seconds);
-        if let Some(ceiling) = run.max_spend_cents {
-            spent = spent.min(ceiling);
-        }
-        run.spent_cents = spent;
+        run.spent_cents = deps::charge(run.cents_per_hour, seconds, run.max_spend_cents);
     }
     run
 }
@@ -470,10 +466,11 @@ fn check_running(state: &State, mut record: RunRecord) -> Result<Option<RunRecor
                         let now = supervisor::now_ms();
                         let started = record.internal.started_ms.unwrap_or(now);
                         let seconds = now.saturating_sub(started) / 1000;
-                        let mut spent = deps::spend_after(record.run.cents_per_hour, seconds);
-                        if let Some(c) = record.run.max_spend_cents {
-                            spent = spent.min(c);
-                        }
+                        let spent = deps::charge(
+                            record.run.cents_per_hour,
+                            seconds,
+                            record.run.max_spend_cents,
+                        );
                         Some(EndRecord {
                             status: RunStatus::Failed,
                             exit_code: None,

@@ -215,13 +215,10 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         if sys::stop_requested() || stop_file.exists() {
             break Stopped::Canceled;
         }
-        if let Some(ceiling) = spec.max_spend_cents {
-            // Exact in integers: rate × elapsed ≥ ceiling × one hour, to the millisecond.
-            if i128::from(spec.cents_per_hour) * i128::from(elapsed)
-                >= i128::from(ceiling) * 3_600_000
-            {
-                break Stopped::Ceiling;
-            }
+        if let Some(ceiling) = spec.max_spend_cents
+            && deps::ceiling_reached(spec.cents_per_hour, ceiling, elapsed / 1000)
+        {
+            break Stopped::Ceiling;
         }
         if elapsed >= spec.max_seconds.saturating_mul(1000) {
             break Stopped::Day;
@@ -242,10 +239,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     }
     let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
     let duration_seconds = elapsed_ms / 1000;
-    let mut spent = deps::spend_after(spec.cents_per_hour, duration_seconds);
-    if let Some(ceiling) = spec.max_spend_cents {
-        spent = spent.min(ceiling);
-    }
+    let spent = deps::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
     let (mut status, exit_code, mut reason) = match stopped {
         Stopped::Exited(st) => {
             let code = exit_code_of(st);

@@ -233,6 +233,9 @@ pub(crate) fn commit_tree(
             format!("`{}` already exists in volume `{volume}`", tree.path),
         ));
     }
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent)?;
+    }
     deps::materialise(&entries, |h| blob_path(state, volume, h), &dest)
         .map_err(Failure::invalid)?;
     state

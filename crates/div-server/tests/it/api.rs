@@ -67,7 +67,7 @@ async fn runs_are_refused_with_reasons() {
         server.create_run("true", json!({"cpu": 999})).await,
         422,
         "invalid",
-        "the most one container takes is 64 cores and 336 GiB",
+        "`--cpu 999` is more than one container takes; the most is 64 cores",
     );
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     check_refusal(
@@ -90,7 +90,7 @@ async fn runs_are_refused_with_reasons() {
             .await,
         422,
         "invalid",
-        "`accuracy` is not a check; write it like `metrics.accuracy>=0.8`",
+        "`accuracy` has no comparison; write a check like `metrics.accuracy>=0.8` with `>=`, `<=`, `>`, `<`, `==` or `!=`",
     );
     check_refusal(
         server.request("GET", "/v1/runs/run-none", None).await,

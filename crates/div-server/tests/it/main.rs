@@ -2,5 +2,6 @@
 //! (`div-supervise`), real sandboxes.
 
 mod api;
+mod conformance;
 mod harness;
 mod runs;

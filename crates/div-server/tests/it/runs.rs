@@ -158,10 +158,10 @@ async fn stop_cancels_and_kills_the_whole_tree() {
     let pids_of = || -> Vec<u32> {
         let mut pids = Vec::new();
         for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-            if let Ok(cmd) = std::fs::read(e.path().join("environ")) {
-                if String::from_utf8_lossy(&cmd).contains(&format!("DIVERGENT_RUN_ID={id}")) {
-                    pids.extend(e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()));
-                }
+            if let Ok(env) = std::fs::read(e.path().join("environ"))
+                && String::from_utf8_lossy(&env).contains(&format!("DIVERGENT_RUN_ID={id}"))
+            {
+                pids.extend(e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()));
             }
         }
         pids
