@@ -79,6 +79,10 @@ impl RunError {
     /// What kind of failure this is.
     pub fn kind(&self) -> FailureKind {
         match self {
+            // A file named on the command line that is not there is what was typed.
+            RunError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                FailureKind::Refused
+            }
             RunError::Read { .. } => FailureKind::Local,
             RunError::Ship(div_ship::ShipError::Io { .. } | div_ship::ShipError::Git { .. }) => {
                 FailureKind::Local
