@@ -1,6 +1,8 @@
 //! `div` itself, run as a process: against a wiremock control plane, and end to end against
 //! the local control plane.
 
+#![allow(clippy::disallowed_methods)] // tests pass PATH on to the div they start
+
 mod cli_reference;
 mod local;
 mod run;
