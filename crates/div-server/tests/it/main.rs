@@ -3,5 +3,6 @@
 
 mod api;
 mod conformance;
+mod example;
 mod harness;
 mod runs;
