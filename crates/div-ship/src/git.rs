@@ -58,7 +58,23 @@ fn list_repo(
         repo: workdir.to_owned(),
         source: Box::new(source),
     };
-    let index = repo.index_or_empty().map_err(git_err)?;
+    // Like git, which only verifies the index checksum in `git fsck`: skipping it saves a
+    // hash over the whole index on every listing.
+    let index_path = repo.index_path();
+    let index = if index_path.exists() {
+        gix::index::File::at(
+            &index_path,
+            repo.object_hash(),
+            true,
+            gix::index::decode::Options::default(),
+        )
+        .map_err(|source| ShipError::Git {
+            repo: workdir.to_owned(),
+            source: Box::new(source),
+        })?
+    } else {
+        gix::index::File::from_state(gix::index::State::new(repo.object_hash()), index_path)
+    };
     if index.is_sparse() {
         return Err(ShipError::SparseIndex {
             repo: workdir.to_owned(),
