@@ -24,7 +24,8 @@ pub enum FailureKind {
     Local,
 }
 
-/// The error returned by [`crate::run()`], [`crate::logs()`] and [`crate::stop()`].
+/// The error returned by every div-core action: [`crate::run()`], [`crate::logs()`],
+/// [`crate::stop()`], [`crate::runs()`], the storage, secrets, result and telemetry calls.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
@@ -62,6 +63,37 @@ pub enum RunError {
     /// No run has that name or id.
     #[error("there is no run `{0}`")]
     RunNotFound(String),
+    /// A `NAME[/PATH]` or `--to` that names no place in a volume.
+    #[error("`{typed}` is not a place in a volume: {message}")]
+    VolumePath { typed: String, message: String },
+    /// No volume has that name.
+    #[error("there is no volume `{0}`")]
+    VolumeNotFound(String),
+    /// Nothing in the volume at that path.
+    #[error("there is nothing at `{path}` in volume `{volume}`")]
+    NotInVolume { volume: String, path: String },
+    /// `div storage put` would replace something in the volume.
+    #[error("`{path}` in volume `{volume}` holds something else, and a put never replaces it")]
+    PutConflict { volume: String, path: String },
+    /// `div storage get` would overwrite a local file.
+    #[error("`{}` already exists", path.display())]
+    WouldOverwrite { path: PathBuf },
+    /// A local file could not be written.
+    #[error("could not write `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A secret's name is not an environment variable's.
+    #[error("`{0}` is not a secret name: use letters, digits and `_`, not starting with a digit")]
+    SecretName(String),
+    /// No secret has that name.
+    #[error("there is no secret `{0}`")]
+    SecretNotFound(String),
+    /// A telemetry layout cannot be read.
+    #[error("the telemetry layout is not valid: {0}")]
+    Layout(String),
     /// The control plane failed at a step.
     #[error("could not {during}")]
     Api {
@@ -87,7 +119,11 @@ impl RunError {
             RunError::Ship(div_ship::ShipError::Io { .. } | div_ship::ShipError::Git { .. }) => {
                 FailureKind::Local
             }
-            RunError::RunNotFound(_) => FailureKind::NotFound,
+            RunError::RunNotFound(_)
+            | RunError::VolumeNotFound(_)
+            | RunError::NotInVolume { .. }
+            | RunError::SecretNotFound(_) => FailureKind::NotFound,
+            RunError::Write { .. } => FailureKind::Local,
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::NotFound => FailureKind::NotFound,
                 ErrorKind::Refused | ErrorKind::Conflict => FailureKind::Refused,
@@ -114,6 +150,17 @@ impl RunError {
             RunError::Project(e) => e.hint(),
             RunError::Ship(e) => e.hint(),
             RunError::RunNotFound(_) => Some("`div runs` lists them".into()),
+            RunError::VolumeNotFound(_) => Some("`div storage ls` lists them".into()),
+            RunError::NotInVolume { volume, .. } => {
+                Some(format!("`div storage ls {volume}` lists what it holds"))
+            }
+            RunError::PutConflict { .. } => Some(
+                "put it somewhere new in the volume with `--to DIR`, or into another volume".into(),
+            ),
+            RunError::WouldOverwrite { .. } => {
+                Some("get it into a new directory, or move the file away first".into())
+            }
+            RunError::SecretNotFound(_) => Some("`div secrets ls` lists them".into()),
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
                 _ => None,

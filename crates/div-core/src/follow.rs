@@ -105,7 +105,7 @@ pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunEr
     Ok(StopOutcome::Stopped(ended))
 }
 
-async fn find_run(cp: &dyn ControlPlane, run: &str) -> Result<Run, RunError> {
+pub(crate) async fn find_run(cp: &dyn ControlPlane, run: &str) -> Result<Run, RunError> {
     cp.get_run(run).await.map_err(|e| {
         if e.is_not_found() {
             RunError::RunNotFound(run.to_string())

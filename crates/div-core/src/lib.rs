@@ -1,5 +1,7 @@
-//! One call per div user action — [`run()`], [`logs()`], [`stop()`] — composing div-spec,
-//! div-pricing, div-ship and a [`ControlPlane`].
+//! One call per div user action — [`run()`], [`logs()`], [`stop()`], [`runs()`],
+//! [`storage_put()`] and the other storage calls, [`secret_set()`] and the other secrets
+//! calls, [`result()`], [`telemetry()`] — composing div-spec, div-pricing, div-ship and a
+//! [`ControlPlane`].
 //!
 //! div-core does the work and tells an [`EventSink`] what happens ([`Event`]): it never
 //! prints, reads the environment or touches a terminal, so any program can embed it. The
@@ -31,7 +33,12 @@ mod fmt;
 mod follow;
 mod last_line;
 mod project;
+mod result;
 mod run;
+mod runs;
+mod secrets;
+mod storage;
+mod telemetry;
 
 pub use div_api::ControlPlane;
 pub use error::{FailureKind, RunError};
@@ -42,7 +49,17 @@ pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,
 };
+pub use result::{ResultReport, result};
 pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
     ShipmentSummary, run,
+};
+pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, runs};
+pub use secrets::{secret_list, secret_remove, secret_set};
+pub use storage::{
+    GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,
+    storage_rm,
+};
+pub use telemetry::{
+    Chart, ChartSpec, Layout, Series, TelemetryRead, X_LINE, X_STEP, charts, number_at, telemetry,
 };

@@ -155,7 +155,7 @@ pub async fn run(
     }
     let mut request = plan.request;
     if let Some((shipment, volume, path)) = &plan.shipment {
-        upload(cp, shipment, volume, path, sink).await?;
+        upload(cp, shipment, volume, path, "", sink).await?;
     }
     for name in &plan.new_volumes {
         cp.create_volume(name)
@@ -390,11 +390,14 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
     events
 }
 
-async fn upload(
+/// Send what `volume` lacks of `shipment` (resuming partial blobs), then commit its tree at
+/// `path`, each entry's path under `prefix` when one is given (`div storage put --to`).
+pub(crate) async fn upload(
     cp: &dyn ControlPlane,
     shipment: &Shipment,
     volume: &str,
     path: &str,
+    prefix: &str,
     sink: &mut dyn EventSink,
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
@@ -450,7 +453,11 @@ async fn upload(
             .entries
             .iter()
             .map(|e| TreeEntry {
-                path: e.path.clone(),
+                path: if prefix.is_empty() {
+                    e.path.clone()
+                } else {
+                    format!("{prefix}/{}", e.path)
+                },
                 kind: match e.kind {
                     div_ship::EntryKind::File => ApiEntryKind::File,
                     div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,

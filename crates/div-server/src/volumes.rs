@@ -168,7 +168,7 @@ pub(crate) fn commit_tree(
     tree: &CommitTree,
 ) -> Result<(u16, CommittedTree), Failure> {
     require_volume(state, volume)?;
-    if tree.path.is_empty() || !valid_rel(&tree.path) {
+    if !valid_rel(&tree.path) {
         return Err(Failure::invalid(format!(
             "`{}` is not a path inside the volume",
             tree.path
@@ -199,6 +199,9 @@ pub(crate) fn commit_tree(
     }
     let mut entries = tree.entries.clone();
     entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    if tree.path.is_empty() {
+        return add_to_root(state, volume, &entries);
+    }
     let digest =
         blake3::hash(&serde_json::to_vec(&entries).map_err(|e| Failure::invalid(e.to_string()))?)
             .to_hex()
@@ -242,6 +245,96 @@ pub(crate) fn commit_tree(
         .store
         .add_tree(volume, &tree.path, &digest, files, bytes)?;
     Ok((201, committed))
+}
+
+/// A tree committed at `""` (what `div storage put` sends) is added to the volume's root:
+/// each path the volume lacks is written, each it holds with the same content is left as it
+/// is, and one it holds with other content (or where a folder is a file) refuses the whole
+/// commit, 409, before anything is written: a put never replaces data.
+fn add_to_root(
+    state: &State,
+    volume: &str,
+    entries: &[div_api::TreeEntry],
+) -> Result<(u16, CommittedTree), Failure> {
+    let root = state.volume_dir(volume);
+    let conflict = |path: &str| {
+        Failure::new(
+            409,
+            "conflict",
+            format!("`{path}` in volume `{volume}` holds something else; a put never replaces it"),
+        )
+        .with_details(json!({ "path": path }))
+    };
+    let mut new = Vec::new();
+    for entry in entries {
+        let parts: Vec<&str> = entry.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            match fs::symlink_metadata(root.join(&above)) {
+                Ok(m) if !m.is_dir() => return Err(conflict(&above)),
+                _ => {}
+            }
+        }
+        let target = root.join(&entry.path);
+        let Ok(meta) = fs::symlink_metadata(&target) else {
+            new.push(entry.clone());
+            continue;
+        };
+        let same = match entry.kind {
+            div_api::EntryKind::File => {
+                meta.is_file()
+                    && meta.len() == entry.size
+                    && blake3_of(&target).ok().as_deref() == entry.hash.as_deref()
+            }
+            div_api::EntryKind::Symlink => {
+                meta.file_type().is_symlink()
+                    && fs::read_link(&target)
+                        .ok()
+                        .map(|t| t.to_string_lossy().into_owned())
+                        == entry.target
+            }
+        };
+        if !same {
+            return Err(conflict(&entry.path));
+        }
+    }
+    let files = entries
+        .iter()
+        .filter(|e| e.kind == div_api::EntryKind::File)
+        .count() as u64;
+    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let committed = CommittedTree {
+        volume: volume.to_owned(),
+        path: String::new(),
+        files,
+        bytes,
+        extra: Default::default(),
+    };
+    if new.is_empty() {
+        return Ok((200, committed));
+    }
+    // Written whole beside the volume's files, then each moved into place.
+    let tmp = root.join(format!(".tmp-put-{}-{}", std::process::id(), now_ms()));
+    deps::materialise(&new, |h| blob_path(state, volume, h), &tmp).map_err(Failure::invalid)?;
+    let moved = (|| -> std::io::Result<()> {
+        for entry in &new {
+            let target = root.join(&entry.path);
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::rename(tmp.join(&entry.path), &target)?;
+        }
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&tmp);
+    moved?;
+    Ok((201, committed))
+}
+
+fn blake3_of(path: &Path) -> std::io::Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(fs::File::open(path)?)?;
+    Ok(hasher.finalize().to_hex().to_string())
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<()> {

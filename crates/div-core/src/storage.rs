@@ -1,0 +1,404 @@
+//! `div storage`: put a local file or folder into a volume, get files back, list, remove.
+//!
+//! A put is the code upload's machinery — hashes, "which blobs do you lack", resumable blob
+//! uploads, one commit — applied to any folder: only what the volume lacks is sent, and a put
+//! that was interrupted sends only the rest when run again. Its tree is committed at the
+//! volume's root (`""`), which adds paths and never replaces one that holds something else.
+
+use std::path::{Path, PathBuf};
+
+use div_api::{ControlPlane, ErrorKind, Volume, VolumeEntry};
+use div_ship::{EntryKind, HashStats, Manifest, ManifestEntry, Shipment, Source};
+use div_spec::VolumeName;
+use tokio::io::AsyncWriteExt;
+
+use crate::error::RunError;
+use crate::event::EventSink;
+
+/// `NAME[/PATH]`: a volume and a place in it (`""` for its root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumePath {
+    pub volume: String,
+    pub path: String,
+}
+
+impl std::str::FromStr for VolumePath {
+    type Err = RunError;
+    /// `data`, `data/`, `data/train/part-0.csv`; refuses a bad volume name and paths with
+    /// empty, `.` or `..` parts.
+    fn from_str(typed: &str) -> Result<VolumePath, RunError> {
+        let (volume, path) = typed.split_once('/').unwrap_or((typed, ""));
+        volume
+            .parse::<VolumeName>()
+            .map_err(|e| RunError::VolumePath {
+                typed: typed.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(VolumePath {
+            volume: volume.to_string(),
+            path: inner_path(typed, path)?,
+        })
+    }
+}
+
+/// A relative path inside a volume, `/`-separated, trailing `/` dropped.
+fn inner_path(typed: &str, path: &str) -> Result<String, RunError> {
+    let path = path.trim_end_matches('/');
+    if path.is_empty() {
+        return Ok(String::new());
+    }
+    if path.starts_with('/')
+        || path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(RunError::VolumePath {
+            typed: typed.to_string(),
+            message: "a path inside a volume has no empty, `.` or `..` parts".into(),
+        });
+    }
+    Ok(path.to_string())
+}
+
+/// What `storage_put` was asked.
+#[derive(Debug, Clone)]
+pub struct PutOptions {
+    /// The volume; made when it does not exist.
+    pub volume: String,
+    /// The local file or folder.
+    pub local: PathBuf,
+    /// Where in the volume it goes (`--to`); `None` for the root. A folder's contents go
+    /// there; a file goes there under its own name.
+    pub to: Option<String>,
+}
+
+/// What a put did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutSummary {
+    pub volume: String,
+    /// Where it went (`""` for the root).
+    pub to: String,
+    pub files: u64,
+    pub bytes: u64,
+    /// Whether the volume was made by this put.
+    pub created_volume: bool,
+    /// Files left out (links), for people.
+    pub warnings: Vec<String>,
+}
+
+/// Put a local file or folder into a volume, making the volume when needed. Sends only what
+/// the volume lacks, resuming partial uploads; emits the upload's events (for a progress bar).
+pub async fn storage_put(
+    cp: &dyn ControlPlane,
+    options: &PutOptions,
+    sink: &mut dyn EventSink,
+) -> Result<PutSummary, RunError> {
+    let target: VolumePath = format!("{}/{}", options.volume, options.to.as_deref().unwrap_or(""))
+        .parse()
+        .map_err(|_| RunError::VolumePath {
+            typed: options.to.clone().unwrap_or_default(),
+            message:
+                "`--to` is a relative path inside the volume, with no empty, `.` or `..` parts"
+                    .into(),
+        })?;
+    options
+        .volume
+        .parse::<VolumeName>()
+        .map_err(|e| RunError::VolumePath {
+            typed: options.volume.clone(),
+            message: e.to_string(),
+        })?;
+    let (shipment, warnings) = local_tree(&options.local)?;
+    let existed = cp
+        .list_volumes()
+        .await
+        .map_err(|e| RunError::api("list the volumes", e))?
+        .iter()
+        .any(|v| v.name == options.volume);
+    let put = crate::run::upload(cp, &shipment, &options.volume, "", &target.path, sink).await;
+    match put {
+        Err(RunError::Api { source, .. }) if source.kind() == ErrorKind::Conflict => {
+            let path = source
+                .details()
+                .get("path")
+                .and_then(|p| p.as_str())
+                .unwrap_or(&target.path)
+                .to_string();
+            return Err(RunError::PutConflict {
+                volume: options.volume.clone(),
+                path,
+            });
+        }
+        other => other?,
+    }
+    Ok(PutSummary {
+        volume: options.volume.clone(),
+        to: target.path,
+        files: shipment.files(),
+        bytes: shipment.bytes(),
+        created_volume: !existed,
+        warnings,
+    })
+}
+
+/// Every file under `local` (or `local` itself, named by its file name), hashed. Only `.git`
+/// folders are left out; links are left out with a warning (a volume holds data, and a link's
+/// target on this machine means nothing there).
+fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
+    let read = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Read { path, source }
+    };
+    let meta = std::fs::metadata(local).map_err(read(local))?;
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    let mut warnings = Vec::new();
+    let root = if meta.is_dir() {
+        let mut stack = vec![(local.to_path_buf(), String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).map_err(read(&dir))? {
+                let entry = entry.map_err(read(&dir))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let rel = if rel.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{rel}/{name}")
+                };
+                let kind = entry.file_type().map_err(read(&entry.path()))?;
+                if kind.is_dir() {
+                    if name != ".git" {
+                        stack.push((entry.path(), rel));
+                    }
+                } else if kind.is_file() {
+                    files.push((rel, entry.path()));
+                } else if kind.is_symlink() {
+                    warnings.push(format!("`{rel}` is a link, and was left out"));
+                }
+            }
+        }
+        local.to_path_buf()
+    } else {
+        let name = local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        files.push((name, local.to_path_buf()));
+        local.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
+    if files.is_empty() {
+        return Err(RunError::Ship(div_ship::ShipError::NothingToShip {
+            dir: local.to_path_buf(),
+        }));
+    }
+    let mut entries = Vec::with_capacity(files.len());
+    for (rel, path) in &files {
+        let meta = std::fs::metadata(path).map_err(read(path))?;
+        let hash = div_ship::hash_file(path).map_err(read(path))?;
+        use std::os::unix::fs::PermissionsExt;
+        entries.push(ManifestEntry {
+            path: rel.clone(),
+            kind: EntryKind::File,
+            executable: meta.permissions().mode() & 0o100 != 0,
+            size: meta.len(),
+            hash: Some(hash),
+            target: None,
+        });
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    // Paths are relative to `root`, where the upload plan reads them; the prefix is added
+    // when the tree is committed.
+    let shipment = Shipment {
+        root,
+        source: Source::Walk,
+        manifest: Manifest { entries },
+        warnings: Vec::new(),
+        stats: HashStats::default(),
+    };
+    Ok((shipment, warnings))
+}
+
+/// Where a [`storage_ls`] looked.
+#[derive(Debug, Clone)]
+pub enum Listing {
+    /// Every volume.
+    Volumes(Vec<Volume>),
+    /// What is under a path in a volume.
+    Entries {
+        volume: String,
+        path: String,
+        entries: Vec<VolumeEntry>,
+    },
+}
+
+/// List the volumes (`None`), or what is under a place in one.
+pub async fn storage_ls(
+    cp: &dyn ControlPlane,
+    at: Option<&VolumePath>,
+) -> Result<Listing, RunError> {
+    let Some(at) = at else {
+        let volumes = cp
+            .list_volumes()
+            .await
+            .map_err(|e| RunError::api("list the volumes", e))?;
+        return Ok(Listing::Volumes(volumes));
+    };
+    let entries = list(cp, at).await?;
+    Ok(Listing::Entries {
+        volume: at.volume.clone(),
+        path: at.path.clone(),
+        entries,
+    })
+}
+
+async fn list(cp: &dyn ControlPlane, at: &VolumePath) -> Result<Vec<VolumeEntry>, RunError> {
+    match cp.list_tree(&at.volume, &at.path).await {
+        Ok(entries) => Ok(entries),
+        Err(e) if e.is_not_found() => {
+            let volumes = cp
+                .list_volumes()
+                .await
+                .map_err(|e| RunError::api("list the volumes", e))?;
+            if volumes.iter().any(|v| v.name == at.volume) {
+                Err(RunError::NotInVolume {
+                    volume: at.volume.clone(),
+                    path: at.path.clone(),
+                })
+            } else {
+                Err(RunError::VolumeNotFound(at.volume.clone()))
+            }
+        }
+        Err(e) => Err(RunError::api("list the volume", e)),
+    }
+}
+
+/// What a get wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetSummary {
+    pub files: u64,
+    pub bytes: u64,
+    /// Where it went: the file, or the folder the tree was written into.
+    pub dest: PathBuf,
+}
+
+/// Read a file or a tree out of a volume into `dest`. A file goes to `dest` (or into it, when
+/// `dest` is a folder); a tree's contents go into the folder `dest`, made when needed. Nothing
+/// local is overwritten: a path that exists refuses the get before anything is written.
+pub async fn storage_get(
+    cp: &dyn ControlPlane,
+    from: &VolumePath,
+    dest: &Path,
+) -> Result<GetSummary, RunError> {
+    let entries = list(cp, from).await?;
+    let single_file = entries.len() == 1
+        && entries[0].path == from.path
+        && entries[0].kind != "dir"
+        && !from.path.is_empty();
+    // (path in volume, local path, entry)
+    let mut plan: Vec<(String, PathBuf, &VolumeEntry)> = Vec::new();
+    let root_dest;
+    if single_file {
+        let name = from.path.rsplit('/').next().unwrap_or(&from.path);
+        root_dest = if dest.is_dir() {
+            dest.join(name)
+        } else {
+            dest.to_path_buf()
+        };
+        plan.push((from.path.clone(), root_dest.clone(), &entries[0]));
+    } else {
+        root_dest = dest.to_path_buf();
+        let strip = if from.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", from.path)
+        };
+        for entry in &entries {
+            let Some(rel) = entry.path.strip_prefix(&strip) else {
+                continue;
+            };
+            if rel.is_empty()
+                || rel
+                    .split('/')
+                    .any(|c| c.is_empty() || c == "." || c == "..")
+            {
+                continue;
+            }
+            plan.push((entry.path.clone(), dest.join(rel), entry));
+        }
+    }
+    for (_, local, entry) in &plan {
+        if entry.kind != "dir" && std::fs::symlink_metadata(local).is_ok() {
+            return Err(RunError::WouldOverwrite {
+                path: local.clone(),
+            });
+        }
+    }
+    let write = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Write { path, source }
+    };
+    if !single_file {
+        std::fs::create_dir_all(&root_dest).map_err(write(&root_dest))?;
+    }
+    let (mut files, mut bytes) = (0, 0);
+    for (in_volume, local, entry) in plan {
+        if let Some(parent) = local.parent() {
+            std::fs::create_dir_all(parent).map_err(write(parent))?;
+        }
+        match entry.kind.as_str() {
+            "dir" => std::fs::create_dir_all(&local).map_err(write(&local))?,
+            "symlink" => {
+                if let Some(target) = &entry.target {
+                    std::os::unix::fs::symlink(target, &local).map_err(write(&local))?;
+                }
+            }
+            _ => {
+                let partial = local.with_file_name(format!(
+                    ".{}.div-partial",
+                    local
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                ));
+                let mut file = tokio::fs::File::create(&partial)
+                    .await
+                    .map_err(write(&partial))?;
+                let got = cp
+                    .read_file(&from.volume, &in_volume, &mut file)
+                    .await
+                    .map_err(|e| RunError::api("read the file", e));
+                let got = match got {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&partial);
+                        return Err(e);
+                    }
+                };
+                file.flush().await.map_err(write(&partial))?;
+                drop(file);
+                if entry.executable {
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ =
+                        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755));
+                }
+                std::fs::rename(&partial, &local).map_err(write(&local))?;
+                files += 1;
+                bytes += got;
+            }
+        }
+    }
+    Ok(GetSummary {
+        files,
+        bytes,
+        dest: root_dest,
+    })
+}
+
+/// Remove a volume and everything in it.
+pub async fn storage_rm(cp: &dyn ControlPlane, volume: &str) -> Result<(), RunError> {
+    cp.delete_volume(volume).await.map_err(|e| {
+        if e.is_not_found() {
+            RunError::VolumeNotFound(volume.to_string())
+        } else {
+            RunError::api("remove the volume", e)
+        }
+    })
+}
