@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use div_api::RunStatus;
 use div_spec::{Check, EnvPair, MemoryGib, Money};
 
 /// Place runs on GPUs
@@ -22,9 +23,31 @@ pub(crate) enum Command {
     Logs(LogsArgs),
     /// Stop a run
     Stop(StopArgs),
+    /// List runs, newest first
+    Runs(RunsArgs),
+    /// Put files into volumes, get them back, list and remove volumes
+    #[command(subcommand)]
+    Storage(StorageCommand),
+    /// Set, list and remove the secrets every run has as environment variables
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+    /// Print a run's result and each check's verdict
+    Result(ResultArgs),
+    /// Print a run's telemetry points and plot each series
+    Telemetry(TelemetryArgs),
+    /// Show the resolved settings and where each came from
+    Config(ConfigArgs),
+    /// Store a control plane's address and token in the user config file
+    Login(LoginArgs),
     /// Run or control the local control plane
     #[command(subcommand)]
     Server(ServerCommand),
+    /// Write shell completions or the man page to stdout (for `cargo xtask`)
+    #[command(name = "__generate", hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: Generate,
+    },
     /// Own one run of the local control plane (started by the server)
     #[command(name = "__supervise", hide = true)]
     Supervise {
@@ -123,6 +146,9 @@ pub(crate) struct LogsArgs {
     /// Follow a running run until it ends
     #[arg(short, long)]
     pub(crate) follow: bool,
+    /// Print the run as JSON once the log is printed (the log goes to stderr)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +156,193 @@ pub(crate) struct StopArgs {
     /// The run, by name or id
     #[arg(value_name = "RUN")]
     pub(crate) run: String,
+    /// Print the run as it ended as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  div runs
+  div runs --status running
+  div runs --all --limit 200 --json")]
+pub(crate) struct RunsArgs {
+    /// The project whose runs to list (default: this directory's)
+    #[arg(long, value_name = "SLUG", conflicts_with = "all")]
+    pub(crate) project: Option<String>,
+    /// Every project's runs
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Only runs in this status: queued, running, succeeded, failed, canceled, stopped_by_org,
+    /// hit_ceiling
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Option<RunStatus>,
+    /// How many runs at most
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(crate) limit: u32,
+    /// Print the runs as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum StorageCommand {
+    /// Put a file or folder into a volume, making the volume when needed
+    #[command(
+        after_help = "A folder's contents go to the volume's root, or under --to; a file goes there \
+under its own name. Only what the volume lacks is sent, so a put that was interrupted sends \
+the rest when run again. A put never replaces a file the volume holds with other content.
+
+Examples:
+  div storage put mask-models ./models
+  div storage put datasets ./imagenet --to imagenet/v2"
+    )]
+    Put {
+        /// The volume
+        #[arg(value_name = "NAME")]
+        volume: String,
+        /// The local file or folder
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// Where in the volume it goes (default: its root)
+        #[arg(long, value_name = "DIR")]
+        to: Option<String>,
+        /// Print what was put as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Get a file or folder out of a volume
+    #[command(after_help = "Examples:
+  div storage get mask-models/base ./base
+  div storage get very-cool-classifier-code/code/9f31c2ab ./what-the-run-got")]
+    Get {
+        /// The volume, and a path in it: `NAME`, `NAME/dir`, `NAME/dir/file`
+        #[arg(value_name = "NAME[/PATH]")]
+        from: String,
+        /// Where to write it; nothing that exists is overwritten
+        #[arg(value_name = "DEST")]
+        dest: PathBuf,
+        /// Print what was written as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the volumes, or what is in one
+    Ls {
+        /// The volume, and a path in it
+        #[arg(value_name = "NAME[/PATH]")]
+        at: Option<String>,
+        /// Print the listing as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a volume and everything in it
+    Rm {
+        /// The volume
+        #[arg(value_name = "NAME")]
+        volume: String,
+        /// Do not ask for confirmation (required without a terminal)
+        #[arg(short, long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SecretsCommand {
+    /// Set a secret from stdin, a prompt that does not echo, or a file; never from arguments
+    #[command(after_help = "Examples:
+  div secrets set HF_TOKEN
+  printf %s \"$TOKEN\" | div secrets set HF_TOKEN
+  div secrets set GCP_KEY --from-file key.json")]
+    Set {
+        /// The secret's name, as the environment variable runs will have
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Read the value from this file, as it is
+        #[arg(long, value_name = "FILE")]
+        from_file: Option<PathBuf>,
+    },
+    /// List the secrets' names and when each was set, never their values
+    Ls {
+        /// Print the list as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a secret
+    Rm {
+        /// The secret's name
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "With --check, exits 210 when a check given here misses or is unknown.
+
+Examples:
+  div result run-k4t9
+  div result run-k4t9 --check 'metrics.accuracy>=0.8' && deploy.sh"
+)]
+pub(crate) struct ResultArgs {
+    /// The run, by name or id
+    #[arg(value_name = "RUN")]
+    pub(crate) run: String,
+    /// Judge the stored result again against this check; repeatable
+    #[arg(long, value_name = "CHECK")]
+    pub(crate) check: Vec<Check>,
+    /// Print the result and verdicts as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  div telemetry run-k4t9
+  div telemetry run-k4t9 --follow
+  div telemetry run-k4t9 --telemetry charts.toml
+  div telemetry run-k4t9 --json")]
+pub(crate) struct TelemetryArgs {
+    /// The run, by name or id
+    #[arg(value_name = "RUN")]
+    pub(crate) run: String,
+    /// Keep reading while the run goes: redraw on a terminal, append points otherwise
+    #[arg(short, long)]
+    pub(crate) follow: bool,
+    /// Print the raw points as JSON, one object per line
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Lay the charts out by this file (default: the run's own layout, or one chart per series)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) telemetry: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// Print the settings as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The token is read from stdin, or from a prompt that does not echo.
+
+Example:
+  div login --api-url https://api.divergentlabs.xyz"
+)]
+pub(crate) struct LoginArgs {
+    /// The control plane's address
+    #[arg(long, value_name = "URL")]
+    pub(crate) api_url: String,
+}
+
+/// What `div __generate` writes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum Generate {
+    Bash,
+    Zsh,
+    Fish,
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,7 +1,7 @@
 //! `div`'s exit codes, documented in `docs/exit-codes.md`.
 //!
 //! A run's own exit code passes through (`div run` of a run that exits 3 exits 3). div's own
-//! outcomes use 200–209, a block no shell, signal (128+N) or common program convention uses,
+//! outcomes use 200–210, a block no shell, signal (128+N) or common program convention uses,
 //! so a script can tell them from the run's.
 
 /// Everything went as asked: the run succeeded (its checks may have missed), or it was placed
@@ -28,6 +28,9 @@ pub(crate) const STOPPED_BY_ORG: i32 = 207;
 pub(crate) const INTERRUPTED: i32 = 208;
 /// The run failed without an exit code of its own (its supervisor was lost).
 pub(crate) const FAILED_WITHOUT_CODE: i32 = 209;
+/// `div result`: a check shown (the run's own, or one given with `--check`) missed or is
+/// unknown.
+pub(crate) const CHECK_MISSED: i32 = 210;
 
 use div_api::{Run, RunStatus};
 use div_core::FailureKind;
@@ -60,7 +63,7 @@ pub(crate) fn for_failure(kind: FailureKind) -> i32 {
 
 /// Every code, with its name, for the documentation test.
 #[cfg(test)]
-pub(crate) const ALL: [(&str, i32); 11] = [
+pub(crate) const ALL: [(&str, i32); 12] = [
     ("SUCCESS", SUCCESS),
     ("REFUSED", REFUSED),
     ("UNREACHABLE", UNREACHABLE),
@@ -72,6 +75,7 @@ pub(crate) const ALL: [(&str, i32); 11] = [
     ("STOPPED_BY_ORG", STOPPED_BY_ORG),
     ("INTERRUPTED", INTERRUPTED),
     ("FAILED_WITHOUT_CODE", FAILED_WITHOUT_CODE),
+    ("CHECK_MISSED", CHECK_MISSED),
 ];
 
 #[cfg(test)]

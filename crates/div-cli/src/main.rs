@@ -3,6 +3,7 @@
 mod args;
 mod commands;
 mod exit_codes;
+mod plot;
 mod printer;
 mod settings;
 

@@ -39,7 +39,22 @@ pub(crate) struct Settings {
     pub(crate) deadline: Option<std::time::Duration>,
     /// Whether stderr may be coloured: it is a terminal and `NO_COLOR` is unset.
     pub(crate) color: bool,
+    /// `$XDG_CONFIG_HOME/div/config.json`, where `div login` writes.
+    pub(crate) user_config: Option<PathBuf>,
+    /// Each setting, its value and where it came from, for `div config`.
+    pub(crate) sources: Vec<Source>,
 }
+
+/// One resolved setting, for `div config`. Secret values are never kept here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Source {
+    pub(crate) name: &'static str,
+    pub(crate) value: String,
+    pub(crate) from: String,
+}
+
+/// How a token is shown.
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Reads an environment variable, treating an empty one as unset.
 fn env(name: &str) -> Option<String> {
@@ -85,7 +100,103 @@ impl Settings {
             )?)),
             None => None,
         };
+        let user_config_path = config.as_ref().map(|c| c.join("div/config.json"));
+        let mut sources = Vec::new();
+        let mut add =
+            |name, value: String, from: String| sources.push(Source { name, value, from });
+        match &target {
+            Target::Remote { url, from, .. } => add("api_url", url.clone(), from.clone()),
+            Target::Local => add(
+                "api_url",
+                format!("unix://{}", home.join("server.sock").display()),
+                "default: the local control plane".into(),
+            ),
+        }
+        let token_from = if env("DIVERGENT_TOKEN").is_some() {
+            Some("DIVERGENT_TOKEN".to_string())
+        } else {
+            user_config
+                .as_ref()
+                .filter(|(_, m)| m.get("token").is_some_and(|t| t.is_string()))
+                .map(|(p, _)| p.display().to_string())
+        };
+        match token_from {
+            Some(from) => add("token", REDACTED.into(), from),
+            None => add("token", "none".into(), "default".into()),
+        }
+        match div_core::resolve_project(None, env("DIVERGENT_PROJECT").as_deref(), &cwd) {
+            Ok(p) => {
+                let from = match p.origin {
+                    div_core::ProjectOrigin::Flag => "--project".to_string(),
+                    div_core::ProjectOrigin::Env => "DIVERGENT_PROJECT".into(),
+                    div_core::ProjectOrigin::File(f) => f.display().to_string(),
+                    _ => "default: this directory's name".into(),
+                };
+                add("project", p.slug, from)
+            }
+            Err(e) => add("project", format!("none ({e})"), "default".into()),
+        }
+        add(
+            "home",
+            home.display().to_string(),
+            if env("DIVERGENT_HOME").is_some() {
+                "DIVERGENT_HOME".into()
+            } else {
+                "default: $XDG_DATA_HOME/div".into()
+            },
+        );
+        add(
+            "api_timeout",
+            deadline.map_or("30s".into(), |d| format!("{}s", d.as_secs())),
+            if deadline.is_some() {
+                "DIVERGENT_API_TIMEOUT".into()
+            } else {
+                "default".into()
+            },
+        );
+        add(
+            "emulate_gpus",
+            env("DIVERGENT_EMULATE_GPUS").unwrap_or_else(|| "none".into()),
+            if env("DIVERGENT_EMULATE_GPUS").is_some() {
+                "DIVERGENT_EMULATE_GPUS".into()
+            } else {
+                "default: GPUs found with nvidia-smi".into()
+            },
+        );
+        add(
+            "cache",
+            cache
+                .as_ref()
+                .map_or("none".into(), |c| c.join("div").display().to_string()),
+            if env("XDG_CACHE_HOME").is_some() {
+                "XDG_CACHE_HOME".into()
+            } else {
+                "default: ~/.cache/div".into()
+            },
+        );
+        add(
+            "color",
+            if color { "on" } else { "off" }.into(),
+            if env("NO_COLOR").is_some() {
+                "NO_COLOR".into()
+            } else {
+                "default: on when stderr is a terminal".into()
+            },
+        );
+        add(
+            "user_config",
+            user_config_path
+                .as_ref()
+                .map_or("none".into(), |p| p.display().to_string()),
+            if user_config.is_some() {
+                "found".into()
+            } else {
+                "absent; div login writes it".into()
+            },
+        );
         Ok(Settings {
+            user_config: user_config_path,
+            sources,
             cwd,
             deadline,
             target,
@@ -96,6 +207,41 @@ impl Settings {
             color,
         })
     }
+}
+
+/// Write `api_url` and `token` into the user config file, keeping its other fields: the
+/// folder is made owner-only (0700) and the file written owner-only (0600) before the token
+/// goes in, then renamed into place.
+pub(crate) fn write_credentials(path: &Path, api_url: &str, token: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let mut map = read_json(path)?.map(|(_, m)| m).unwrap_or_default();
+    map.insert("api_url".into(), api_url.into());
+    map.insert("token".into(), token.into());
+    let dir = path
+        .parent()
+        .context("the user config file has no folder")?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("could not make `{}`", dir.display()))?;
+    let tmp = path.with_extension("json.partial");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("could not write `{}`", tmp.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    let text = serde_json::to_string_pretty(&map)?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("could not write `{}`", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("could not write `{}`", path.display()))?;
+    Ok(())
 }
 
 type JsonFile<'a> = (&'a Path, &'a serde_json::Map<String, serde_json::Value>);

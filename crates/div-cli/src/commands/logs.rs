@@ -13,6 +13,9 @@ pub(crate) async fn logs(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     let cp = super::connect(settings).await?;
+    if args.json {
+        printer.log_to_stderr();
+    }
     let options = LogsOptions {
         run: args.run,
         follow: args.follow,
@@ -29,5 +32,8 @@ pub(crate) async fn logs(
         .await
         .map_err(super::failure)?;
     printer.status(&last_line(&run));
+    if args.json {
+        super::run::print_json(printer, &run)?;
+    }
     Ok(exit_codes::SUCCESS)
 }

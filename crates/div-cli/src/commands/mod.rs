@@ -1,10 +1,17 @@
 //! One module per command: each turns its arguments into div-core options, calls div-core and
 //! renders what comes back.
 
+pub(crate) mod config;
+pub(crate) mod generate;
 pub(crate) mod logs;
+pub(crate) mod result;
 pub(crate) mod run;
+pub(crate) mod runs;
+pub(crate) mod secrets;
 pub(crate) mod server;
 pub(crate) mod stop;
+pub(crate) mod storage;
+pub(crate) mod telemetry;
 
 use anyhow::anyhow;
 use div_api::{ControlPlane, Endpoint, HttpControlPlane, Options, Token};
@@ -63,6 +70,15 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
     if let Command::Supervise { run_dir } = &cli.command {
         return server::supervise(run_dir);
     }
+    if let Command::Generate { what } = &cli.command {
+        return match generate::generate(*what) {
+            Ok(code) => code,
+            Err(failure) => {
+                crate::printer::Printer::new(false).failure(&failure);
+                failure.code
+            }
+        };
+    }
     let mut printer = crate::printer::Printer::new(false);
     let settings = match Settings::from_env() {
         Ok(s) => s,
@@ -88,8 +104,15 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Run(args) => run::run(args, &settings, &mut printer).await,
             Command::Logs(args) => logs::logs(args, &settings, &mut printer).await,
             Command::Stop(args) => stop::stop(args, &settings, &mut printer).await,
+            Command::Runs(args) => runs::runs(args, &settings, &mut printer).await,
+            Command::Storage(command) => storage::storage(command, &settings, &mut printer).await,
+            Command::Secrets(command) => secrets::secrets(command, &settings, &mut printer).await,
+            Command::Result(args) => result::result(args, &settings, &mut printer).await,
+            Command::Telemetry(args) => telemetry::telemetry(args, &settings, &mut printer).await,
+            Command::Config(args) => config::config(args, &settings, &mut printer),
+            Command::Login(args) => config::login(args, &settings, &mut printer),
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
-            Command::Supervise { .. } => Ok(exit_codes::LOCAL),
+            Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),
         }
     });
     // Leave background work (a blocked stdin read, a retry) behind rather than wait for it.

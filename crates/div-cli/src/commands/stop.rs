@@ -13,15 +13,22 @@ pub(crate) async fn stop(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     let cp = super::connect(settings).await?;
-    match div_core::stop(&*cp, &args.run)
+    let run = match div_core::stop(&*cp, &args.run)
         .await
         .map_err(super::failure)?
     {
-        StopOutcome::Stopped(run) => printer.status(&last_line(&run)),
+        StopOutcome::Stopped(run) => {
+            printer.status(&last_line(&run));
+            run
+        }
         StopOutcome::AlreadyEnded(run) => {
             printer.status(&format!("{} had already ended", run.name));
             printer.status(&last_line(&run));
+            run
         }
+    };
+    if args.json {
+        super::run::print_json(printer, &run)?;
     }
     Ok(exit_codes::SUCCESS)
 }

@@ -1,0 +1,71 @@
+//! `div result`.
+
+use div_api::CheckOutcome;
+
+use crate::args::ResultArgs;
+use crate::exit_codes;
+use crate::printer::{Failure, Printer};
+use crate::settings::Settings;
+
+pub(crate) async fn result(
+    args: ResultArgs,
+    settings: &Settings,
+    printer: &mut Printer,
+) -> Result<i32, Failure> {
+    let cp = super::connect(settings).await?;
+    let report = div_core::result(&*cp, &args.run, &args.check)
+        .await
+        .map_err(super::failure)?;
+    let stored_missed = report
+        .result
+        .verdicts
+        .iter()
+        .any(|v| v.outcome != CheckOutcome::Passed);
+    let code = if stored_missed || !report.all_passed() {
+        exit_codes::CHECK_MISSED
+    } else {
+        exit_codes::SUCCESS
+    };
+    if args.json {
+        let mut value =
+            serde_json::to_value(&report.result).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+        if !args.check.is_empty() {
+            value["judged"] = serde_json::to_value(&report.judged)
+                .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+        }
+        super::run::print_json(printer, &value)?;
+        return Ok(code);
+    }
+    let mut out = String::new();
+    match &report.result.result {
+        Some(object) => {
+            out.push_str(
+                &serde_json::to_string_pretty(object)
+                    .map_err(|e| Failure::new(exit_codes::LOCAL, e))?,
+            );
+            out.push('\n');
+        }
+        None => {
+            let why = report
+                .result
+                .problem
+                .as_deref()
+                .unwrap_or("it wrote nothing to DIVERGENT_RESULT_PATH");
+            printer.status(&format!("{} has no result: {why}", report.result.run));
+        }
+    }
+    for verdict in &report.result.verdicts {
+        out.push_str(&verdict.line);
+        out.push('\n');
+    }
+    if !report.judged.is_empty() {
+        for verdict in &report.judged {
+            out.push_str(&verdict.line());
+            out.push_str(" · judged here\n");
+        }
+    }
+    if !out.is_empty() {
+        printer.data(&out).map_err(super::run::output_failure)?;
+    }
+    Ok(code)
+}

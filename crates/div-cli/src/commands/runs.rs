@@ -1,0 +1,227 @@
+//! `div runs`.
+
+use div_api::{CheckOutcome, Run};
+use div_core::RunsOptions;
+
+use crate::args::RunsArgs;
+use crate::exit_codes;
+use crate::printer::{Failure, Printer};
+use crate::settings::Settings;
+
+pub(crate) async fn runs(
+    args: RunsArgs,
+    settings: &Settings,
+    printer: &mut Printer,
+) -> Result<i32, Failure> {
+    let options = RunsOptions {
+        dir: settings.cwd.clone(),
+        project: args.project,
+        project_env: settings.project.clone(),
+        all: args.all,
+        status: args.status,
+        limit: args.limit,
+    };
+    // The project is resolved before the control plane is asked anything.
+    if !options.all {
+        div_core::resolve_project(
+            options.project.as_deref(),
+            options.project_env.as_deref(),
+            &options.dir,
+        )
+        .map_err(|e| super::failure(e.into()))?;
+    }
+    let cp = super::connect(settings).await?;
+    let listing = div_core::runs(&*cp, &options)
+        .await
+        .map_err(super::failure)?;
+    if args.json {
+        super::run::print_json(printer, &listing.runs)?;
+        return Ok(exit_codes::SUCCESS);
+    }
+    if listing.runs.is_empty() {
+        let what = match (&listing.project, args.status) {
+            (Some(p), Some(s)) => format!("no {s} runs in project `{}`", p.slug),
+            (Some(p), None) => format!("no runs in project `{}`", p.slug),
+            (None, Some(s)) => format!("no {s} runs"),
+            (None, None) => "no runs".to_string(),
+        };
+        printer.status(&what);
+        return Ok(exit_codes::SUCCESS);
+    }
+    let now = now_unix();
+    printer
+        .data(&table(&listing.runs, args.all, now))
+        .map_err(super::run::output_failure)?;
+    if listing.more {
+        printer.status(&format!(
+            "the newest {}; `--limit` shows more",
+            listing.runs.len()
+        ));
+    }
+    Ok(exit_codes::SUCCESS)
+}
+
+/// The runs as aligned columns, a header first.
+pub(crate) fn table(runs: &[Run], with_project: bool, now: Option<i64>) -> String {
+    let mut rows: Vec<Vec<String>> = vec![
+        [
+            "NAME", "STATUS", "HARDWARE", "AGE", "DURATION", "SPEND", "CHECKS",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    ];
+    if with_project {
+        rows[0].insert(1, "PROJECT".into());
+    }
+    for run in runs {
+        let mut row = vec![
+            run.name.clone(),
+            run.status.to_string(),
+            hardware(run),
+            age(&run.created_at, now),
+            div_spec::format_duration(run.duration_seconds),
+            div_spec::Money::from_cents(run.spent_cents).to_string(),
+            checks(run),
+        ];
+        if with_project {
+            row.insert(1, run.project.clone());
+        }
+        rows.push(row);
+    }
+    columns(&rows)
+}
+
+/// Rows as columns separated by two spaces, the last left ragged.
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `H100 · 1 core · 8 GiB`, `8× H100 · 8 cores · 64 GiB`, `CPU · 1 core · 2 GiB`.
+fn hardware(run: &Run) -> String {
+    let sku = run.sku.to_uppercase();
+    let units = if run.sku == "cpu" || run.gpus <= 1 {
+        sku
+    } else {
+        format!("{}× {sku}", run.gpus)
+    };
+    let cores = if run.cores == 1 { "core" } else { "cores" };
+    format!("{units} · {} {cores} · {} GiB", run.cores, run.memory_gib)
+}
+
+/// `passed 2/2`, `missed 1/2`, `pending` before they are judged, `-` without checks.
+fn checks(run: &Run) -> String {
+    let total = run.checks.len().max(run.verdicts.len());
+    if total == 0 {
+        return "-".into();
+    }
+    if !run.status.is_terminal() || run.verdicts.is_empty() {
+        return "pending".into();
+    }
+    let passed = run
+        .verdicts
+        .iter()
+        .filter(|v| v.outcome == CheckOutcome::Passed)
+        .count();
+    if passed == total {
+        format!("passed {passed}/{total}")
+    } else {
+        format!("missed {}/{total}", total - passed)
+    }
+}
+
+/// `12s ago`, `4m ago`, `3h ago`, `5d ago`; `?` for a time that cannot be read.
+pub(crate) fn age(created_at: &str, now: Option<i64>) -> String {
+    let (Some(then), Some(now)) = (unix_seconds(created_at), now) else {
+        return "?".into();
+    };
+    let s = (now - then).max(0);
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86_400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+pub(crate) fn now_unix() -> Option<i64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_secs()).ok())
+}
+
+/// Seconds since the epoch of an RFC 3339 UTC time, `2025-01-01T00:00:00Z` (fractions and a
+/// `+00:00` offset accepted).
+pub(crate) fn unix_seconds(t: &str) -> Option<i64> {
+    let b = t.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(t: &str, expect: Option<i64>) {
+        assert_eq!(unix_seconds(t), expect, "{t}");
+    }
+
+    #[test]
+    fn times_are_read() {
+        check("1970-01-01T00:00:00Z", Some(0));
+        check("2025-01-01T00:00:00Z", Some(1_735_689_600));
+        check("2024-02-29T12:30:15.123Z", Some(1_709_209_815));
+        check("2025-13-01T00:00:00Z", None);
+        check("yesterday", None);
+    }
+
+    #[test]
+    fn ages_read_like_people_say_them() {
+        let now = Some(1_735_689_600);
+        assert_eq!(age("2025-01-01T00:00:00Z", now), "0s ago");
+        assert_eq!(age("2024-12-31T23:59:00Z", now), "1m ago");
+        assert_eq!(age("2024-12-31T21:00:00Z", now), "3h ago");
+        assert_eq!(age("2024-12-25T00:00:00Z", now), "7d ago");
+        assert_eq!(age("later", now), "?");
+    }
+}

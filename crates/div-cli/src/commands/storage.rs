@@ -1,0 +1,191 @@
+//! `div storage`.
+
+use std::io::IsTerminal;
+
+use anyhow::anyhow;
+use div_core::{Event, Listing, PutOptions, VolumePath};
+use serde_json::json;
+
+use crate::args::StorageCommand;
+use crate::exit_codes;
+use crate::printer::{Failure, Printer};
+use crate::settings::Settings;
+
+pub(crate) async fn storage(
+    command: StorageCommand,
+    settings: &Settings,
+    printer: &mut Printer,
+) -> Result<i32, Failure> {
+    match command {
+        StorageCommand::Put {
+            volume,
+            path,
+            to,
+            json,
+        } => {
+            let options = PutOptions {
+                volume,
+                local: settings.cwd.join(path),
+                to,
+            };
+            let cp = super::connect(settings).await?;
+            let printer_cell = std::sync::Mutex::new(&mut *printer);
+            let mut sink = |event: Event| {
+                let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                match event {
+                    Event::UploadStarted { bytes, .. } => p.upload_started(bytes),
+                    Event::UploadProgress { sent } => p.upload_progress(sent),
+                    Event::UploadFinished => p.upload_finished(),
+                    _ => {}
+                }
+            };
+            let put = div_core::storage_put(&*cp, &options, &mut sink).await;
+            let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
+            let put = put.map_err(super::failure)?;
+            for warning in &put.warnings {
+                printer.warning(warning, None);
+            }
+            if json {
+                super::run::print_json(
+                    printer,
+                    &json!({
+                        "volume": put.volume,
+                        "to": put.to,
+                        "files": put.files,
+                        "bytes": put.bytes,
+                        "created_volume": put.created_volume,
+                    }),
+                )?;
+            } else {
+                if put.created_volume {
+                    printer.status(&format!("new volume {}", put.volume));
+                }
+                let noun = if put.files == 1 { "file" } else { "files" };
+                printer.status(&format!(
+                    "{} {noun}, {} → {}",
+                    put.files,
+                    div_spec::format_bytes(put.bytes),
+                    place(&put.volume, &put.to)
+                ));
+            }
+        }
+        StorageCommand::Get { from, dest, json } => {
+            let from: VolumePath = from.parse().map_err(super::failure)?;
+            let cp = super::connect(settings).await?;
+            let got = div_core::storage_get(&*cp, &from, &settings.cwd.join(&dest))
+                .await
+                .map_err(super::failure)?;
+            if json {
+                super::run::print_json(
+                    printer,
+                    &json!({"files": got.files, "bytes": got.bytes, "dest": got.dest}),
+                )?;
+            } else {
+                let noun = if got.files == 1 { "file" } else { "files" };
+                printer.status(&format!(
+                    "{} → {}: {} {noun}, {}",
+                    place(&from.volume, &from.path),
+                    dest.display(),
+                    got.files,
+                    div_spec::format_bytes(got.bytes)
+                ));
+            }
+        }
+        StorageCommand::Ls { at, json } => {
+            let at: Option<VolumePath> = match at {
+                Some(a) => Some(a.parse().map_err(super::failure)?),
+                None => None,
+            };
+            let cp = super::connect(settings).await?;
+            let listing = div_core::storage_ls(&*cp, at.as_ref())
+                .await
+                .map_err(super::failure)?;
+            match listing {
+                Listing::Volumes(volumes) if json => super::run::print_json(printer, &volumes)?,
+                Listing::Entries { entries, .. } if json => {
+                    super::run::print_json(printer, &entries)?
+                }
+                Listing::Volumes(volumes) if volumes.is_empty() => printer.status("no volumes"),
+                Listing::Volumes(volumes) => {
+                    let mut rows = vec![vec!["NAME".into(), "SIZE".into(), "CREATED".into()]];
+                    rows.extend(volumes.iter().map(|v| {
+                        vec![
+                            v.name.clone(),
+                            div_spec::format_bytes(v.size_bytes),
+                            v.created_at.clone(),
+                        ]
+                    }));
+                    printer
+                        .data(&super::runs::columns(&rows))
+                        .map_err(super::run::output_failure)?;
+                }
+                Listing::Entries {
+                    entries,
+                    volume,
+                    path,
+                } if entries.is_empty() => printer.status(&format!("{volume}/{path} is empty")),
+                Listing::Entries { entries, .. } => {
+                    let rows: Vec<Vec<String>> = entries
+                        .iter()
+                        .map(|e| {
+                            let size = if e.kind == "file" {
+                                div_spec::format_bytes(e.size)
+                            } else {
+                                "-".into()
+                            };
+                            let name = match (e.kind.as_str(), &e.target) {
+                                ("dir", _) => format!("{}/", e.path),
+                                ("symlink", Some(t)) => format!("{} -> {t}", e.path),
+                                _ => e.path.clone(),
+                            };
+                            vec![size, name]
+                        })
+                        .collect();
+                    printer
+                        .data(&super::runs::columns(&rows))
+                        .map_err(super::run::output_failure)?;
+                }
+            }
+        }
+        StorageCommand::Rm { volume, yes } => {
+            if !yes {
+                if !std::io::stdin().is_terminal() {
+                    return Err(Failure::new(
+                        exit_codes::REFUSED,
+                        anyhow!("removing volume `{volume}` needs a confirmation, and there is no terminal to ask on"),
+                    )
+                    .hint(Some(format!("pass `--yes`: `div storage rm {volume} --yes`"))));
+                }
+                if !confirm(&format!(
+                    "remove volume {volume} and everything in it? [y/N] "
+                )) {
+                    printer.status("nothing was removed");
+                    return Ok(exit_codes::REFUSED);
+                }
+            }
+            let cp = super::connect(settings).await?;
+            div_core::storage_rm(&*cp, &volume)
+                .await
+                .map_err(super::failure)?;
+            printer.status(&format!("volume {volume} removed"));
+        }
+    }
+    Ok(exit_codes::SUCCESS)
+}
+
+#[allow(clippy::print_stderr)]
+fn confirm(question: &str) -> bool {
+    eprint!("{question}");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok()
+        && matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// `data` for a volume's root, `data/train` for a path in it.
+fn place(volume: &str, path: &str) -> String {
+    if path.is_empty() {
+        volume.to_string()
+    } else {
+        format!("{volume}/{path}")
+    }
+}
