@@ -52,9 +52,11 @@ pub(crate) fn render(chart: &Chart, width: usize, height: usize) -> String {
             '│'
         };
         out.push_str(&format!("{label:>label_width$} {tick}"));
+        let mut row = String::new();
         for c in 0..width {
-            out.push(cell(&dots, r, c));
+            row.push(cell(&dots, r, c));
         }
+        out.push_str(row.trim_end());
         out.push('\n');
     }
     out.push_str(&format!(
@@ -187,9 +189,9 @@ mod tests {
     fn a_falling_line_is_drawn_from_top_left_to_bottom_right() {
         insta::assert_snapshot!(render(&chart(&[(0.0, 2.0), (1.0, 1.0), (2.0, 0.5), (3.0, 0.25)]), 12, 3), @r"
         loss (over step)
-           2 ┤⠉⠢⢄⡀
-             │    ⠈⠑⠒⠤⣀⡀
-        0.25 ┤          ⠈⠉
+           2 ┤⠑⠤⡀
+             │  ⠈⠒⠤⣀
+        0.25 ┤      ⠉⠒⠢⠤⢄⣀
              └────────────
               0           3
           loss: 4 points, last 0.25, min 0.25, max 2

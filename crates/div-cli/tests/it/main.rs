@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods)] // tests pass PATH on to the div they start
 
 mod cli_reference;
+mod commands;
 mod local;
 mod run;
 mod support;

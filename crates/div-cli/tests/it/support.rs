@@ -154,6 +154,10 @@ pub(crate) struct Done {
 }
 
 impl Done {
+    pub(crate) fn from_output(output: Output, world: &World) -> Done {
+        Done::new(output, world)
+    }
+
     fn new(output: Output, world: &World) -> Done {
         let filter = |b: &[u8]| {
             filter(
