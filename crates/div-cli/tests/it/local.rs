@@ -140,3 +140,150 @@ fn detach_then_follow_then_stop() {
     assert_eq!(again.status.code(), Some(0));
     assert!(text(&again.stderr).starts_with(&format!("{name} had already ended\n")));
 }
+
+const AROUND: &str = r#"import json, os
+for step in range(5):
+    with open(os.environ["DIVERGENT_TELEMETRY_PATH"], "a") as f:
+        f.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n")
+print("HF_TOKEN=" + os.environ.get("HF_TOKEN", "unset"))
+print("data=" + open("/mnt/ds/v1/a.txt").read().strip())
+json.dump({"metrics": {"accuracy": 0.91}}, open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
+"#;
+
+impl Local {
+    fn div_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = command(self.tmp.path(), &self.project(), args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("div starts");
+        child
+            .stdin
+            .take()
+            .expect("a piped stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("div runs")
+    }
+}
+
+#[test]
+fn the_commands_around_a_run() {
+    let local = Local::new();
+    std::fs::write(local.project().join("around.py"), AROUND).expect("write");
+    let data = local.tmp.path().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    std::fs::write(data.join("a.txt"), "hello\n").expect("write");
+    let data = data.to_string_lossy().into_owned();
+
+    // Storage: a put makes the volume; a second put sends nothing and succeeds.
+    let put = local.div(&["storage", "put", "ds", &data, "--to", "v1"]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    assert_eq!(text(&put.stderr), "new volume ds\n1 file, 6 B → ds/v1\n");
+    let again = local.div(&["storage", "put", "ds", &data, "--to", "v1"]);
+    assert_eq!(text(&again.stderr), "1 file, 6 B → ds/v1\n");
+    std::fs::write(local.tmp.path().join("data/a.txt"), "changed\n").expect("write");
+    let replace = local.div(&["storage", "put", "ds", &data, "--to", "v1"]);
+    assert_eq!(replace.status.code(), Some(200), "a put never replaces");
+
+    // Secrets: every run has them; --env wins.
+    let set = local.div_stdin(&["secrets", "set", "HF_TOKEN"], "from-secret\n");
+    assert_eq!(set.status.code(), Some(0), "{}", text(&set.stderr));
+    let ls = local.div(&["secrets", "ls"]);
+    assert!(text(&ls.stdout).contains("HF_TOKEN"));
+    assert!(!text(&ls.stdout).contains("from-secret"));
+
+    let first = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "around.py",
+        "--check",
+        "metrics.accuracy>=0.8",
+    ]);
+    let stdout = text(&first.stdout);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert!(
+        stdout.contains("HF_TOKEN=from-secret\ndata=hello\n"),
+        "{stdout}"
+    );
+    let second = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--env",
+        "HF_TOKEN=from-env",
+        "around.py",
+    ]);
+    assert!(
+        text(&second.stdout).contains("HF_TOKEN=from-env\n"),
+        "{}",
+        text(&second.stdout)
+    );
+
+    // Runs: newest first.
+    let runs = local.div(&["runs", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("json");
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let (newest, older) = (names[0], names[1]);
+    let table = text(&local.div(&["runs"]).stdout);
+    assert!(
+        table
+            .lines()
+            .nth(2)
+            .is_some_and(|l| l.starts_with(older) && l.ends_with("passed 1/1")),
+        "{table}"
+    );
+
+    // Result: stored verdicts, and checks judged here decide the exit code.
+    let result = local.div(&["result", older]);
+    assert_eq!(result.status.code(), Some(0));
+    assert!(text(&result.stdout).contains("check passed: metrics.accuracy >= 0.8 (found 0.91)\n"));
+    let missed = local.div(&["result", older, "--check", "metrics.accuracy>0.95"]);
+    assert_eq!(missed.status.code(), Some(210));
+
+    // Telemetry: the points, raw and plotted.
+    let points = local.div(&["telemetry", newest, "--json"]);
+    assert_eq!(
+        text(&points.stdout).lines().count(),
+        5,
+        "{}",
+        text(&points.stdout)
+    );
+    let plot = text(&local.div(&["telemetry", newest]).stdout);
+    assert!(plot.starts_with("loss (over step)\n"), "{plot}");
+
+    // What the run was given reads back from the code volume.
+    let run: serde_json::Value = list[0].clone();
+    let code = format!(
+        "{}/{}",
+        run["code"]["volume"].as_str().unwrap_or_default(),
+        run["code"]["path"].as_str().unwrap_or_default()
+    );
+    let got = local.div(&["storage", "get", &code, "../given"]);
+    assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+    assert_eq!(
+        std::fs::read_to_string(local.tmp.path().join("given/around.py"))
+            .ok()
+            .as_deref(),
+        Some(AROUND)
+    );
+
+    // Removing a volume: refused without a terminal, done with --yes.
+    assert_eq!(local.div(&["storage", "rm", "ds"]).status.code(), Some(200));
+    assert_eq!(
+        local.div(&["storage", "rm", "ds", "--yes"]).status.code(),
+        Some(0)
+    );
+    assert!(!text(&local.div(&["storage", "ls"]).stdout).contains("ds "));
+    let rm = local.div(&["secrets", "rm", "HF_TOKEN"]);
+    assert_eq!(rm.status.code(), Some(0));
+}
