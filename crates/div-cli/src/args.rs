@@ -85,7 +85,7 @@ pub(crate) struct RunArgs {
     pub(crate) memory: Option<MemoryGib>,
 
     /// Stop the run when it has cost this much, in dollars
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub(crate) max_spend: Option<Money>,
 
     /// The project it belongs to (default: this directory's name)

@@ -57,6 +57,10 @@ pub enum RunError {
     /// The SKU is not one the control plane accepts.
     #[error(transparent)]
     UnknownSku(#[from] div_spec::UnknownSku),
+    /// The SKU is a real one, but this control plane does not offer it (the local one offers
+    /// only the GPUs its machine has).
+    #[error("this control plane has no `{sku}`; it accepts {}", accepted.join(", "))]
+    SkuNotOffered { sku: String, accepted: Vec<String> },
     /// The container asked for cannot be had.
     #[error(transparent)]
     Sizing(#[from] div_pricing::SizingError),
@@ -161,6 +165,12 @@ impl RunError {
                 Some("get it into a new directory, or move the file away first".into())
             }
             RunError::SecretNotFound(_) => Some("`div secrets ls` lists them".into()),
+            RunError::SkuNotOffered { accepted, .. } => Some(format!(
+                "the local control plane offers the GPUs this machine has; run on its cores with \
+                 `--gpu {}`, or declare emulated GPUs to try things out with \
+                 `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)",
+                accepted.first().map(String::as_str).unwrap_or("cpu")
+            )),
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
                 _ => None,

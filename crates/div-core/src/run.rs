@@ -246,12 +246,16 @@ async fn prepare(
         .await
         .map_err(|e| RunError::api("read the catalogue", e))?;
     let accepted: Vec<&str> = api_catalogue.skus.iter().map(|s| s.name.as_str()).collect();
-    let sku = options
-        .gpu
-        .parse::<Sku>()
-        .ok()
-        .filter(|s| accepted.contains(&s.name()))
-        .ok_or_else(|| UnknownSku::with_accepted(&options.gpu, &accepted))?;
+    let sku = match options.gpu.parse::<Sku>() {
+        Ok(sku) if accepted.contains(&sku.name()) => sku,
+        Ok(sku) => {
+            return Err(RunError::SkuNotOffered {
+                sku: sku.name().to_string(),
+                accepted: accepted.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        Err(_) => return Err(UnknownSku::with_accepted(&options.gpu, &accepted).into()),
+    };
     let catalogue = pricing_catalogue(&api_catalogue);
     let sizing = catalogue.size(&SizeRequest {
         sku,

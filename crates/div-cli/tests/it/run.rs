@@ -546,3 +546,31 @@ async fn an_unreachable_control_plane_has_its_own_code() {
     let out = c.output().await.expect("runs");
     assert_eq!(out.status.code(), Some(201));
 }
+
+#[tokio::test]
+async fn a_real_sku_this_control_plane_lacks_is_refused_with_what_it_has() {
+    // The local control plane offers only the GPUs its machine has: `h100` is a real SKU, but
+    // not one it can place, and the hint says what would work.
+    let world = crate::support::World::new().await;
+    world.server.reset().await;
+    let mut only_cpu = crate::support::catalogue();
+    only_cpu.skus.retain(|s| s.name == "cpu");
+    div_test_support::mock::mount_catalogue(&world.server, &only_cpu).await;
+    let done = world.div(&["run", "--gpu", "h100", "train.py"]).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert_eq!(done.stdout, "");
+    world.assert_nothing_created().await;
+    assert_snapshot!(done.stderr, @r"
+    error: this control plane has no `h100`; it accepts cpu
+    hint: the local control plane offers the GPUs this machine has; run on its cores with `--gpu cpu`, or declare emulated GPUs to try things out with `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)
+    ");
+}
+
+#[tokio::test]
+async fn a_negative_ceiling_is_refused_by_what_it_is() {
+    assert_snapshot!(refused(&["run", "--max-spend", "-3", "train.py"]).await, @r"
+    error: invalid value '-3' for '--max-spend <USD>': `-3` is negative; write a positive amount like `5.00`
+
+    For more information, try '--help'.
+    ");
+}
