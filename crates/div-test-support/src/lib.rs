@@ -24,6 +24,7 @@ mod conformance;
 mod fake;
 mod filters;
 pub mod mock;
+pub mod proxy;
 
 pub use conformance::{ConformanceContext, ConformanceReport, conformance, quick_run};
 pub use fake::{FAKE_TIME, FakeControlPlane, sample_catalogue};
