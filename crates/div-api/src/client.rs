@@ -629,6 +629,18 @@ impl HttpControlPlane {
                 }
                 Ok(Ok(got)) => return Ok(got),
                 Ok(Err(TryFailure::Final(e))) => return Err(e),
+                Ok(Err(TryFailure::Transport(e))) if matches!(call.body, CallBody::Blob(_)) => {
+                    // Part of a blob may have arrived: `upload_blob` asks how much before it
+                    // sends again, rather than sending it all a second time.
+                    return Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "the upload `{} {}` was cut: {e}",
+                            call.method,
+                            self.redact(&call.path)
+                        ),
+                    ));
+                }
                 Ok(Err(failure)) => last = Some(failure),
             }
             let pause = backoff(&self.inner.options, tries);
@@ -898,6 +910,22 @@ impl ControlPlane for HttpControlPlane {
                     offset = received;
                     resumes += 1;
                 }
+                Err(e) if e.is_unavailable() && resumes < 8 => {
+                    // The connection was cut: ask how much arrived and send only the rest.
+                    resumes += 1;
+                    tokio::time::sleep(backoff(&self.inner.options, resumes)).await;
+                    let missing = self.missing_blobs(volume, &[hash.to_owned()]).await?;
+                    if !missing.missing.iter().any(|h| h == hash) {
+                        return Ok(());
+                    }
+                    let received = missing.partial.get(hash).copied().unwrap_or(0);
+                    if received < offset || received > total {
+                        // What arrived is gone: the caller sends the whole blob again.
+                        return Err(e);
+                    }
+                    data = data.skip(received - offset);
+                    offset = received;
+                }
                 other => return other,
             }
         }
@@ -1120,8 +1148,10 @@ impl HttpLogStream {
         Some(Err(ApiError::new(kind, message)))
     }
 
-    /// Take every whole frame the decoder holds.
-    fn drain(&mut self) -> Result<(), ApiError> {
+    /// Take every whole frame the decoder holds; whether any was news (new bytes, a beat,
+    /// the end).
+    fn drain(&mut self) -> Result<bool, ApiError> {
+        let mut news = false;
         loop {
             let frame = self.decoder.next_frame().map_err(|e| {
                 ApiError::new(
@@ -1131,8 +1161,8 @@ impl HttpLogStream {
                 .with_source(e)
             })?;
             match frame {
-                None => return Ok(()),
-                Some(Frame::Beat) => {}
+                None => return Ok(news),
+                Some(Frame::Beat) => news = true,
                 Some(Frame::Chunk { offset, data }) => {
                     let end = offset + data.len() as u64;
                     if end <= self.next_offset {
@@ -1155,18 +1185,19 @@ impl HttpLogStream {
                         data,
                     });
                     self.next_offset = end;
+                    news = true;
                 }
                 Some(Frame::Tail { offset }) => {
                     self.pending.push_back(LogEvent::Tail { offset });
                     self.done = true;
                     self.body = None;
-                    return Ok(());
+                    return Ok(true);
                 }
                 Some(Frame::End(run)) => {
                     self.pending.push_back(LogEvent::End(run));
                     self.done = true;
                     self.body = None;
-                    return Ok(());
+                    return Ok(true);
                 }
             }
         }
@@ -1237,13 +1268,21 @@ impl LogStream for HttpLogStream {
                     if let Ok(data) = frame.into_data()
                         && !data.is_empty()
                     {
-                        self.last_progress = Instant::now();
-                        self.reconnects = 0;
                         self.decoder.push(&data);
-                        if let Err(e) = self.drain() {
-                            self.done = true;
-                            self.body = None;
-                            return Some(Err(e));
+                        match self.drain() {
+                            // Progress is a whole frame (new bytes, a beat, the end), not
+                            // raw bytes: a server cutting every connection mid-header
+                            // would otherwise be retried forever.
+                            Ok(true) => {
+                                self.last_progress = Instant::now();
+                                self.reconnects = 0;
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                self.done = true;
+                                self.body = None;
+                                return Some(Err(e));
+                            }
                         }
                     }
                 }

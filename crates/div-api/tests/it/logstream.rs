@@ -1,0 +1,127 @@
+//! The log stream across dropped connections: a hand-written HTTP server on 127.0.0.1:0
+//! that cuts each connection after a few bytes; the reader still sees every byte once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use div_api::logframe;
+use div_api::{ControlPlane, HttpControlPlane, LogEvent, Options, RunStatus};
+use div_test_support::mock::{sample_run, test_options};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Serve `log` as frames of `chunk` bytes from the asked offset, then `end`; a connection
+/// is cut after `cut` bytes of body while more chunk bytes than that remain. Returns the port and the offsets asked.
+async fn cutting_server(log: Vec<u8>, chunk: usize, cut: usize) -> (u16, Arc<Mutex<Vec<u64>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&asked);
+    tokio::spawn(async move {
+        let run = sample_run("run-cut", RunStatus::Succeeded);
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            let offset: u64 = line
+                .split(['?', '&', ' '])
+                .find_map(|p| p.strip_prefix("offset="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            seen.lock().expect("not poisoned").push(offset);
+            let mut body = Vec::new();
+            let mut at = offset as usize;
+            while at < log.len() {
+                let end = (at + chunk).min(log.len());
+                body.extend_from_slice(&logframe::encode_chunk(at as u64, &log[at..end]));
+                at = end;
+            }
+            // Cut while chunks remain past the cut; a connection with little left ends whole.
+            if body.len() > cut {
+                body.truncate(cut);
+            } else {
+                body.extend_from_slice(&logframe::encode_end(&run));
+            }
+            let header = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {}\r\nconnection: close\r\n\r\n",
+                logframe::MEDIA_TYPE
+            );
+            let _ = socket.write_all(header.as_bytes()).await;
+            let _ = socket.write_all(&body).await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    (port, asked)
+}
+
+fn client(port: u16, deadline: Duration) -> HttpControlPlane {
+    let endpoint = div_api::Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("address");
+    let options = Options {
+        deadline,
+        ..test_options(None)
+    };
+    HttpControlPlane::new(endpoint, options).expect("client")
+}
+
+#[tokio::test]
+async fn every_byte_once_across_cut_connections() {
+    let log: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    // 250 body bytes per connection: the cut falls inside a chunk's header or body.
+    let (port, asked) = cutting_server(log.clone(), 100, 250).await;
+    let cp = client(port, Duration::from_secs(5));
+    let mut stream = cp.log("run-cut", 0, true).await.expect("a stream");
+    let mut got = Vec::new();
+    let mut ended = None;
+    while let Some(event) = stream.next().await {
+        match event.expect("no error") {
+            LogEvent::Chunk { offset, data } => {
+                assert_eq!(offset, got.len() as u64, "no gap, no repeat");
+                got.extend_from_slice(&data);
+            }
+            LogEvent::End(run) => ended = Some(run),
+            LogEvent::Tail { .. } => panic!("a followed stream of an ended run does not tail"),
+        }
+    }
+    assert_eq!(got, log);
+    assert_eq!(ended.map(|r| r.name), Some("run-cut".to_owned()));
+    let asked = asked.lock().expect("not poisoned").clone();
+    assert!(asked.len() > 3, "reconnected: {asked:?}");
+    assert!(
+        asked.windows(2).all(|w| w[0] < w[1]),
+        "each reconnect resumes further: {asked:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_never_progresses_gives_up_at_the_deadline() {
+    // Every connection is cut before a whole header arrives.
+    let (port, _) = cutting_server(b"hello".to_vec(), 100, 3).await;
+    let cp = client(port, Duration::from_millis(300));
+    let mut stream = cp.log("run-cut", 0, true).await.expect("a stream");
+    let mut error = None;
+    while let Some(event) = stream.next().await {
+        if let Err(e) = event {
+            error = Some(e);
+        }
+    }
+    let e = error.expect("an error ends it");
+    assert!(e.is_unavailable(), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("lost the log of `run-cut` at byte 0"),
+        "{e}"
+    );
+}

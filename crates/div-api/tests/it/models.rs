@@ -1,0 +1,221 @@
+//! Fully populated examples of every model, and the promise that unknown fields survive.
+
+use div_api::*;
+use serde_json::{Value, json};
+
+pub(crate) mod examples {
+    use super::*;
+    use div_test_support::mock::sample_run;
+
+    pub(crate) fn health() -> Health {
+        serde_json::from_value(json!({"ok": true, "version": "0.1.0"})).expect("a health")
+    }
+    pub(crate) fn catalogue() -> Catalogue {
+        let mut c = div_test_support::sample_catalogue();
+        for sku in &mut c.skus {
+            sku.capacity = Some(8);
+            sku.emulated = true;
+        }
+        c
+    }
+    pub(crate) fn volume() -> Volume {
+        Volume {
+            name: "data".into(),
+            created_at: "2025-01-01T00:00:00Z".into(),
+            size_bytes: 3,
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn missing_blobs() -> MissingBlobs {
+        MissingBlobs {
+            missing: vec!["ab".into()],
+            partial: [("ab".to_owned(), 3)].into(),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn commit_tree() -> CommitTree {
+        CommitTree {
+            path: "code/9f31c2ab".into(),
+            entries: vec![TreeEntry {
+                path: "a".into(),
+                kind: EntryKind::Symlink,
+                executable: true,
+                size: 1,
+                hash: Some("ab".into()),
+                target: Some("b".into()),
+            }],
+        }
+    }
+    pub(crate) fn committed_tree() -> CommittedTree {
+        CommittedTree {
+            volume: "v".into(),
+            path: "code/x".into(),
+            files: 1,
+            bytes: 2,
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn volume_entry() -> VolumeEntry {
+        VolumeEntry {
+            path: "code/x/a".into(),
+            kind: "symlink".into(),
+            size: 1,
+            executable: true,
+            target: Some("b".into()),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn verdict() -> CheckVerdict {
+        CheckVerdict {
+            check: "metrics.accuracy >= 0.8".into(),
+            outcome: CheckOutcome::Passed,
+            found: Some(json!(0.91)),
+            line: "check passed: metrics.accuracy >= 0.8 (found 0.91)".into(),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn code() -> CodeRef {
+        CodeRef {
+            volume: "c".into(),
+            path: "code/x".into(),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn create_run() -> CreateRun {
+        CreateRun {
+            project: "p".into(),
+            name: Some("n".into()),
+            entrypoint: "train.py::run".into(),
+            command: "python -u train.py".into(),
+            sku: "h100".into(),
+            gpus: 1,
+            cpu: Some(8),
+            memory_gib: Some(64),
+            max_spend_cents: Some(500),
+            image: Some("img".into()),
+            env: vec![EnvVar {
+                key: "A".into(),
+                value: "1".into(),
+            }],
+            checks: vec!["metrics.accuracy >= 0.8".into()],
+            code: Some(code()),
+            telemetry_layout: Some("[x]".into()),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn run() -> Run {
+        let mut r = sample_run("run-k4t9", RunStatus::Failed);
+        r.env = vec![EnvVar {
+            key: "A".into(),
+            value: "1".into(),
+        }];
+        r.checks = vec!["metrics.accuracy >= 0.8".into()];
+        r.verdicts = vec![verdict()];
+        r.exit_code = Some(3);
+        r.reason = Some("boom".into());
+        r.code = Some(code());
+        r.telemetry_layout = Some("[x]".into());
+        r
+    }
+    pub(crate) fn run_list() -> RunList {
+        RunList {
+            runs: vec![run()],
+            next_cursor: Some("c".into()),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn run_result() -> RunResult {
+        RunResult {
+            run: "r_1".into(),
+            result: Some(json!({"metrics": {"accuracy": 0.9}})),
+            problem: Some("none".into()),
+            verdicts: vec![verdict()],
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn telemetry() -> Telemetry {
+        Telemetry {
+            run: "r_1".into(),
+            points: vec![TelemetryPoint {
+                line: 1,
+                point: json!({"step": 1}),
+            }],
+            bad_lines: vec![BadLine {
+                line: 2,
+                error: "not an object".into(),
+            }],
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn secret() -> SecretInfo {
+        SecretInfo {
+            name: "HF_TOKEN".into(),
+            updated_at: "2025-01-01T00:00:00Z".into(),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn error_body() -> ApiErrorBody {
+        ApiErrorBody {
+            error: ApiErrorDetail {
+                code: "unknown_sku".into(),
+                message: "unknown SKU `z`".into(),
+                details: json!({"accepted": ["cpu"]}),
+            },
+        }
+    }
+}
+
+/// Deserialize `value` with a few unknown fields added as `T`, serialize it back, and
+/// check the unknown fields came through unchanged.
+fn survives<T: serde::Serialize + serde::de::DeserializeOwned>(mut value: Value) {
+    let extra = json!({"zeta": {"nested": [1, 2]}, "added_later": "yes"});
+    for (k, v) in extra.as_object().expect("an object") {
+        value[k] = v.clone();
+    }
+    let model: T = serde_json::from_value(value.clone()).expect("the model reads it");
+    let back = serde_json::to_value(&model).expect("the model writes it");
+    assert_eq!(back["zeta"], extra["zeta"]);
+    assert_eq!(back["added_later"], extra["added_later"]);
+}
+
+#[test]
+fn unknown_fields_survive_a_round_trip() {
+    use examples as ex;
+    let v = |x: &dyn erased::ToValue| x.to_value();
+    survives::<Run>(v(&ex::run()));
+    survives::<Catalogue>(v(&ex::catalogue()));
+    survives::<SkuOffer>(v(&ex::catalogue().skus[0]));
+    survives::<Volume>(v(&ex::volume()));
+    survives::<MissingBlobs>(v(&ex::missing_blobs()));
+    survives::<CommittedTree>(v(&ex::committed_tree()));
+    survives::<VolumeEntry>(v(&ex::volume_entry()));
+    survives::<CheckVerdict>(v(&ex::verdict()));
+    survives::<CodeRef>(v(&ex::code()));
+    survives::<CreateRun>(v(&ex::create_run()));
+    survives::<RunList>(v(&ex::run_list()));
+    survives::<RunResult>(v(&ex::run_result()));
+    survives::<Telemetry>(v(&ex::telemetry()));
+    survives::<SecretInfo>(v(&ex::secret()));
+    survives::<Health>(v(&ex::health()));
+}
+
+#[test]
+fn unknown_fields_inside_a_run_survive() {
+    let mut value = serde_json::to_value(examples::run()).expect("a run serializes");
+    value["verdicts"][0]["weight"] = json!(2);
+    value["code"]["commit"] = json!("abc");
+    value["new_top_level"] = json!({"x": 1});
+    let run: Run = serde_json::from_value(value.clone()).expect("a run reads");
+    assert_eq!(serde_json::to_value(&run).expect("a run writes"), value);
+}
+
+mod erased {
+    pub(crate) trait ToValue {
+        fn to_value(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> ToValue for T {
+        fn to_value(&self) -> serde_json::Value {
+            serde_json::to_value(self).expect("the models serialize")
+        }
+    }
+}
