@@ -1,0 +1,119 @@
+//! The suite tests itself: the fake passes it, and a control plane that breaks a promise
+//! fails the matching check.
+
+use async_trait::async_trait;
+use div_api::*;
+use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter_snapshot};
+
+#[tokio::test]
+async fn the_fake_passes_the_suite() {
+    let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
+    report.assert_passed();
+    assert_eq!(report.passed.len(), 15);
+}
+
+/// The fake, but creating a run twice for one key.
+struct ForgetsKeys(FakeControlPlane);
+
+#[async_trait]
+impl ControlPlane for ForgetsKeys {
+    async fn catalogue(&self) -> Result<Catalogue, ApiError> {
+        self.0.catalogue().await
+    }
+    async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
+        self.0.list_volumes().await
+    }
+    async fn create_volume(&self, n: &str) -> Result<Volume, ApiError> {
+        self.0.create_volume(n).await
+    }
+    async fn delete_volume(&self, n: &str) -> Result<(), ApiError> {
+        self.0.delete_volume(n).await
+    }
+    async fn missing_blobs(&self, v: &str, h: &[String]) -> Result<MissingBlobs, ApiError> {
+        self.0.missing_blobs(v, h).await
+    }
+    async fn upload_blob(
+        &self,
+        v: &str,
+        h: &str,
+        o: u64,
+        t: u64,
+        d: BlobSource,
+    ) -> Result<(), ApiError> {
+        self.0.upload_blob(v, h, o, t, d).await
+    }
+    async fn commit_tree(&self, v: &str, t: &CommitTree) -> Result<CommittedTree, ApiError> {
+        self.0.commit_tree(v, t).await
+    }
+    async fn list_tree(&self, v: &str, p: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        self.0.list_tree(v, p).await
+    }
+    async fn read_file(&self, v: &str, p: &str, s: ByteSink<'_>) -> Result<u64, ApiError> {
+        self.0.read_file(v, p, s).await
+    }
+    async fn create_run(&self, k: &str, r: &CreateRun) -> Result<Run, ApiError> {
+        let fresh = format!(
+            "{k}-{}",
+            self.0.list_runs(&ListRuns::default()).await?.runs.len()
+        );
+        self.0.create_run(&fresh, r).await
+    }
+    async fn get_run(&self, r: &str) -> Result<Run, ApiError> {
+        self.0.get_run(r).await
+    }
+    async fn list_runs(&self, q: &ListRuns) -> Result<RunList, ApiError> {
+        self.0.list_runs(q).await
+    }
+    async fn stop_run(&self, r: &str) -> Result<Run, ApiError> {
+        self.0.stop_run(r).await
+    }
+    async fn log(&self, r: &str, o: u64, f: bool) -> Result<Box<dyn LogStream>, ApiError> {
+        self.0.log(r, o, f).await
+    }
+    async fn result(&self, r: &str) -> Result<RunResult, ApiError> {
+        self.0.result(r).await
+    }
+    async fn telemetry(&self, r: &str, a: u64) -> Result<Telemetry, ApiError> {
+        self.0.telemetry(r, a).await
+    }
+    async fn set_secret(&self, n: &str, v: &str) -> Result<SecretInfo, ApiError> {
+        self.0.set_secret(n, v).await
+    }
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
+        self.0.list_secrets().await
+    }
+    async fn delete_secret(&self, n: &str) -> Result<(), ApiError> {
+        self.0.delete_secret(n).await
+    }
+}
+
+#[tokio::test]
+async fn a_control_plane_that_forgets_keys_fails_the_suite() {
+    let cp = ForgetsKeys(FakeControlPlane::new());
+    let report = conformance(&cp, &ConformanceContext::default()).await;
+    let failed: Vec<&str> = report.failed.iter().map(|(name, _)| *name).collect();
+    assert_eq!(failed, ["create_run_idempotent"]);
+    assert!(
+        report.failed[0]
+            .1
+            .starts_with("the same key placed two runs"),
+        "{}",
+        report.failed[0].1
+    );
+}
+
+#[test]
+fn snapshot_filter() {
+    fn check(input: &str, expect: &str) {
+        assert_eq!(filter_snapshot(input), expect);
+    }
+    check(
+        "at `http://127.0.0.1:41234` after 3 tries",
+        "at `http://127.0.0.1:[PORT]` after 3 tries",
+    );
+    check("over 1.5s: x", "over [DURATION]: x");
+    check("within 30s (1 try)", "within [DURATION] (1 try)");
+    check("took 250ms", "took [DURATION]");
+    check("wrote `/tmp/.tmpAbC123/train.py`", "wrote `[TEMP]`");
+    check("run-k4t9 exited 3", "run-k4t9 exited 3");
+}
