@@ -53,6 +53,10 @@ pub enum Fault {
     ResetResponse(u64),
     /// Pass only the first `n` bytes of the request to the server, then close both sides.
     TruncateRequest(u64),
+    /// Pass only the first `n` bytes of the request, then nothing either way until
+    /// [`Proxy::release_stalled`], then close both sides: a link that dies after the server
+    /// has taken in what arrived.
+    StallRequest(u64),
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +66,7 @@ struct Shared {
     faulted: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
+    release: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Shared {
@@ -98,7 +103,10 @@ impl Proxy {
         let addr = listener
             .local_addr()
             .expect("a bound listener has an address");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            release: Some(tokio::sync::watch::channel(0).0),
+            ..Shared::default()
+        });
         let s = Arc::clone(&shared);
         let task = tokio::spawn(async move {
             loop {
@@ -156,6 +164,13 @@ impl Proxy {
             .len()
     }
 
+    /// Closes every connection held by [`Fault::StallRequest`].
+    pub fn release_stalled(&self) {
+        if let Some(tx) = &self.shared.release {
+            tx.send_modify(|generation| *generation += 1);
+        }
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
@@ -196,8 +211,11 @@ async fn handle(client: TcpStream, upstream: Upstream, fault: Fault, shared: Arc
         return;
     };
     let _ = client.set_nodelay(true);
+    let mut released = shared.release.as_ref().map(|tx| tx.subscribe());
+    let stall = matches!(fault, Fault::StallRequest(_));
     let (delay, up_limit, down_limit, reset) = match fault {
         Fault::Pass | Fault::Drop => (None, None, None, false),
+        Fault::StallRequest(n) => (None, Some(n), None, false),
         Fault::Delay(d) => (Some(d), None, None, false),
         Fault::TruncateResponse(n) => (None, None, Some(n), false),
         Fault::ResetResponse(n) => (None, None, Some(n), true),
@@ -208,12 +226,20 @@ async fn handle(client: TcpStream, upstream: Upstream, fault: Fault, shared: Arc
     {
         let up = async {
             pump(&mut cr, &mut sw, delay, up_limit, &shared.up).await;
+            if stall && let Some(rx) = &mut released {
+                let _ = rx.changed().await;
+            }
             if up_limit.is_none() {
                 // The client closed its side; the answer may still be coming.
                 std::future::pending::<()>().await;
             }
         };
-        let down = pump(&mut sr, &mut cw, delay, down_limit, &shared.down);
+        let down = async {
+            pump(&mut sr, &mut cw, delay, down_limit, &shared.down).await;
+            if stall {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = up => {}
             () = down => {}

@@ -4,5 +4,6 @@
 mod api;
 mod conformance;
 mod example;
+mod faults;
 mod harness;
 mod runs;
