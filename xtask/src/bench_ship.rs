@@ -6,9 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
+
+use crate::timing::{median, ms, ratio};
 
 struct Args {
     repo: Option<PathBuf>,
@@ -106,19 +108,6 @@ fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(out.stdout)
-}
-
-/// The median of `runs` timings of `f`, after one warm-up run.
-fn median<T>(runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Duration, T)> {
-    let mut last = f()?;
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let started = Instant::now();
-        last = f()?;
-        times.push(started.elapsed());
-    }
-    times.sort();
-    Ok((times[times.len() / 2], last))
 }
 
 fn listing(repo: &Path, runs: usize) -> Result<()> {
@@ -260,12 +249,4 @@ fn hashing(dir: &Path, mib: usize, runs: usize) -> Result<()> {
         second.total_bytes
     );
     Ok(())
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64()
 }

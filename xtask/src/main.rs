@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
+mod bench_run;
 mod bench_ship;
+mod timing;
 
 use anyhow::{Context, Result, bail};
 
@@ -37,7 +39,14 @@ fn cargo() -> Command {
 /// fmt, clippy, tests, and cargo deny when it is installed.
 fn ci() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     run(cargo().args(["test", "--workspace", "--locked"]))?;
     if Command::new("cargo-deny").arg("--version").output().is_ok() {
         run(cargo().args(["deny", "check"]))?;
@@ -59,16 +68,25 @@ fn ci() -> Result<()> {
 }
 
 fn bench(rest: &[String]) -> Result<()> {
-    let name = rest.first().map(String::as_str).unwrap_or("all");
+    let (name, flags) = match rest.first() {
+        Some(first) if !first.starts_with("--") => (first.as_str(), &rest[1..]),
+        _ => ("all", rest),
+    };
     match name {
-        "ship" => bench_ship::run(&rest[1..]),
-        other => bail!("unknown benchmark `{other}`"),
+        "ship" => bench_ship::run(flags),
+        "all" => {
+            bench_ship::run(&[])?;
+            bench_run::run("all", flags)
+        }
+        other => bench_run::run(other, flags),
     }
 }
 
 fn fuzz(rest: &[String]) -> Result<()> {
     let seconds: u64 = match rest.first() {
-        Some(s) => s.parse().context("the fuzz time is whole seconds per target")?,
+        Some(s) => s
+            .parse()
+            .context("the fuzz time is whole seconds per target")?,
         None => 30,
     };
     let list = Command::new("cargo")
@@ -77,7 +95,10 @@ fn fuzz(rest: &[String]) -> Result<()> {
         .output()
         .context("running `cargo fuzz list` (cargo install cargo-fuzz; needs nightly)")?;
     if !list.status.success() {
-        bail!("cargo fuzz list failed: {}", String::from_utf8_lossy(&list.stderr));
+        bail!(
+            "cargo fuzz list failed: {}",
+            String::from_utf8_lossy(&list.stderr)
+        );
     }
     for target in String::from_utf8_lossy(&list.stdout).lines() {
         run(Command::new("cargo").current_dir("fuzz").args([

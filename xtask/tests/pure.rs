@@ -6,12 +6,29 @@
 
 use std::process::Command;
 
-const BANNED: &[&str] = &["tokio", "hyper", "gix", "rusqlite", "reqwest", "async-trait"];
+const BANNED: &[&str] = &[
+    "tokio",
+    "hyper",
+    "gix",
+    "rusqlite",
+    "reqwest",
+    "async-trait",
+];
 
 fn normal_dependencies(krate: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "-p", krate, "-e", "normal", "--prefix", "none"])
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-p",
+            krate,
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
         .args(["--format", "{p}"])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
@@ -31,7 +48,10 @@ fn normal_dependencies(krate: &str) -> Vec<String> {
 fn pure_crates_stay_pure() {
     for krate in ["div-spec", "div-pricing"] {
         let deps = normal_dependencies(krate);
-        assert!(deps.iter().any(|d| d == krate), "{krate} missing from its own tree: {deps:?}");
+        assert!(
+            deps.iter().any(|d| d == krate),
+            "{krate} missing from its own tree: {deps:?}"
+        );
         for banned in BANNED {
             assert!(
                 !deps.iter().any(|d| d == banned),
