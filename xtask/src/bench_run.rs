@@ -106,10 +106,14 @@ impl Local {
         cmd.args(args)
             .current_dir(&self.project)
             .env("DIVERGENT_HOME", &self.home)
-            .env("DIVERGENT_EMULATE_GPUS", &self.gpus)
             .env_remove("DIVERGENT_API_URL")
             .env_remove("DIVERGENT_TOKEN")
             .env("NO_COLOR", "1");
+        if self.gpus.is_empty() {
+            cmd.env_remove("DIVERGENT_EMULATE_GPUS");
+        } else {
+            cmd.env("DIVERGENT_EMULATE_GPUS", &self.gpus);
+        }
         cmd
     }
 
@@ -265,7 +269,7 @@ fn timed(mut cmd: Command) -> Result<Timed> {
 }
 
 fn overhead(div: &Path, args: &Args) -> Result<()> {
-    let local = Local::start(div, "none")?;
+    let local = Local::start(div, "")?;
     let bare_dir = tempfile::tempdir()?;
     let (bare, _) = median(args.runs, || {
         quiet(&mut bare_bwrap(bare_dir.path(), "true")?)
@@ -342,7 +346,7 @@ fn drain(mut reader: impl Read) -> Result<u64> {
 }
 
 fn logs(div: &Path, args: &Args) -> Result<()> {
-    let local = Local::start(div, "none")?;
+    let local = Local::start(div, "")?;
     let bytes = args.log_mib << 20;
     // 64-byte lines of text, `bytes` in all.
     let command = format!(
