@@ -59,8 +59,8 @@ pub(crate) fn parse(rest: &[String]) -> Result<Args> {
 }
 
 /// The `div` binary: the one given, or a release build of this tree.
-fn div_binary(args: &Args) -> Result<PathBuf> {
-    if let Some(div) = &args.div {
+pub(crate) fn div_binary(div: Option<&Path>) -> Result<PathBuf> {
+    if let Some(div) = div {
         return div
             .canonicalize()
             .with_context(|| format!("`{}`", div.display()));
@@ -142,7 +142,7 @@ impl Drop for Local {
 
 pub(crate) fn run(name: &str, rest: &[String]) -> Result<()> {
     let args = parse(rest)?;
-    let div = div_binary(&args)?;
+    let div = div_binary(args.div.as_deref())?;
     eprintln!("div: {}", div.display());
     match name {
         "overhead" => overhead(&div, &args),

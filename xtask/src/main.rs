@@ -1,10 +1,12 @@
-//! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz`.
+//! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz [SECONDS]`,
+//! `cargo xtask schemathesis [SECONDS]`.
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 use std::process::Command;
 
 mod bench_run;
 mod bench_ship;
+mod schemathesis;
 mod timing;
 
 use anyhow::{Context, Result, bail};
@@ -12,14 +14,15 @@ use anyhow::{Context, Result, bail};
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(task) = args.first() else {
-        bail!("usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]>");
+        bail!("usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]|schemathesis [SECONDS]>");
     };
     let rest = &args[1..];
     match task.as_str() {
         "ci" => ci(),
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
-        other => bail!("unknown task `{other}`; expected ci, bench or fuzz"),
+        "schemathesis" => schemathesis::run(rest),
+        other => bail!("unknown task `{other}`; expected ci, bench, fuzz or schemathesis"),
     }
 }
 

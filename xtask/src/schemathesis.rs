@@ -1,0 +1,79 @@
+//! `cargo xtask schemathesis [SECONDS] [--div PATH]`: Schemathesis (`pip install
+//! schemathesis`) against the OpenAPI document (`docs/api/openapi.yaml`), sent to the local
+//! control plane on loopback TCP with a token: no server error, every response matching the
+//! schema. The server runs in this process on a temp home, sandboxed with bubblewrap and with
+//! 8 emulated H100s, and runs' supervisors are `div __supervise` of the `div` binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand, TcpOptions};
+
+const TOKEN: &str = "schemathesis-token";
+
+pub(crate) fn run(rest: &[String]) -> Result<()> {
+    let mut seconds: u64 = 120;
+    let mut div: Option<PathBuf> = None;
+    let mut it = rest.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--div" => div = Some(PathBuf::from(it.next().context("`--div` needs a path")?)),
+            s if !s.starts_with("--") => {
+                seconds = s.parse().context("the time is whole seconds")?;
+            }
+            other => bail!("unknown flag `{other}`; expected --div or SECONDS"),
+        }
+    }
+    let div = match div {
+        Some(d) => d,
+        None => crate::bench_run::div_binary(None)?,
+    };
+    ensure!(
+        Command::new("schemathesis")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "schemathesis is not installed (pip install schemathesis)"
+    );
+    let tmp = tempfile::tempdir().context("creating a temporary folder")?;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let options = ServerOptions {
+        home: tmp.path().join("home"),
+        tcp: Some(TcpOptions {
+            addr,
+            token: TOKEN.to_owned(),
+        }),
+        gpus: GpuSource::Emulate("h100:8".into()),
+        supervisor: SupervisorCommand {
+            program: div,
+            args: vec!["__supervise".into()],
+        },
+        sandbox: SandboxMode::Bwrap,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(div_server::serve(options, async {
+        let _ = stopped.await;
+    }));
+    let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/api/openapi.yaml");
+    let mut cmd = Command::new("schemathesis");
+    cmd.arg("run")
+        .arg(&spec)
+        .args(["--url", &format!("http://{addr}")])
+        .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+        .args(["--checks", "not_a_server_error,response_schema_conformance"])
+        .args(["--max-time", &seconds.to_string()])
+        .args(["--workers", "2", "--wait-for-schema", "10"])
+        .env("NO_COLOR", "1");
+    eprintln!("$ {cmd:?}");
+    let status = cmd.status().context("running schemathesis");
+    let _ = stop.send(());
+    let _ = runtime.block_on(server);
+    let status = status?;
+    ensure!(status.success(), "schemathesis found failures: {status}");
+    Ok(())
+}
