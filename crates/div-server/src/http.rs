@@ -62,13 +62,16 @@ fn empty(status: u16) -> Resp {
 }
 
 fn fail(f: Failure) -> Resp {
+    // `details` is an object when there is one, and absent otherwise (the contract has no
+    // `null` for it).
+    let mut error = json!({"code": f.code, "message": f.message});
+    if !f.details.is_null() {
+        error["details"] = f.details;
+    }
     full(
         f.status,
         "application/json",
-        serde_json::to_vec(
-            &json!({"error": {"code": f.code, "message": f.message, "details": f.details}}),
-        )
-        .unwrap_or_default(),
+        serde_json::to_vec(&json!({ "error": error })).unwrap_or_default(),
     )
 }
 
@@ -143,18 +146,32 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The most a JSON request body may hold: a manifest of a million paths fits.
+const MAX_JSON_BODY: usize = 64 << 20;
+
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, Failure> {
-    req.into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| {
+    let mut body = req.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
             Failure::new(
                 400,
                 "invalid",
                 format!("the request body could not be read: {e}"),
             )
-        })
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > MAX_JSON_BODY {
+                return Err(Failure::new(
+                    413,
+                    "invalid",
+                    format!("the request body is larger than {MAX_JSON_BODY} bytes"),
+                ));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(out))
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Failure> {
@@ -672,7 +689,7 @@ pub(crate) async fn serve(
         inventory,
         sandboxed,
         supervisor: options.supervisor.clone(),
-        memory_cgroup_parent: runs::memory_cgroup_parent(),
+        cgroups: crate::cgroup::detect(),
         lock: std::sync::Mutex::new(()),
     });
     // Reconcile before answering anything.

@@ -25,6 +25,7 @@
 //!
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
+mod cgroup;
 mod deps;
 mod http;
 mod inventory;

@@ -11,6 +11,7 @@ use div_api::{CreateRun, Run, RunStatus};
 use serde_json::{Value, json};
 
 use crate::SupervisorCommand;
+use crate::cgroup;
 use crate::deps;
 use crate::inventory::Inventory;
 use crate::sandbox::{self, SandboxInput};
@@ -31,7 +32,8 @@ pub(crate) struct State {
     pub(crate) inventory: Inventory,
     pub(crate) sandboxed: bool,
     pub(crate) supervisor: SupervisorCommand,
-    pub(crate) memory_cgroup_parent: Option<PathBuf>,
+    /// Where runs' memory and CPU cgroups go (found once, at start).
+    pub(crate) cgroups: cgroup::Plan,
     /// Serializes changes of runs' status between handlers and the scheduler.
     pub(crate) lock: Mutex<()>,
 }
@@ -565,6 +567,12 @@ fn launch(
             sku.label, run.gpus
         ));
     }
+    if run.image != DEFAULT_IMAGE {
+        first_lines.push(format!(
+            "div: the image {} is not used here: the local control plane runs on this machine's own system",
+            run.image
+        ));
+    }
     if !state.sandboxed {
         first_lines.push(
             "div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt".to_owned(),
@@ -636,7 +644,7 @@ fn launch(
         first_lines,
         cores: cores.to_vec(),
         memory_bytes: u64::from(run.memory_gib) << 30,
-        memory_cgroup_parent: state.memory_cgroup_parent.clone(),
+        cgroups: state.cgroups.clone(),
         cents_per_hour: run.cents_per_hour,
         max_spend_cents: run.max_spend_cents,
         max_seconds: deps::MAX_RUN_SECONDS,
@@ -678,26 +686,4 @@ fn launch(
     record.run.status = RunStatus::Running;
     record.run.started_at = Some(now_rfc3339(started_ms));
     state.store.update_run(record).map_err(|e| e.to_string())
-}
-
-/// The memory cgroup (v1) to make runs' cgroups under, when this process may: root, and
-/// `/sys/fs/cgroup/memory/<our cgroup>` writable.
-pub(crate) fn memory_cgroup_parent() -> Option<PathBuf> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let _id = parts.next()?;
-        let controllers = parts.next()?;
-        let path = parts.next()?;
-        controllers
-            .split(',')
-            .any(|c| c == "memory")
-            .then(|| path.to_owned())
-    })?;
-    let dir = Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
-    let probe = dir.join(format!("div-probe-{}", std::process::id()));
-    fs::create_dir(&probe).ok()?;
-    let ok = probe.join("memory.limit_in_bytes").exists();
-    let _ = fs::remove_dir(&probe);
-    ok.then_some(dir)
 }

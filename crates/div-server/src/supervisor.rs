@@ -16,6 +16,7 @@ use div_api::{BadLine, CheckVerdict, RunStatus, TelemetryPoint};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cgroup::{Plan, RunCgroups};
 use crate::{deps, sys};
 
 /// The reason a run killed for its memory (or by a signal from outside) gives.
@@ -40,8 +41,9 @@ pub(crate) struct RunSpec {
     pub(crate) cores: Vec<usize>,
     /// The container's memory.
     pub(crate) memory_bytes: u64,
-    /// The cgroup v1 memory directory to make the run's cgroup in, when there is one.
-    pub(crate) memory_cgroup_parent: Option<PathBuf>,
+    /// Where the run's memory and CPU cgroups are made, where this machine lets us.
+    #[serde(default)]
+    pub(crate) cgroups: Plan,
     pub(crate) cents_per_hour: i64,
     pub(crate) max_spend_cents: Option<i64>,
     pub(crate) max_seconds: u64,
@@ -158,26 +160,41 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     {
         let _ = writeln!(log, "div: could not pin the run to its cores: {e}");
     }
-    let cgroup = spec
-        .memory_cgroup_parent
-        .as_deref()
-        .and_then(|parent| make_cgroup(parent, &spec.run_id, spec.memory_bytes).ok());
-    if spec.memory_cgroup_parent.is_some() && cgroup.is_none() {
+    let cgroups = RunCgroups::make(
+        &spec.cgroups,
+        &spec.run_id,
+        spec.memory_bytes,
+        spec.cores.len(),
+    );
+    if spec.cgroups.memory.is_some() && cgroups.memory.is_none() {
         let _ = writeln!(
             log,
             "div: no memory cgroup could be made; memory is held by polling (a soft limit)"
         );
     }
+    if spec.cgroups.cpu.is_some() && cgroups.cpu.is_none() && !spec.cores.is_empty() {
+        let _ = writeln!(
+            log,
+            "div: no CPU cgroup could be made; the run is held to its cores by affinity alone"
+        );
+    }
     let mut argv: Vec<String> = Vec::new();
-    if let Some(cg) = &cgroup {
-        // A shell that moves itself into the cgroup, then becomes the command: the run is in
-        // the cgroup before it execs, and the supervisor stays outside it.
+    let dirs = cgroups.dirs();
+    if !dirs.is_empty() {
+        // A shell that moves itself into each cgroup, then becomes the command: the run is in
+        // its cgroups before it execs, and the supervisor stays outside them.
         argv.extend([
             "/bin/sh".to_owned(),
             "-c".to_owned(),
-            "echo $$ > \"$0\" && exec \"$@\"".to_owned(),
-            cg.join("cgroup.procs").display().to_string(),
+            "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\""
+                .to_owned(),
+            "sh".to_owned(),
         ]);
+        argv.extend(
+            dirs.iter()
+                .map(|d| d.join("cgroup.procs").display().to_string()),
+        );
+        argv.push("--".to_owned());
     }
     argv.extend(spec.argv.iter().cloned());
     let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
@@ -197,9 +214,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Ok(child) => child,
         Err(e) => {
             let _ = writeln!(log, "div: the run could not start: {e}");
-            if let Some(cg) = &cgroup {
-                let _ = fs::remove_dir(cg);
-            }
+            cgroups.remove();
             return early_end(spec, format!("the run could not start: {e}"));
         }
     };
@@ -223,7 +238,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         if elapsed >= spec.max_seconds.saturating_mul(1000) {
             break Stopped::Day;
         }
-        if cgroup.is_none() && last_poll.elapsed() >= Duration::from_millis(50) {
+        if cgroups.memory.is_none() && last_poll.elapsed() >= Duration::from_millis(50) {
             last_poll = std::time::Instant::now();
             if tree_rss(child.id()) > spec.memory_bytes {
                 break Stopped::Memory;
@@ -231,12 +246,10 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    kill_tree(&mut child, cgroup.as_deref());
+    kill_tree(&mut child, &cgroups);
     let ended_ms = now_ms();
-    let oom = matches!(stopped, Stopped::Memory) || cgroup.as_deref().is_some_and(oom_killed);
-    if let Some(cg) = &cgroup {
-        remove_cgroup(cg);
-    }
+    let oom = matches!(stopped, Stopped::Memory) || cgroups.oom_killed();
+    cgroups.remove();
     let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
     let duration_seconds = elapsed_ms / 1000;
     let spent = deps::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
@@ -325,40 +338,6 @@ fn last_line(log: &Path) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
-fn make_cgroup(parent: &Path, run_id: &str, memory_bytes: u64) -> io::Result<PathBuf> {
-    let dir = parent.join(format!("div-{run_id}"));
-    match fs::create_dir(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
-    // Without swap accounting this file is absent; the limit above is then the whole limit.
-    let _ = fs::write(
-        dir.join("memory.memsw.limit_in_bytes"),
-        memory_bytes.to_string(),
-    );
-    Ok(dir)
-}
-
-fn oom_killed(cgroup: &Path) -> bool {
-    fs::read_to_string(cgroup.join("memory.oom_control"))
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("oom_kill "))
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
-        .is_some_and(|n| n > 0)
-}
-
-fn remove_cgroup(cgroup: &Path) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while fs::remove_dir(cgroup).is_err() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Every process under `root` (itself included), from `/proc`.
 fn descendants(root: u32) -> Vec<u32> {
     let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
@@ -413,7 +392,7 @@ fn tree_rss(root: u32) -> u64 {
 
 /// Kills everything the run started: its process group, every descendant, and everything
 /// in its cgroup; then reaps the child. No orphan survives.
-fn kill_tree(child: &mut Child, cgroup: Option<&Path>) {
+fn kill_tree(child: &mut Child, cgroups: &RunCgroups) {
     let pid = child.id();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -424,12 +403,8 @@ fn kill_tree(child: &mut Child, cgroup: Option<&Path>) {
             }
         }
         any |= sys::kill_group(pid, libc::SIGKILL);
-        if let Some(cg) = cgroup
-            && let Ok(procs) = fs::read_to_string(cg.join("cgroup.procs"))
-        {
-            for p in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                any |= sys::kill(p, libc::SIGKILL);
-            }
+        for p in cgroups.pids() {
+            any |= sys::kill(p, libc::SIGKILL);
         }
         let _ = child.try_wait();
         if !any || std::time::Instant::now() >= deadline {
