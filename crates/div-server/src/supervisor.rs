@@ -507,3 +507,69 @@ fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spec for `command` under `sh -c`, with no cgroup, no cores and no sandbox.
+    fn spec(dir: &Path, command: &str, max_seconds: u64) -> RunSpec {
+        let tmp = dir.join("tmp");
+        fs::create_dir_all(tmp.join("divergent")).expect("tmp");
+        let workspace = dir.join("workspace");
+        fs::create_dir_all(&workspace).expect("workspace");
+        RunSpec {
+            run_id: "r_limit".to_owned(),
+            run_name: "limit".to_owned(),
+            argv: vec!["sh".to_owned(), "-c".to_owned(), command.to_owned()],
+            cwd: workspace.clone(),
+            env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+            first_lines: Vec::new(),
+            cores: Vec::new(),
+            memory_bytes: 1 << 40,
+            cgroups: Plan::default(),
+            cents_per_hour: 0,
+            max_spend_cents: None,
+            max_seconds,
+            started_ms: now_ms(),
+            checks: Vec::new(),
+            result_path: tmp.join("divergent/result.json"),
+            telemetry_path: tmp.join("divergent/telemetry.jsonl"),
+            mnt_dir: None,
+            volumes: Vec::new(),
+            workspace,
+        }
+    }
+
+    #[test]
+    fn a_run_past_its_time_limit_is_stopped_with_the_day_reason() {
+        // The limit is spec.json's `max_seconds` (the server writes 24 hours); 1 s here.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let marker = dir.path().join("child-pid");
+        let command = format!("sleep 1000 & echo $! > {}; sleep 1000", marker.display());
+        let end = run(dir.path(), &spec(dir.path(), &command, 1));
+        assert_eq!(end.status, RunStatus::Failed);
+        assert_eq!(end.reason.as_deref(), Some(DAY_REASON));
+        assert_eq!(end.exit_code, None);
+        assert!(end.duration_seconds >= 1, "{end:?}");
+        let child: u32 = fs::read_to_string(&marker)
+            .expect("the run wrote its child's pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        assert!(
+            !sys::alive(child),
+            "the background child survived the limit"
+        );
+    }
+
+    #[test]
+    fn a_run_within_its_time_limit_ends_on_its_own() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let end = run(dir.path(), &spec(dir.path(), "echo done", 60));
+        assert_eq!(end.status, RunStatus::Succeeded);
+        assert_eq!(end.reason, None);
+        let log = fs::read_to_string(dir.path().join("log")).expect("a log");
+        assert_eq!(log, "done\n");
+    }
+}
