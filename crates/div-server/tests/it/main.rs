@@ -6,4 +6,5 @@ mod conformance;
 mod example;
 mod faults;
 mod harness;
+mod hostile;
 mod runs;

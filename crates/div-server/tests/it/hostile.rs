@@ -1,0 +1,245 @@
+//! Hostile manifests and uploads: absolute paths, `..`, symlink escapes, hash mismatches and
+//! huge counts are refused with clear errors, and nothing is written outside the volume.
+
+use serde_json::{Value, json};
+
+use crate::harness::Server;
+
+const EMPTY: &str = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262";
+
+/// Everything under `dir`, as paths relative to it.
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            out.push(
+                p.strip_prefix(dir)
+                    .expect("under dir")
+                    .display()
+                    .to_string(),
+            );
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn volume_with_empty_blob(server: &Server) {
+    let (s, v) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "vol"})))
+        .await;
+    assert!(s == 200 || s == 201, "{v}");
+    let (s, v) = server
+        .request(
+            "PUT",
+            &format!("/v1/volumes/vol/blobs/{EMPTY}?offset=0&total=0"),
+            None,
+        )
+        .await;
+    assert!(s == 201 || s == 204, "{s} {v}");
+}
+
+/// Commits one file at `path` (in a tree at `at`); returns the status and the error message.
+async fn commit(server: &Server, at: &str, entries: Value) -> (u16, String) {
+    let (status, body) = server
+        .request(
+            "POST",
+            "/v1/volumes/vol/trees",
+            Some(json!({"path": at, "entries": entries})),
+        )
+        .await;
+    let message = body["error"]["message"].as_str().unwrap_or("").to_owned();
+    (status, message)
+}
+
+fn file(path: &str) -> Value {
+    json!({"path": path, "kind": "file", "size": 0, "hash": EMPTY})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tree_paths_are_refused_and_write_nothing_outside() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let outside = server
+        .home
+        .parent()
+        .expect("the home has a parent")
+        .to_path_buf();
+    let before = listing(&outside);
+
+    async fn check(server: &Server, at: &str, path: &str, expect: &str) {
+        let (status, message) = commit(server, at, json!([file(path)])).await;
+        assert_eq!(status, 422, "{at} {path}: {message}");
+        assert!(
+            message.contains(expect),
+            "{at} {path}: {message:?} does not say {expect:?}"
+        );
+    }
+    check(&server, "code/a", "/etc/div-pwned", "/etc/div-pwned").await;
+    check(&server, "code/a", "../../../div-pwned", "div-pwned").await;
+    check(&server, "code/a", "x/../../div-pwned", "div-pwned").await;
+    check(&server, "code/a", "./x", "./x").await;
+    check(&server, "code/a", "x//y", "x//y").await;
+    check(&server, "code/a", "", "").await;
+    check(&server, "/abs", "x", "/abs").await;
+    check(&server, "../escape", "x", "../escape").await;
+    check(&server, "code/../..", "x", "code/../..").await;
+
+    let after = listing(&outside);
+    let home = server
+        .home
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .to_string();
+    let new: Vec<_> = after
+        .iter()
+        .filter(|p| !before.contains(p) && !p.starts_with(&home))
+        .collect();
+    assert!(new.is_empty(), "written outside the home: {new:?}");
+    assert!(!std::path::Path::new("/etc/div-pwned").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_through_a_symlink_is_refused_and_lands_nowhere() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let outside = tempfile::tempdir().expect("a temp dir");
+    let target = outside.path().display().to_string();
+    // One tree: a link out of the volume, and a file beneath it.
+    let (status, message) = commit(
+        &server,
+        "code/b",
+        json!([
+            {"path": "esc", "kind": "symlink", "target": target},
+            file("esc/pwned"),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 422, "{message}");
+    assert!(message.contains("goes through the symlink"), "{message}");
+    assert!(
+        listing(outside.path()).is_empty(),
+        "written through the link"
+    );
+
+    // A link alone that leaves the tree, absolute or relative, is refused too.
+    for target in [target.as_str(), "../../../.."] {
+        let (status, message) = commit(
+            &server,
+            "code/c",
+            json!([{"path": "esc", "kind": "symlink", "target": target}]),
+        )
+        .await;
+        assert_eq!(status, 422, "{message}");
+        assert!(message.contains("points outside the tree"), "{message}");
+    }
+    assert!(
+        listing(outside.path()).is_empty(),
+        "written through the link"
+    );
+
+    // Reading through the link is refused too.
+    let (status, _) = server
+        .request("GET", "/v1/volumes/vol/file?path=code/c/esc", None)
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_whose_bytes_do_not_match_its_hash_is_refused_and_not_kept() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let claimed = blake3::hash(b"what was hashed").to_hex().to_string();
+    let (status, bytes) = server
+        .try_request(
+            "PUT",
+            &format!("/v1/volumes/vol/blobs/{claimed}?offset=0&total=15"),
+            Some(b"what was sent!!".to_vec()),
+            &[],
+        )
+        .await
+        .expect("the request went through");
+    let body: Value = serde_json::from_slice(&bytes).expect("a JSON error");
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "hash_mismatch");
+    insta::assert_snapshot!(
+        body["error"]["message"].as_str().unwrap_or("").replace(&claimed, "<claimed>"),
+        @"the bytes sent for `<claimed>` hash to `750b1736b7708b2a5bb3cfa85a594582fec18501e65e602009a5ff75562243a9`; the partial upload was discarded"
+    );
+    let (_, missing) = server
+        .request(
+            "POST",
+            "/v1/volumes/vol/blobs/missing",
+            Some(json!({"hashes": [claimed]})),
+        )
+        .await;
+    assert_eq!(missing["missing"], json!([claimed]), "{missing}");
+    assert!(
+        missing.get("partial").is_none(),
+        "the partial was kept: {missing}"
+    );
+
+    // More bytes than the total it announced: refused, nothing kept.
+    let (status, _) = server
+        .try_request(
+            "PUT",
+            &format!("/v1/volumes/vol/blobs/{claimed}?offset=0&total=3"),
+            Some(b"far more than three bytes".to_vec()),
+            &[],
+        )
+        .await
+        .expect("the request went through");
+    assert_eq!(status, 422);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_counts_are_answered_or_refused_without_harm() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    // 100k hashes in one question, most of them not hashes at all.
+    let hashes: Vec<String> = (0..100_000).map(|i| format!("{i:064x}")).collect();
+    let (status, body) = server
+        .request(
+            "POST",
+            "/v1/volumes/vol/blobs/missing",
+            Some(json!({ "hashes": hashes })),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["missing"].as_array().map(Vec::len), Some(100_000));
+    // A tree of 10k entries, all the same empty file.
+    let entries: Vec<Value> = (0..50_000)
+        .map(|i| file(&format!("d{}/f{i}", i % 100)))
+        .collect();
+    let (status, message) = commit(&server, "code/many", Value::Array(entries)).await;
+    assert!(status == 200 || status == 201, "{message}");
+    // A body past the server's limit for JSON is refused before it is all read.
+    let huge = vec![b' '; 80 << 20];
+    let (status, bytes) = server
+        .try_request("POST", "/v1/volumes/vol/blobs/missing", Some(huge), &[])
+        .await
+        .unwrap_or((413, Default::default()));
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&bytes));
+    // The server still answers.
+    let (status, _) = server.request("GET", "/v1/health", None).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_details_only_when_there_are_some() {
+    let server = Server::start().await;
+    let (status, body) = server
+        .request("PUT", "/v1/volumes/nope/blobs/0?offset=0&total=0", None)
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].get("details").is_none(),
+        "`details` is an object or absent, never null: {body}"
+    );
+}
