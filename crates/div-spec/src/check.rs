@@ -240,7 +240,8 @@ fn is_path(path: &str) -> bool {
 }
 
 /// Whether a string may be written without quotes: it starts with a letter or `_`, holds only
-/// letters, digits and `_ - . / : @ +`, and is not `true`, `false` or `null` in any case.
+/// letters, digits and `_ - . / : @ +`, and is not `true`, `false`, `null` or `none` in any
+/// case (the parser refuses those bare).
 fn is_bare(s: &str) -> bool {
     let mut bytes = s.bytes();
     let Some(first) = bytes.next() else {
@@ -248,7 +249,7 @@ fn is_bare(s: &str) -> bool {
     };
     (first.is_ascii_alphabetic() || first == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b"_-./:@+".contains(&b))
-        && !["true", "false", "null"]
+        && !["true", "false", "null", "none"]
             .iter()
             .any(|w| w.eq_ignore_ascii_case(s))
 }

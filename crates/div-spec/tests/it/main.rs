@@ -3,6 +3,7 @@
 
 mod check;
 mod entrypoint;
+mod fuzz_regressions;
 mod human;
 mod memory;
 mod money;
