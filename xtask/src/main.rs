@@ -85,6 +85,8 @@ fn bench(rest: &[String]) -> Result<()> {
     }
 }
 
+/// Each fuzz target for `seconds`, new inputs kept in a scratch corpus (the committed corpus
+/// is read, never written); prints each target's executions and whether it crashed.
 fn fuzz(rest: &[String]) -> Result<()> {
     let seconds: u64 = match rest.first() {
         Some(s) => s
@@ -93,7 +95,7 @@ fn fuzz(rest: &[String]) -> Result<()> {
         None => 30,
     };
     let list = Command::new("cargo")
-        .args(["fuzz", "list"])
+        .args(["+nightly", "fuzz", "list"])
         .current_dir("fuzz")
         .output()
         .context("running `cargo fuzz list` (cargo install cargo-fuzz; needs nightly)")?;
@@ -103,14 +105,41 @@ fn fuzz(rest: &[String]) -> Result<()> {
             String::from_utf8_lossy(&list.stderr)
         );
     }
+    let scratch = tempfile::tempdir().context("creating a scratch corpus")?;
+    let mut summary = Vec::new();
     for target in String::from_utf8_lossy(&list.stdout).lines() {
-        run(Command::new("cargo").current_dir("fuzz").args([
-            "fuzz",
-            "run",
-            target,
-            "--",
-            &format!("-max_total_time={seconds}"),
-        ]))?;
+        let corpus = scratch.path().join(target);
+        std::fs::create_dir_all(&corpus)?;
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir("fuzz")
+            .args(["+nightly", "fuzz", "run", target])
+            .arg(&corpus)
+            .arg(format!("corpus/{target}"))
+            .args([
+                "--",
+                &format!("-max_total_time={seconds}"),
+                "-print_final_stats=1",
+            ]);
+        eprintln!("$ {cmd:?}");
+        let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        let runs = text
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .map_or("?".to_owned(), |n| n.trim().to_owned());
+        let found = if out.status.success() {
+            "no crash".to_owned()
+        } else {
+            eprintln!("{text}");
+            "CRASHED (see fuzz/artifacts)".to_owned()
+        };
+        summary.push(format!(
+            "{target:<12} {runs:>12} executions in {seconds} s  {found}"
+        ));
+    }
+    println!("{}", summary.join("\n"));
+    if summary.iter().any(|l| l.contains("CRASHED")) {
+        bail!("a fuzz target crashed");
     }
     Ok(())
 }
