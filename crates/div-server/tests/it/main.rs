@@ -7,4 +7,5 @@ mod example;
 mod faults;
 mod harness;
 mod hostile;
+mod limits;
 mod runs;

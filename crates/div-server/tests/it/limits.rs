@@ -1,0 +1,114 @@
+//! A run held to its sizing: its cores by a cgroup CPU quota as well as affinity; and what the
+//! log says of an image the machine does not use.
+
+use serde_json::{Value, json};
+
+use crate::harness::Server;
+
+/// Sets its affinity to every core, then keeps two processes busy for 3 s each, and prints
+/// the CPU time they got and the wall time it took.
+const GREEDY: &str = r#"python3 -c '
+import os, subprocess, time
+os.sched_setaffinity(0, range(os.cpu_count()))
+print("cores", len(os.sched_getaffinity(0)), flush=True)
+start = time.time()
+busy = [subprocess.Popen(["python3", "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]) for _ in range(2)]
+for p in busy: p.wait()
+wall = time.time() - start
+t = os.times()
+print("cpu", t.children_user + t.children_system, "wall", wall, flush=True)
+'"#;
+
+/// The pid of a process of run `id`, found by its environment.
+fn a_pid_of(id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .find(|e| {
+            std::fs::read(e.path().join("environ")).is_ok_and(|env| {
+                String::from_utf8_lossy(&env).contains(&format!("DIVERGENT_RUN_ID={id}"))
+            })
+        })
+        .and_then(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_given_one_core_gets_about_one_even_when_it_widens_its_affinity() {
+    let server = Server::start().await;
+    let (status, run) = server.create_run(GREEDY, json!({"cpu": 1})).await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["cores"], 1, "{run}");
+    let id = run["id"].as_str().expect("an id");
+    server.wait_log(id, "cores ").await;
+    // Where the server found a CPU cgroup, the run is in its own, with a quota of one core.
+    let spec: Value = serde_json::from_slice(
+        &std::fs::read(server.home.join("runs").join(id).join("spec.json")).expect("spec.json"),
+    )
+    .expect("spec.json is JSON");
+    if !spec["cgroups"]["cpu"].is_null() {
+        let pid = a_pid_of(id).expect("a process of the run");
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let mine = format!("/div-{id}");
+        assert!(
+            cgroups.lines().any(|l| l
+                .split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "cpu"))
+                && l.ends_with(&mine)
+                || l.starts_with("0::") && l.ends_with(&mine)),
+            "the run is not in its CPU cgroup: {cgroups}"
+        );
+        let parent =
+            std::path::PathBuf::from(spec["cgroups"]["cpu"]["dir"].as_str().expect("a dir"));
+        let dir = parent.join(format!("div-{id}"));
+        let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+            .or_else(|_| std::fs::read_to_string(dir.join("cpu.max")))
+            .expect("a quota file");
+        assert!(
+            quota.trim() == "100000" || quota.trim() == "100000 100000",
+            "{quota}"
+        );
+    } else {
+        println!("no CPU cgroup here: the run is held by affinity alone");
+    }
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(id).await;
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .unwrap_or_else(|| panic!("no cpu line: {log}"));
+    let fields: Vec<&str> = line.split(' ').collect();
+    let cpu: f64 = fields[1].parse().expect("cpu seconds");
+    let wall: f64 = fields[3].parse().expect("wall seconds");
+    println!("the run said: {line}");
+    // Two busy processes on one core's worth: about 1 core (generously, at most 1.5).
+    assert!(cpu / wall <= 1.5, "{cpu} s of CPU in {wall} s: {log}");
+    assert!(cpu > 0.0, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_naming_another_image_says_it_is_not_used() {
+    let server = Server::start().await;
+    let (_, run) = server
+        .create_run("echo hi", json!({"image": "ubuntu:24.04"}))
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    assert_eq!(run["image"], "ubuntu:24.04");
+    server.wait_end(id).await;
+    let log = server.log_text(id).await;
+    insta::assert_snapshot!(log, @r"
+    div: the image ubuntu:24.04 is not used here: the local control plane runs on this machine's own system
+    hi
+    ");
+    // The default image (named or not) says nothing.
+    let (_, run) = server
+        .create_run(
+            "echo hi",
+            json!({"image": "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id");
+    server.wait_end(id).await;
+    assert_eq!(server.log_text(id).await, "hi\n");
+}
