@@ -68,6 +68,17 @@ impl Server {
         server
     }
 
+    /// A client of a server someone else started on `home` (another process); nothing is
+    /// stopped when it is dropped.
+    pub(crate) fn external(home: &Path) -> Server {
+        Server {
+            home: home.to_path_buf(),
+            _dir: None,
+            shutdown: None,
+            task: None,
+        }
+    }
+
     /// Stops the server as a crash would: its task is aborted, nothing is cleaned up.
     pub(crate) async fn kill(mut self) -> (PathBuf, Option<tempfile::TempDir>) {
         if let Some(task) = self.task.take() {

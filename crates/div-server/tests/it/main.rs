@@ -9,3 +9,4 @@ mod harness;
 mod hostile;
 mod limits;
 mod runs;
+mod unprivileged;

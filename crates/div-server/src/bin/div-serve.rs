@@ -1,0 +1,60 @@
+//! The local control plane on its own: `div-serve <home> <supervisor-program>
+//! [<emulated-gpus>]`, serving until SIGTERM or SIGINT. The `div` binary offers the same as
+//! `div server`; this one lets div-server's tests run the server as another user.
+
+use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
+
+fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let (Some(home), Some(supervisor)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: div-serve <home> <supervisor-program> [<emulated-gpus>]");
+        std::process::exit(2);
+    };
+    let gpus = match args.get(2) {
+        Some(g) => GpuSource::Emulate(g.to_string_lossy().into_owned()),
+        None => GpuSource::Detect,
+    };
+    let options = ServerOptions {
+        home: home.into(),
+        tcp: None,
+        gpus,
+        supervisor: SupervisorCommand {
+            program: supervisor.into(),
+            args: Vec::new(),
+        },
+        sandbox: SandboxMode::Auto,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(div_server::serve(options, async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }));
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            eprintln!("caused by: {s}");
+            source = s.source();
+        }
+        std::process::exit(1);
+    }
+}

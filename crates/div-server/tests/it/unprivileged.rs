@@ -1,0 +1,171 @@
+//! The whole control plane as an unprivileged user: the server (`div-serve`) and so its
+//! supervisors run as a user made with `useradd -m`. bubblewrap works unprivileged (user
+//! namespaces); no cgroup can be made, so memory is held by polling, a soft limit. Skipped,
+//! with the reason printed, when the tests do not run as root.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::Server;
+
+const USER: &str = "div-runner";
+
+fn own_uid() -> Option<u32> {
+    uid_of(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// The real uid on the `Uid:` line of a `/proc/<pid>/status`.
+fn uid_of(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+}
+
+fn id(flag: &str) -> u32 {
+    let out = Command::new("id")
+        .args([flag, USER])
+        .output()
+        .expect("id runs");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no user `{USER}`: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Copies a built binary where the user can run it (the target directory may not be).
+fn install(bin: &Path, from: &str) -> PathBuf {
+    let from = Path::new(from);
+    let to = bin.join(from.file_name().expect("a file name"));
+    std::fs::copy(from, &to).expect("the binary copies");
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    to
+}
+
+/// The server process, killed when the test ends however it ends.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_control_plane_runs_as_an_unprivileged_user() {
+    if own_uid() != Some(0) {
+        println!(
+            "skipped: the tests do not run as root, so no user can be made to run the server as"
+        );
+        return;
+    }
+    // Made once; later runs find it there.
+    let _ = Command::new("useradd").args(["-m", USER]).output();
+    let (uid, gid) = (id("-u"), id("-g"));
+    assert_ne!(uid, 0);
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let serve = install(&bin, env!("CARGO_BIN_EXE_div-serve"));
+    let supervise = install(&bin, env!("CARGO_BIN_EXE_div-supervise"));
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("state");
+    std::os::unix::fs::chown(&state, Some(uid), Some(gid)).expect("chown");
+    let home = state.join("home");
+    let out_path = dir.path().join("serve.out");
+    let out = std::fs::File::create(&out_path).expect("serve.out");
+
+    // setpriv execs the server itself, so this child is the server.
+    let child = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&serve)
+        .arg(&home)
+        .arg(&supervise)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .current_dir(&state)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("a second handle"))
+        .stderr(out)
+        .spawn()
+        .expect("setpriv starts");
+    let serving = Serving(child);
+    let server = Server::external(&home);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !matches!(
+        server.try_request("GET", "/v1/health", None, &[]).await,
+        Ok((200, _))
+    ) {
+        assert!(
+            Instant::now() < deadline,
+            "the server never came up as `{USER}`: {}",
+            std::fs::read_to_string(&out_path).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", serving.0.id()))
+        .expect("the server's status");
+    assert_eq!(uid_of(&status), Some(uid), "the server is not `{USER}`");
+    assert_eq!(std::fs::metadata(&home).expect("home").uid(), uid);
+
+    // A run really runs, as the user, in the sandbox.
+    let (status, run) = server
+        .create_run(
+            "echo uid $(id -u); echo in $(pwd); echo kept > /workspace/out; cat /workspace/out",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id_ = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id_).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(&id_).await;
+    assert!(log.contains(&format!("uid {uid}\n")), "{log}");
+    assert!(log.contains("kept\n"), "{log}");
+    if log.contains("div: no sandbox") {
+        println!("bubblewrap does not work for `{USER}` here: the run was not sandboxed");
+    } else {
+        assert!(log.contains("in /workspace\n"), "{log}");
+    }
+    let run_dir = home.join("runs").join(&id_);
+    let end = std::fs::metadata(run_dir.join("end.json")).expect("end.json");
+    assert_eq!(end.uid(), uid, "the supervisor did not run as `{USER}`");
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("spec.json")).expect("spec.json"))
+            .expect("spec.json is JSON");
+    assert_eq!(
+        spec["cgroups"],
+        json!({"memory": null, "cpu": null}),
+        "an unprivileged server in root's cgroup may make none"
+    );
+
+    // A memory-hungry one is killed by the polling limit.
+    let (_, run) = server
+        .create_run(
+            "python3 -c 'x = bytearray(3 << 30); print(len(x))'",
+            json!({}),
+        )
+        .await;
+    let ended = server.wait_end(run["id"].as_str().expect("an id")).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 137, "{ended}");
+    assert_eq!(ended["reason"], "killed (out of memory, or stopped)");
+    drop(serving);
+}
