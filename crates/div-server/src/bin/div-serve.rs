@@ -2,13 +2,26 @@
 //! [<emulated-gpus>]`, serving until SIGTERM or SIGINT. The `div` binary offers the same as
 //! `div server`; this one lets div-server's tests run the server as another user.
 
+use std::io::Write;
+
 use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
+
+/// Says why on stderr (this binary's only output) and exits with `code`.
+fn fail(lines: &[String], code: i32) -> ! {
+    let mut err = std::io::stderr().lock();
+    for line in lines {
+        let _ = writeln!(err, "{line}");
+    }
+    std::process::exit(code)
+}
 
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let (Some(home), Some(supervisor)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: div-serve <home> <supervisor-program> [<emulated-gpus>]");
-        std::process::exit(2);
+        fail(
+            &["usage: div-serve <home> <supervisor-program> [<emulated-gpus>]".to_owned()],
+            2,
+        );
     };
     let gpus = match args.get(2) {
         Some(g) => GpuSource::Emulate(g.to_string_lossy().into_owned()),
@@ -29,10 +42,10 @@ fn main() {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(
+            &[format!("error: could not start the async runtime: {e}")],
+            1,
+        ),
     };
     let result = runtime.block_on(div_server::serve(options, async {
         use tokio::signal::unix::{SignalKind, signal};
@@ -49,12 +62,12 @@ fn main() {
         }
     }));
     if let Err(e) = result {
-        eprintln!("error: {e}");
+        let mut lines = vec![format!("error: {e}")];
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            eprintln!("caused by: {s}");
+            lines.push(format!("caused by: {s}"));
             source = s.source();
         }
-        std::process::exit(1);
+        fail(&lines, 1);
     }
 }
