@@ -3,7 +3,8 @@
 #![allow(clippy::print_stderr)]
 
 use std::io::{self, IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -13,6 +14,8 @@ pub(crate) struct Failure {
     pub(crate) error: anyhow::Error,
     pub(crate) hint: Option<String>,
     pub(crate) code: i32,
+    /// Printed nothing: the reader of stdout went away (a broken pipe exits quietly).
+    pub(crate) quiet: bool,
 }
 
 impl Failure {
@@ -21,6 +24,17 @@ impl Failure {
             error: error.into(),
             hint: None,
             code,
+            quiet: false,
+        }
+    }
+
+    /// A failure that prints nothing and exits with `code`.
+    pub(crate) fn quiet(code: i32) -> Failure {
+        Failure {
+            error: anyhow::anyhow!("quiet"),
+            hint: None,
+            code,
+            quiet: true,
         }
     }
 
@@ -44,8 +58,14 @@ pub(crate) struct Printer {
 #[derive(Debug)]
 struct Progress {
     bar: ProgressBar,
-    started: Instant,
-    shown: bool,
+    /// Set when the upload ended, under the lock the timer takes before showing the bar.
+    done: Arc<Mutex<bool>>,
+}
+
+/// Whether an upload of `bytes` gets a progress bar (once it takes long): only on a
+/// terminal, and only when something is sent.
+pub(crate) fn shows_progress(stderr_is_terminal: bool, bytes: u64) -> bool {
+    stderr_is_terminal && bytes > 0
 }
 
 /// An upload shorter than this shows no progress bar.
@@ -108,37 +128,47 @@ impl Printer {
         out.flush()
     }
 
-    /// An upload of `bytes` began: a progress bar on a terminal, once it takes a while.
+    /// An upload of `bytes` began: on a terminal, a progress bar once it has taken
+    /// [`PROGRESS_AFTER`] (shown by a timer, so one large file that takes long shows it too).
     pub(crate) fn upload_started(&mut self, bytes: u64) {
-        if !io::stderr().is_terminal() || bytes == 0 {
+        self.upload_finished();
+        if !shows_progress(io::stderr().is_terminal(), bytes) {
             return;
         }
         let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template(
-                "uploading {bar:30} {binary_bytes}/{binary_total_bytes} {eta}",
+                "uploading {bar:30} {binary_bytes}/{binary_total_bytes} {elapsed}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        self.progress = Some(Progress {
-            bar,
-            started: Instant::now(),
-            shown: false,
-        });
+        let done = Arc::new(Mutex::new(false));
+        let (timer_bar, timer_done) = (bar.clone(), Arc::clone(&done));
+        let shown = std::thread::Builder::new()
+            .name("upload-progress".into())
+            .spawn(move || {
+                std::thread::sleep(PROGRESS_AFTER);
+                let done = timer_done.lock().unwrap_or_else(|e| e.into_inner());
+                if !*done {
+                    timer_bar.set_draw_target(ProgressDrawTarget::stderr());
+                    timer_bar.enable_steady_tick(Duration::from_millis(200));
+                }
+            });
+        if shown.is_ok() {
+            self.progress = Some(Progress { bar, done });
+        }
     }
 
     pub(crate) fn upload_progress(&mut self, sent: u64) {
-        if let Some(p) = &mut self.progress {
-            if !p.shown && p.started.elapsed() >= PROGRESS_AFTER {
-                p.bar.set_draw_target(ProgressDrawTarget::stderr());
-                p.shown = true;
-            }
+        if let Some(p) = &self.progress {
             p.bar.set_position(sent);
         }
     }
 
     pub(crate) fn upload_finished(&mut self) {
         if let Some(p) = self.progress.take() {
+            let mut done = p.done.lock().unwrap_or_else(|e| e.into_inner());
+            *done = true;
             p.bar.finish_and_clear();
         }
     }
@@ -146,6 +176,9 @@ impl Printer {
     /// `error: …`, one `caused by: …` per source, then `hint: …`.
     pub(crate) fn failure(&mut self, failure: &Failure) {
         self.upload_finished();
+        if failure.quiet {
+            return;
+        }
         self.end_log_line();
         eprintln!("{}: {}", self.paint("error", "31;1"), failure.error);
         for cause in failure.error.chain().skip(1) {
@@ -173,5 +206,24 @@ impl Printer {
         } else {
             text.to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn check(terminal: bool, bytes: u64, expect: bool) {
+        assert_eq!(
+            super::shows_progress(terminal, bytes),
+            expect,
+            "{terminal} {bytes}"
+        );
+    }
+
+    #[test]
+    fn a_progress_bar_only_on_a_terminal_and_only_when_something_is_sent() {
+        check(true, 1, true);
+        check(true, 6_000_000_000, true);
+        check(true, 0, false);
+        check(false, 6_000_000_000, false);
     }
 }

@@ -169,7 +169,11 @@ impl RunError {
                 "the local control plane offers the GPUs this machine has; run on its cores with \
                  `--gpu {}`, or declare emulated GPUs to try things out with \
                  `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)",
-                accepted.first().map(String::as_str).unwrap_or("cpu")
+                if accepted.iter().any(|s| s == "cpu") {
+                    "cpu"
+                } else {
+                    accepted.first().map(String::as_str).unwrap_or("cpu")
+                }
             )),
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
@@ -177,5 +181,33 @@ impl RunError {
             },
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunError;
+
+    fn check(accepted: &[&str], expect: &str) {
+        let e = RunError::SkuNotOffered {
+            sku: "h200".into(),
+            accepted: accepted.iter().map(|s| s.to_string()).collect(),
+        };
+        let hint = e.hint().unwrap_or_default();
+        let got = hint
+            .split("run on its cores with ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_default();
+        assert_eq!(got, expect, "{hint}");
+    }
+
+    /// The hint names `--gpu cpu` whenever the control plane accepts it, whatever comes first.
+    #[test]
+    fn the_sku_hint_names_cpu_when_it_is_offered() {
+        check(&["h100", "cpu"], "`--gpu cpu`");
+        check(&["cpu", "h100"], "`--gpu cpu`");
+        check(&["h100"], "`--gpu h100`");
+        check(&[], "`--gpu cpu`");
     }
 }

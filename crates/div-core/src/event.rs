@@ -28,6 +28,10 @@ pub enum Event {
     UploadFinished,
     /// A volume the command names was made: [`new_volume_line`] prints it.
     VolumeCreated { name: String },
+    /// The request that places the run is about to be sent: from here on the run may exist
+    /// even if no answer arrives, so a caller interrupted now should wait for [`Event::Placed`]
+    /// (or say the run may have been placed) rather than say nothing was.
+    Placing,
     /// The run was placed; `header` is its header line
     /// (`run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m`).
     Placed { run: Box<Run>, header: String },

@@ -168,6 +168,7 @@ pub async fn run(
         .clone()
         .unwrap_or_else(idempotency_key);
     request.extra = Default::default();
+    sink.event(Event::Placing);
     let placed = cp
         .create_run(&key, &request)
         .await

@@ -13,7 +13,41 @@ use crate::settings::Settings;
 /// Where a run stands, as far as the printer has heard.
 #[derive(Debug, Default)]
 struct Seen {
+    /// The request that places the run was sent.
+    placing: bool,
     placed: Option<String>,
+}
+
+/// Said when Ctrl-C comes while the request that places the run is out.
+const WAITING: &str =
+    "waiting to hear whether the run was placed, to say how to follow it; Ctrl-C again to exit now";
+/// Said when a second Ctrl-C exits before the answer came.
+const GAVE_UP: &str =
+    "exited before the control plane answered; the run may have been placed: `div runs` finds it";
+
+/// Ctrl-C detaches: the run goes on, and these say how to follow and stop it.
+fn detached(printer: &mut Printer, name: &str) {
+    printer.status(&format!("detached from {name}; it goes on"));
+    printer.status(&format!("  follow it again: div logs {name} --follow"));
+    printer.status(&format!("  stop it:         div stop {name}"));
+}
+
+/// From now on, a Ctrl-C exits at once. The listener is made before this returns, so a
+/// Ctrl-C that comes right after is not missed.
+fn exit_on_second_ctrl_c() -> Result<(), Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut second =
+        signal(SignalKind::interrupt()).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+    tokio::spawn(async move {
+        if second.recv().await.is_some() {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("{GAVE_UP}");
+            }
+            std::process::exit(exit_codes::INTERRUPTED);
+        }
+    });
+    Ok(())
 }
 
 pub(crate) async fn run(
@@ -66,33 +100,50 @@ pub(crate) async fn run(
     let cp = super::connect(settings).await?;
 
     let seen = Mutex::new(Seen::default());
+    let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
     let mut sink = |event: Event| {
+        if let Event::Placed { run, .. } = &event {
+            placed_tx.send_replace(Some(run.name.clone()));
+        }
         let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
         render(&mut p, &seen, event);
     };
     let outcome = {
         let work = div_core::run(&*cp, &options, &mut sink);
-        tokio::select! {
-            outcome = work => outcome,
-            _ = tokio::signal::ctrl_c() => {
-                // A second Ctrl-C exits at once.
-                tokio::spawn(async {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        std::process::exit(exit_codes::INTERRUPTED);
+        tokio::pin!(work);
+        // Set once a Ctrl-C came while the request that places the run was out: `div` waits
+        // for the answer, so it can say which run goes on; a second Ctrl-C exits at once.
+        let mut waiting = false;
+        loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                _ = tokio::signal::ctrl_c(), if !waiting => {
+                    let (placed, placing) = {
+                        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        (seen.placed.clone(), seen.placing)
+                    };
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(name) = placed {
+                        detached(&mut p, &name);
+                        return Ok(exit_codes::INTERRUPTED);
                     }
-                });
-                let placed = seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone();
-                let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-                match placed {
-                    Some(name) => {
-                        p.status(&format!("detached from {name}; it goes on"));
-                        p.status(&format!("  follow it again: div logs {name} --follow"));
-                        p.status(&format!("  stop it:         div stop {name}"));
+                    if !placing {
+                        p.status("interrupted before the run was placed; no run was made");
+                        return Ok(exit_codes::INTERRUPTED);
                     }
-                    None => p.status("interrupted before the run was placed"),
+                    exit_on_second_ctrl_c()?;
+                    p.status(WAITING);
+                    waiting = true;
                 }
-                return Ok(exit_codes::INTERRUPTED);
+                changed = placed_rx.changed(), if waiting => {
+                    let name = placed_rx.borrow().clone();
+                    if let (Ok(()), Some(name)) = (changed, name) {
+                        let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                        detached(&mut p, &name);
+                        return Ok(exit_codes::INTERRUPTED);
+                    }
+                }
             }
         }
     };
@@ -137,6 +188,7 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         Event::UploadProgress { sent } => printer.upload_progress(sent),
         Event::UploadFinished => printer.upload_finished(),
         Event::VolumeCreated { name } => printer.status(&new_volume_line(&name)),
+        Event::Placing => seen.lock().unwrap_or_else(|e| e.into_inner()).placing = true,
         Event::Placed { run, header } => {
             seen.lock().unwrap_or_else(|e| e.into_inner()).placed = Some(run.name.clone());
             printer.status(&header);
@@ -162,7 +214,12 @@ pub(crate) fn print_json(
     printer.data(&text).map_err(output_failure)
 }
 
+/// Output that could not be written; a reader that went away (a broken pipe, like `| head`)
+/// exits quietly.
 pub(crate) fn output_failure(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return Failure::quiet(exit_codes::SUCCESS);
+    }
     Failure::new(
         exit_codes::LOCAL,
         anyhow::Error::new(e).context("could not write the output"),

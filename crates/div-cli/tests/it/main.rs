@@ -3,6 +3,7 @@
 
 #![allow(clippy::disallowed_methods)] // tests pass PATH on to the div they start
 
+mod attached;
 mod cli_reference;
 mod commands;
 mod local;

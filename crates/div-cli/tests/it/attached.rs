@@ -1,0 +1,297 @@
+//! `div run` while attached, from the real binary: a lost log connection resumed, Ctrl-C while
+//! the run is being placed, a second Ctrl-C, the upload progress bar on a terminal, a reader
+//! that goes away.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use div_api::{Run, RunStatus, logframe};
+use insta::assert_snapshot;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, Request, Respond, ResponseTemplate};
+
+use crate::support::{DIV, World, run};
+
+/// A log endpoint whose first `cuts` answers stop part-way (mid-frame, mid-line); each answer
+/// starts at the `offset` asked, as the API says.
+struct Cutting {
+    log: Vec<u8>,
+    ended: Run,
+    cuts: usize,
+    calls: AtomicUsize,
+}
+
+impl Respond for Cutting {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let offset = request
+            .url
+            .query_pairs()
+            .find(|(k, _)| k == "offset")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0)
+            .min(self.log.len());
+        let mut body = Vec::new();
+        let mut at = offset;
+        for chunk in self.log[offset..].chunks(37) {
+            body.extend_from_slice(&logframe::encode_chunk(at as u64, chunk));
+            at += chunk.len();
+        }
+        body.extend_from_slice(&logframe::encode_end(&self.ended));
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.cuts {
+            body.truncate(body.len() / 3);
+        }
+        ResponseTemplate::new(200).set_body_raw(body, logframe::MEDIA_TYPE)
+    }
+}
+
+#[tokio::test]
+async fn a_lost_log_connection_is_resumed_with_no_line_lost_or_repeated() {
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Succeeded);
+    ended.duration_seconds = 760;
+    ended.spent_cents = 105;
+    let log: Vec<u8> = (1..=300)
+        .flat_map(|i| format!("line {i}\n").into_bytes())
+        .collect();
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &ended)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/runs/r_run-k4t9/log"))
+        .respond_with(Cutting {
+            log: log.clone(),
+            ended: ended.clone(),
+            cuts: 3,
+            calls: AtomicUsize::new(0),
+        })
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    let done = world.div(&["run", "train.py"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert!(
+        done.stdout.as_bytes() == log.as_slice(),
+        "every line exactly once, in order:\n{}",
+        done.stdout
+    );
+    assert_eq!(
+        done.stderr.lines().last(),
+        Some("run-k4t9 finished in 12m 40s and spent $1.05")
+    );
+    let asked = world
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r.ends_with("/log"))
+        .count();
+    assert_eq!(asked, 4, "three cut answers, each resumed, then the rest");
+}
+
+/// Mount a `POST /v1/runs` that answers after `delay`.
+async fn slow_placing(world: &World, delay: Duration) {
+    Mock::given(method("POST"))
+        .and(path("/v1/runs"))
+        .respond_with(
+            div_test_support::mock::json_response(201, &run(RunStatus::Queued)).set_delay(delay),
+        )
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+}
+
+/// Start `div run train.py` (with a long API deadline), and return once the request that
+/// places the run has reached the control plane.
+async fn started_placing(
+    world: &World,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
+    let mut child = world
+        .command(&["run", "train.py"])
+        .env("DIVERGENT_API_TIMEOUT", "120")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !world.requests().await.iter().any(|r| r == "POST /v1/runs") {
+        assert!(Instant::now() < deadline, "the run was never placed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, stderr)
+}
+
+fn interrupt(child: &tokio::process::Child) {
+    let pid = child.id().expect("running") as i32;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) with a plain pid and signal number.
+    let sent = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(sent, 0);
+}
+
+#[tokio::test]
+async fn ctrl_c_while_the_run_is_being_placed_waits_for_it_then_detaches() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    slow_placing(&world, Duration::from_secs(3)).await;
+    let (mut child, mut stderr) = started_placing(&world).await;
+    interrupt(&child);
+    let mut seen = Vec::new();
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        seen.push(line);
+    }
+    let status = child.wait().await.expect("exits");
+    assert_eq!(status.code(), Some(208));
+    assert_snapshot!(seen[1..].join("\n"), @r"
+    waiting to hear whether the run was placed, to say how to follow it; Ctrl-C again to exit now
+    run-k4t9  H100  $4.95/h  no ceiling
+    detached from run-k4t9; it goes on
+      follow it again: div logs run-k4t9 --follow
+      stop it:         div stop run-k4t9
+    ");
+}
+
+#[tokio::test]
+async fn a_second_ctrl_c_exits_at_once() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    // An answer that would come long after the test's own deadline.
+    slow_placing(&world, Duration::from_secs(600)).await;
+    let (mut child, mut stderr) = started_placing(&world).await;
+    interrupt(&child);
+    let mut seen = Vec::new();
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        let waiting = line.starts_with("waiting to hear");
+        seen.push(line);
+        if waiting {
+            break;
+        }
+    }
+    interrupt(&child);
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        seen.push(line);
+    }
+    let status = child.wait().await.expect("exits");
+    assert_eq!(status.code(), Some(208));
+    assert_snapshot!(seen[1..].join("\n"), @r"
+    waiting to hear whether the run was placed, to say how to follow it; Ctrl-C again to exit now
+    exited before the control plane answered; the run may have been placed: `div runs` finds it
+    ");
+}
+
+#[tokio::test]
+async fn ctrl_c_before_placing_says_no_run_was_made() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    // The code upload hangs: the run is not being placed yet.
+    Mock::given(method("POST"))
+        .and(path_regex("^/v1/volumes/[^/]+/trees$"))
+        .respond_with(ResponseTemplate::new(201).set_delay(Duration::from_secs(600)))
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    let mut child = world
+        .command(&["run", "train.py"])
+        .env("DIVERGENT_API_TIMEOUT", "120")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !world.requests().await.iter().any(|r| r.ends_with("/trees")) {
+        assert!(Instant::now() < deadline, "the code was never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    interrupt(&child);
+    let mut seen = Vec::new();
+    while let Some(line) = stderr.next_line().await.expect("reads") {
+        seen.push(line);
+    }
+    assert_eq!(child.wait().await.expect("exits").code(), Some(208));
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("interrupted before the run was placed; no run was made")
+    );
+    assert!(
+        !world.requests().await.iter().any(|r| r == "POST /v1/runs"),
+        "nothing was placed"
+    );
+}
+
+#[tokio::test]
+async fn the_upload_progress_bar_shows_on_a_terminal_when_the_upload_takes_long() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let content = std::fs::read(world.project().join("train.py")).expect("read");
+    let hash = blake3::hash(&content).to_hex().to_string();
+    Mock::given(method("POST"))
+        .and(path_regex("^/v1/volumes/[^/]+/blobs/missing$"))
+        .respond_with(div_test_support::mock::json_response(
+            200,
+            &serde_json::json!({ "missing": [hash] }),
+        ))
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path_regex("^/v1/volumes/[^/]+/blobs/[0-9a-f]+$"))
+        .respond_with(ResponseTemplate::new(204).set_delay(Duration::from_secs(2)))
+        .mount(&world.server)
+        .await;
+
+    // On a terminal (a pty made by `script`), the bar is drawn while the upload goes on.
+    let mut script = tokio::process::Command::new("script");
+    script.env_clear();
+    for (key, value) in world.command(&[]).as_std().get_envs() {
+        if let Some(value) = value
+            && key != "NO_COLOR"
+        {
+            script.env(key, value);
+        }
+    }
+    let on_terminal = script
+        .env("TERM", "xterm")
+        .args(["-qfec", &format!("{DIV} run -d train.py"), "/dev/null"])
+        .current_dir(world.project())
+        .output()
+        .await
+        .expect("script runs div on a pty");
+    let transcript = String::from_utf8_lossy(&on_terminal.stdout);
+    assert_eq!(on_terminal.status.code(), Some(0), "{transcript}");
+    assert!(transcript.contains("uploading "), "{transcript}");
+    assert!(transcript.contains("run-k4t9"), "{transcript}");
+
+    // Piped, the same upload draws nothing.
+    let piped = world.div(&["run", "-d", "train.py"]).await;
+    assert_eq!(piped.code, 0, "{}", piped.stderr);
+    assert!(!piped.stderr.contains("uploading"), "{}", piped.stderr);
+}
+
+#[tokio::test]
+async fn a_reader_that_goes_away_ends_div_quietly() {
+    let world = World::new().await;
+    let mut child = world
+        .command(&["run", "--dry-run", "train.py"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    // Close the read end at once, like `| head -0`.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().await.expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
