@@ -6,6 +6,7 @@
 mod attached;
 mod cli_reference;
 mod commands;
+mod crash;
 mod local;
 mod run;
 mod support;

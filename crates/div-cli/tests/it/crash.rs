@@ -1,0 +1,154 @@
+//! The local control plane killed with SIGKILL at random moments during a batch of runs, and
+//! restarted: every run ends with its true status, log and result; none is lost, none stays
+//! `running`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::DIV;
+
+fn div(tmp: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(DIV);
+    c.args(args)
+        .current_dir(tmp.join("project"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", tmp.join("home"))
+        .env("DIVERGENT_HOME", tmp.join("div-home"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+/// `div server run` in the foreground, as its own process; returns once it answers.
+#[allow(clippy::zombie_processes)] // returned: `kill` waits on it
+fn start_server(tmp: &Path) -> Child {
+    let mut child = div(tmp, &["server", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("div server run starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = div(tmp, &["server", "status"])
+            .output()
+            .expect("div server status");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if said.contains("is running") {
+            return child;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not come up");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill(mut child: Child) {
+    // SIGKILL: no chance to clean up.
+    child.kill().expect("the server is killed");
+    let _ = child.wait();
+}
+
+fn runs(tmp: &Path) -> Vec<Value> {
+    let out = div(tmp, &["runs", "--all", "--limit", "100", "--json"])
+        .output()
+        .expect("div runs");
+    serde_json::from_slice(&out.stdout).expect("div runs --json is JSON")
+}
+
+/// What run `i` does: five lines a tenth of a second apart, a result, an exit code.
+fn command(i: usize) -> String {
+    format!(
+        "for n in 1 2 3 4 5; do echo \"run {i} line $n\"; sleep 0.1; done; \
+         echo '{{\"metrics\": {{\"i\": {i}}}}}' > \"$DIVERGENT_RESULT_PATH\"; exit {}",
+        i % 3
+    )
+}
+
+#[test]
+fn server_killed_at_random_moments_loses_no_run() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let tmp = dir.path();
+    std::fs::create_dir_all(tmp.join("project")).expect("mkdir");
+    std::fs::write(tmp.join("project/train.py"), "print(1)\n").expect("write");
+
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut random = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut server = start_server(tmp);
+    let mut names = Vec::new();
+    for round in 0..4 {
+        for k in 0..3 {
+            let i = round * 3 + k;
+            let out = div(tmp, &["run", "--detach", "--gpu", "cpu", "--", &command(i)])
+                .output()
+                .expect("div run --detach");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            names.push((i, String::from_utf8_lossy(&out.stdout).trim().to_owned()));
+        }
+        // The fault: a kill at a random moment while the runs go on.
+        std::thread::sleep(Duration::from_millis(50 + random(400)));
+        kill(server);
+        server = start_server(tmp);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let all = loop {
+        let all = runs(tmp);
+        let going = all
+            .iter()
+            .filter(|r| matches!(r["status"].as_str(), Some("queued" | "running")))
+            .count();
+        if going == 0 {
+            break all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{going} runs stayed going: {all:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(all.len(), names.len(), "a run was lost or doubled");
+
+    for (i, name) in &names {
+        let run = all
+            .iter()
+            .find(|r| r["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("run {name} was lost"));
+        let code = (i % 3) as i64;
+        assert_eq!(run["exit_code"], code, "{run}");
+        let status = if code == 0 { "succeeded" } else { "failed" };
+        assert_eq!(run["status"], status, "{run}");
+
+        let log = div(tmp, &["logs", name]).output().expect("div logs");
+        let log = String::from_utf8_lossy(&log.stdout);
+        for n in 1..=5 {
+            let line = format!("run {i} line {n}\n");
+            assert_eq!(log.matches(&line).count(), 1, "{line:?} in {log:?}");
+        }
+        let result = div(tmp, &["result", "--json", name])
+            .output()
+            .expect("div result");
+        let result: Value = serde_json::from_slice(&result.stdout).expect("div result --json");
+        assert_eq!(result["result"]["metrics"]["i"], *i as i64, "{result}");
+    }
+    kill(server);
+}
