@@ -287,3 +287,33 @@ fn the_commands_around_a_run() {
     let rm = local.div(&["secrets", "rm", "HF_TOKEN"]);
     assert_eq!(rm.status.code(), Some(0));
 }
+
+#[test]
+fn detach_with_json_prints_the_run_as_placed_with_its_env_shown_back() {
+    let local = Local::new();
+    let out = local.div(&[
+        "run",
+        "-d",
+        "--json",
+        "--gpu",
+        "cpu",
+        "--env",
+        "SHOWN=back",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let placed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(
+        placed["env"],
+        serde_json::json!([{"key": "SHOWN", "value": "back"}])
+    );
+    assert!(
+        placed["status"] == "queued" || placed["status"] == "running",
+        "as placed: {placed}"
+    );
+    let name = placed["name"].as_str().unwrap_or_default();
+    let logs = local.div(&["logs", name, "--follow", "--json"]);
+    let ended: serde_json::Value = serde_json::from_slice(&logs.stdout).expect("stdout is JSON");
+    assert_eq!(ended["env"], placed["env"], "kept with the run");
+}

@@ -391,6 +391,19 @@ async fn a_volume_the_command_names_is_made_before_the_run() {
         !requests.iter().any(|r| r.contains("/blobs/")),
         "--no-upload ships nothing: {requests:?}"
     );
+    let bodies = world.server.received_requests().await.unwrap_or_default();
+    let made = bodies
+        .iter()
+        .position(|r| {
+            r.url.path() == "/v1/volumes"
+                && String::from_utf8_lossy(&r.body).contains("mask-models")
+        })
+        .expect("the volume was made");
+    let placed = bodies
+        .iter()
+        .position(|r| r.method.as_str() == "POST" && r.url.path() == "/v1/runs")
+        .expect("placed");
+    assert!(made < placed, "the volume is made before the run is placed");
 }
 
 #[tokio::test]
@@ -573,4 +586,113 @@ async fn a_negative_ceiling_is_refused_by_what_it_is() {
 
     For more information, try '--help'.
     ");
+}
+
+#[tokio::test]
+async fn the_output_comes_in_order_shipping_header_log_last_line() {
+    // stdout and stderr into one pipe, as a terminal shows them.
+    let world = World::new().await;
+    let mut ended = run(RunStatus::Succeeded);
+    ended.duration_seconds = 760;
+    ended.spent_cents = 105;
+    world
+        .mount_placing(
+            &run(RunStatus::Queued),
+            &[
+                b"epoch 1\n",
+                b"check passed: metrics.accuracy >= 0.8 (found 0.91)\n",
+            ],
+            &ended,
+        )
+        .await;
+    let mut c = world.command(&[]);
+    c.env("DIV", crate::support::DIV);
+    let script =
+        "exec \"$DIV\" run --max-spend 5 -- 'mkdir -p /mnt/mask-models && python train.py' 2>&1";
+    let out = tokio::process::Command::new("sh")
+        .args(["-c", script])
+        .envs(c.as_std().get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env_remove("DIVERGENT_PROJECT")
+        .current_dir(world.project())
+        .output()
+        .await
+        .expect("sh runs div");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let text = text
+        .split_once("/code/")
+        .map(|(a, b)| format!("{a}/code/[ID]{}", &b[8..]))
+        .unwrap_or_default();
+    assert_snapshot!(text, @r"
+    1 file, 27 B → very-cool-classifier-code/code/[ID]
+    new volume mask-models, for the /mnt/mask-models the command names
+    run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m
+    epoch 1
+    check passed: metrics.accuracy >= 0.8 (found 0.91)
+    run-k4t9 finished in 12m 40s and spent $1.05
+    ");
+}
+
+#[tokio::test]
+async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
+    let world = World::new().await;
+    std::fs::write(world.project().join("telemetry.toml"), "[shipped]\n").expect("write");
+    std::fs::write(world.project().join("charts.toml"), "[named]\n").expect("write");
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world
+        .div(&["run", "--detach", "--telemetry", "charts.toml", "train.py"])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let create = world
+        .server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.url.path() == "/v1/runs")
+        .expect("placed");
+    let mut body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    body["code"]["path"] = "code/[ID]".into();
+    assert_snapshot!(serde_json::to_string_pretty(&body).expect("json"), @r#"
+    {
+      "project": "very-cool-classifier",
+      "entrypoint": "train.py",
+      "command": "python -u train.py",
+      "sku": "h100",
+      "gpus": 1,
+      "image": "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
+      "env": [],
+      "checks": [],
+      "code": {
+        "volume": "very-cool-classifier-code",
+        "path": "code/[ID]"
+      },
+      "telemetry_layout": "[named]\n"
+    }
+    "#);
+}
+
+#[tokio::test]
+async fn detach_with_json_prints_the_run_as_placed_with_unknown_fields() {
+    let world = World::new().await;
+    let mut placed = run(RunStatus::Queued);
+    placed
+        .extra
+        .insert("queue_position".into(), serde_json::json!(3));
+    world
+        .mount_placing(&placed, &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world.div(&["run", "-d", "--json", "train.py"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let printed: serde_json::Value =
+        serde_json::from_str(&done.stdout).expect("stdout is exactly the JSON");
+    assert_eq!(printed["status"], "queued");
+    assert_eq!(printed["queue_position"], 3);
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/log")),
+        "it returns once placed: {requests:?}"
+    );
 }
