@@ -148,7 +148,17 @@ pub(crate) async fn run(
         }
     };
     let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
-    match outcome.map_err(super::failure)? {
+    let outcome = outcome.map_err(|e| {
+        let failure = super::failure(e);
+        // Placed, the run goes on whatever happened to this `div`: say how to reach it.
+        match seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone() {
+            Some(name) => failure.hint(Some(format!(
+                "{name} goes on: follow it again with `div logs {name} --follow`, stop it with `div stop {name}`"
+            ))),
+            None => failure,
+        }
+    })?;
+    match outcome {
         RunOutcome::DryRun(dry) => {
             if args.json {
                 print_json(printer, &dry.request)?;

@@ -295,3 +295,37 @@ async fn a_reader_that_goes_away_ends_div_quietly() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("error"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_log_that_cannot_be_followed_says_the_run_goes_on_and_how_to_reach_it() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Running))
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/runs/r_run-k4t9/log"))
+        .respond_with(div_test_support::mock::error_response(
+            503,
+            "unavailable",
+            "down for maintenance",
+            serde_json::Value::Null,
+        ))
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    let done = world
+        .command(&["run", "train.py"])
+        .env("DIVERGENT_API_TIMEOUT", "1")
+        .output()
+        .await
+        .expect("div runs");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_ne!(done.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(
+            "hint: run-k4t9 goes on: follow it again with `div logs run-k4t9 --follow`, stop it with `div stop run-k4t9`"
+        ),
+        "{stderr}"
+    );
+}
