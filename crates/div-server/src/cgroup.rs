@@ -318,6 +318,24 @@ impl RunCgroups {
         RunCgroups { memory, cpu }
     }
 
+    /// The cgroups a run of `run_id` was given under `plan`, those that still exist: what a
+    /// lost supervisor left behind.
+    pub(crate) fn left_by(plan: &Plan, run_id: &str) -> RunCgroups {
+        let name = format!("div-{run_id}");
+        let existing = |p: &Option<Parent>| {
+            p.as_ref()
+                .map(|p| Parent {
+                    version: p.version,
+                    dir: p.dir.join(&name),
+                })
+                .filter(|p| p.dir.is_dir())
+        };
+        RunCgroups {
+            memory: existing(&plan.memory),
+            cpu: existing(&plan.cpu),
+        }
+    }
+
     /// Each distinct cgroup directory of the run.
     pub(crate) fn dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();

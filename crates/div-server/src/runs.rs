@@ -465,6 +465,12 @@ fn check_running(state: &State, mut record: RunRecord) -> Result<Option<RunRecor
                 match read_end() {
                     Some(end) => Some(end),
                     None => {
+                        // What the run left in its cgroups goes with it: no orphan survives.
+                        let left = cgroup::RunCgroups::left_by(&state.cgroups, &record.run.id);
+                        for pid in left.pids() {
+                            sys::kill(pid, libc::SIGKILL);
+                        }
+                        left.remove();
                         let now = supervisor::now_ms();
                         let started = record.internal.started_ms.unwrap_or(now);
                         let seconds = now.saturating_sub(started) / 1000;

@@ -112,3 +112,49 @@ async fn a_run_naming_another_image_says_it_is_not_used() {
     server.wait_end(id).await;
     assert_eq!(server.log_text(id).await, "hi\n");
 }
+
+/// The pid of the process whose arguments include `arg` exactly.
+fn pid_with_arg(arg: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .find(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+        })
+        .and_then(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_supervisors_run_goes_with_its_cgroups() {
+    // Unsandboxed, so the run does not die with its supervisor on its own.
+    let server = Server::start_with(None, div_server::SandboxMode::None).await;
+    let (_, run) = server.create_run("sleep 1000", json!({})).await;
+    let id = run["id"].as_str().expect("an id");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while a_pid_of(id).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let run_dir = server.home.join("runs").join(id);
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("spec.json")).expect("spec.json"))
+            .expect("spec.json is JSON");
+    let supervisor = pid_with_arg(&run_dir.display().to_string()).expect("the supervisor");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &supervisor.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["reason"], "the supervisor was lost", "{ended}");
+    if spec["cgroups"] == json!({"memory": null, "cpu": null}) {
+        println!("no cgroups here: a lost supervisor's unsandboxed run is not found again");
+        return;
+    }
+    assert_eq!(a_pid_of(id), None, "the run outlived its lost supervisor");
+}
