@@ -317,3 +317,37 @@ fn detach_with_json_prints_the_run_as_placed_with_its_env_shown_back() {
     let ended: serde_json::Value = serde_json::from_slice(&logs.stdout).expect("stdout is JSON");
     assert_eq!(ended["env"], placed["env"], "kept with the run");
 }
+
+#[test]
+fn a_failed_run_keeps_its_exit_code_and_its_checks_are_still_judged() {
+    let local = Local::new();
+    std::fs::write(
+        local.project().join("half.py"),
+        "import json, os, sys\n\
+         json.dump({\"metrics\": {\"accuracy\": 0.91}}, open(os.environ[\"DIVERGENT_RESULT_PATH\"], \"w\"))\n\
+         sys.exit(3)\n",
+    )
+    .expect("write");
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "half.py",
+        "--check",
+        "metrics.accuracy>=0.8",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stdout.contains("check passed: metrics.accuracy >= 0.8 (found 0.91)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .contains(" failed after "),
+        "{stderr}"
+    );
+}
