@@ -497,6 +497,10 @@ async fn upload(
             format!("`{hash}` is not a blake3 hash (64 lowercase hex digits)"),
         ));
     }
+    // Uploads of one blob take turns: a second waits while the first appends, then finds the
+    // blob whole (201) or resumes where the first stopped.
+    let lock_state = Arc::clone(&state);
+    let _turn = lock_state.uploads.lock(&volume, &hash).await;
     let (v2, h2) = (volume.clone(), hash.clone());
     let (have, partial, done) = blocking(&state, move |s| {
         volumes::require_volume(s, &v2)?;
@@ -528,13 +532,20 @@ async fn upload(
         .open(&partial)
         .await?;
     let mut body = req.into_body();
+    let full = |e: std::io::Error| {
+        if runs::io_full(&e) {
+            Failure::disk_full(&format!("storing the blob `{hash}`"))
+        } else {
+            Failure::from(e)
+        }
+    };
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
         if let Ok(data) = frame.into_data() {
-            file.write_all(&data).await?;
+            file.write_all(&data).await.map_err(full)?;
         }
     }
-    file.flush().await?;
+    file.flush().await.map_err(full)?;
     drop(file);
     let status = blocking(&state, move |s| {
         volumes::finish_upload(s, &volume, &hash, total)
@@ -691,6 +702,7 @@ pub(crate) async fn serve(
         supervisor: options.supervisor.clone(),
         cgroups: crate::cgroup::detect(),
         lock: std::sync::Mutex::new(()),
+        uploads: Default::default(),
     });
     // Reconcile before answering anything.
     {

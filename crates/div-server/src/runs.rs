@@ -36,6 +36,9 @@ pub(crate) struct State {
     pub(crate) cgroups: cgroup::Plan,
     /// Serializes changes of runs' status between handlers and the scheduler.
     pub(crate) lock: Mutex<()>,
+    /// One lock per blob being uploaded (volume, hash): uploads of one blob take turns, so
+    /// their bytes never mix in its partial file.
+    pub(crate) uploads: crate::volumes::UploadLocks,
 }
 
 /// A refusal or failure, as the API's error body.
@@ -68,8 +71,41 @@ impl Failure {
     }
 }
 
+/// The message of a refusal because the control plane's disk is full.
+pub(crate) const DISK_FULL: &str = "no space left on the control plane's disk";
+
+impl Failure {
+    /// 507 `insufficient_storage`: the disk under the control plane's home is full.
+    pub(crate) fn disk_full(what: &str) -> Failure {
+        Failure::new(
+            507,
+            "insufficient_storage",
+            format!("{DISK_FULL} while {what}; free some space and try again"),
+        )
+    }
+}
+
+fn sqlite_full(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _))
+            if f.code == rusqlite::ErrorCode::DiskFull
+    )
+}
+
+/// Whether an I/O error says the disk (or the user's quota on it) is full.
+pub(crate) fn io_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
+        if sqlite_full(&e) {
+            return Failure::disk_full("writing the state database");
+        }
         let mut message = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
@@ -82,6 +118,9 @@ impl From<StoreError> for Failure {
 
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Failure {
+        if io_full(&e) {
+            return Failure::disk_full("writing the state directory");
+        }
         Failure::new(500, "internal", format!("the state directory failed: {e}"))
     }
 }

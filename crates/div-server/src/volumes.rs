@@ -12,6 +12,64 @@ use crate::deps;
 use crate::runs::{Failure, State, now_rfc3339};
 use crate::supervisor::now_ms;
 
+type UploadKey = (String, String);
+
+/// Per-blob locks for uploads, keyed by (volume, hash); an entry lives while someone holds or
+/// waits for it.
+#[derive(Debug, Default)]
+pub(crate) struct UploadLocks(
+    std::sync::Mutex<std::collections::HashMap<UploadKey, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+);
+
+/// Held while one upload of a blob checks, appends to and finishes its partial file.
+pub(crate) struct UploadGuard<'a> {
+    locks: &'a UploadLocks,
+    key: UploadKey,
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl UploadLocks {
+    fn map(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<UploadKey, std::sync::Arc<tokio::sync::Mutex<()>>>,
+    > {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no other upload of `hash` into `volume` is under way, and holds it.
+    pub(crate) async fn lock(&self, volume: &str, hash: &str) -> UploadGuard<'_> {
+        let key = (volume.to_owned(), hash.to_owned());
+        let lock = std::sync::Arc::clone(self.map().entry(key.clone()).or_default());
+        let held = std::sync::Arc::clone(&lock).lock_owned().await;
+        UploadGuard {
+            locks: self,
+            key,
+            lock,
+            held: Some(held),
+        }
+    }
+
+    /// How many blobs have an upload under way or waiting (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+impl Drop for UploadGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.map();
+        self.held = None;
+        // Only the map and this guard hold it: nobody waits, so the entry goes.
+        if std::sync::Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
+}
+
 pub(crate) fn blob_dir(state: &State, volume: &str) -> PathBuf {
     state.home.join("blobs").join(volume)
 }
@@ -428,4 +486,25 @@ pub(crate) fn file_path(state: &State, volume: &str, path: &str) -> Result<PathB
         return Err(not_found());
     }
     Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UploadLocks;
+
+    #[tokio::test]
+    async fn upload_locks_serialise_one_blob_and_are_dropped_after() {
+        let locks = UploadLocks::default();
+        let first = locks.lock("v", "a").await;
+        let other = locks.lock("v", "b").await;
+        assert_eq!(locks.len(), 2);
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(20), locks.lock("v", "a")).await;
+        assert!(waiting.is_err(), "a second upload of one blob must wait");
+        drop(first);
+        let again = locks.lock("v", "a").await;
+        drop(again);
+        drop(other);
+        assert_eq!(locks.len(), 0);
+    }
 }

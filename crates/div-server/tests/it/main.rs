@@ -8,5 +8,6 @@ mod faults;
 mod harness;
 mod hostile;
 mod limits;
+mod races;
 mod runs;
 mod unprivileged;
