@@ -98,6 +98,11 @@ impl Cache {
         })
     }
 
+    /// How many files it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The cached hash of `path`, if its stat is unchanged and it is not racy.
     fn get(&self, path: &str, key: &StatKey) -> Option<&str> {
         let (cached, hash) = self.entries.get(path)?;

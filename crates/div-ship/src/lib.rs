@@ -306,7 +306,11 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
     let (looked, stats) = hash::look_all(&listed, &cache)?;
     let looked = drop_unsafe_links(looked, &mut warnings);
 
-    if let Some(cache_path) = &options.cache {
+    // Every file came from the cache and the cache holds nothing else: writing it again would
+    // write the same bytes (racy files are re-hashed, so they never get here).
+    let cache_unchanged = stats.hashed_files == 0
+        && usize::try_from(stats.cached_files).is_ok_and(|n| n == cache.len());
+    if let Some(cache_path) = options.cache.as_ref().filter(|_| !cache_unchanged) {
         let records: Vec<_> = looked
             .iter()
             .filter_map(|l| Some((l.entry.path.as_str(), l.key?, l.entry.hash.as_deref()?)))
