@@ -13,10 +13,17 @@ use crate::ShipError;
 /// One path the listing found, before it is looked at on disk.
 #[derive(Debug)]
 pub(crate) struct Listed {
-    /// Relative to the shipped root, `/`-separated.
+    /// Relative to the shipped root, `/`-separated; on disk it is the root joined with it
+    /// (submodules included: their paths carry their folder).
     pub(crate) path: String,
-    /// Where it is on disk.
-    pub(crate) abs: PathBuf,
+}
+
+/// `prefix` then `rel`, without `format!`'s machinery when there is no prefix.
+fn join(prefix: &str, rel: &str) -> String {
+    let mut path = String::with_capacity(prefix.len() + rel.len());
+    path.push_str(prefix);
+    path.push_str(rel);
+    path
 }
 
 /// Lists what is shipped from `dir`, which is inside the work tree of `repo` (opened at
@@ -121,8 +128,7 @@ fn list_repo(
         };
         match kind {
             Kind::File | Kind::Symlink => out.push(Listed {
-                path: format!("{out_prefix}{rel}"),
-                abs: workdir.join(path.as_str()),
+                path: join(out_prefix, rel),
             }),
             Kind::Repository => {
                 warnings.push(format!(
@@ -153,8 +159,7 @@ fn list_repo(
             nested.push((path.to_owned(), rel.to_owned()));
         } else {
             out.push(Listed {
-                path: format!("{out_prefix}{rel}"),
-                abs: workdir.join(path),
+                path: join(out_prefix, rel),
             });
         }
     }

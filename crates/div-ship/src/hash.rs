@@ -33,6 +33,19 @@ struct StatKey {
 }
 
 impl StatKey {
+    /// The same as [`StatKey::of`], from `lstat`'s answer.
+    #[allow(clippy::unnecessary_cast, trivial_numeric_casts)]
+    fn of_stat(stat: &rustix::fs::Stat) -> StatKey {
+        // The fields' types differ between architectures; every value fits an `i128`.
+        let ns = |s: i128, ns: i128| s * 1_000_000_000 + ns;
+        StatKey {
+            size: u64::try_from(stat.st_size).unwrap_or(0),
+            mtime_ns: ns(stat.st_mtime as i128, stat.st_mtime_nsec as i128),
+            ino: stat.st_ino as u64,
+            ctime_ns: ns(stat.st_ctime as i128, stat.st_ctime_nsec as i128),
+        }
+    }
+
     fn of(meta: &fs::Metadata) -> StatKey {
         StatKey {
             size: meta.size(),
@@ -147,10 +160,11 @@ pub(crate) struct Looked {
     pub(crate) hashed: bool,
 }
 
-/// Looks at every listed path (sorted, unique) on disk, using all cores: files are hashed
-/// (unless the cache has them), links read; paths gone from disk, folders and special files
-/// are dropped.
+/// Looks at every listed path (sorted, unique) under `root` on disk, using all cores: files
+/// are hashed (unless the cache has them), links read; paths gone from disk, folders and
+/// special files are dropped.
 pub(crate) fn look_all(
+    root: &Path,
     listed: &[Listed],
     cache: &Cache,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
@@ -163,13 +177,14 @@ pub(crate) fn look_all(
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
+                    let mut folder = Folder::default();
                     loop {
                         let start = next.fetch_add(CHUNK, Ordering::Relaxed);
                         if start >= listed.len() {
                             return Ok(mine);
                         }
                         for (i, item) in listed.iter().enumerate().skip(start).take(CHUNK) {
-                            if let Some(looked) = look(item, cache)? {
+                            if let Some(looked) = look(root, item, cache, &mut folder)? {
                                 mine.push((i, looked));
                             }
                         }
@@ -200,26 +215,64 @@ pub(crate) fn look_all(
     Ok((looked, stats))
 }
 
-fn look(item: &Listed, cache: &Cache) -> Result<Option<Looked>, ShipError> {
+/// The folder a worker last looked in, held open (`O_PATH`) so that each file in it is
+/// `lstat`ed by name relative to it: the kernel walks one component instead of the whole
+/// path. Listed paths are sorted, so one folder's files come together.
+#[derive(Debug, Default)]
+struct Folder {
+    /// Relative to the root; `None` before the first.
+    rel: Option<String>,
+    /// `None` when it could not be opened (gone, not a folder): then the whole path is used,
+    /// which gives the same answer (not found, or the error) as before.
+    fd: Option<rustix::fd::OwnedFd>,
+}
+
+impl Folder {
+    /// The stat of `name` in `parent`, without following a link, as `lstat` of the whole
+    /// path would give it.
+    fn lstat(&mut self, root: &Path, parent: &str, name: &str) -> io::Result<rustix::fs::Stat> {
+        use rustix::fs::{AtFlags, Mode, OFlags};
+        if self.rel.as_deref() != Some(parent) {
+            self.fd = rustix::fs::open(
+                root.join(parent),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok();
+            self.rel = Some(parent.to_owned());
+        }
+        match &self.fd {
+            Some(fd) => Ok(rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)?),
+            None => Ok(rustix::fs::lstat(root.join(parent).join(name))?),
+        }
+    }
+}
+
+fn look(
+    root: &Path,
+    item: &Listed,
+    cache: &Cache,
+    folder: &mut Folder,
+) -> Result<Option<Looked>, ShipError> {
+    let abs = || root.join(&item.path);
     let io_err = |source| ShipError::Io {
-        path: item.abs.clone(),
+        path: abs(),
         source,
     };
-    let meta = match fs::symlink_metadata(&item.abs) {
-        Ok(meta) => meta,
+    let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
+    let stat = match folder.lstat(root, parent, name) {
+        Ok(stat) => stat,
         // A tracked file deleted from the work tree (or a file gone since the listing).
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(io_err(err)),
     };
-    let file_type = meta.file_type();
-    if file_type.is_symlink() {
-        let target = fs::read_link(&item.abs).map_err(io_err)?;
+    let file_type = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    if file_type == rustix::fs::FileType::Symlink {
+        let target = fs::read_link(abs()).map_err(io_err)?;
         let target = target
             .into_os_string()
             .into_string()
-            .map_err(|_| ShipError::NonUtf8Path {
-                path: item.abs.clone(),
-            })?;
+            .map_err(|_| ShipError::NonUtf8Path { path: abs() })?;
         return Ok(Some(Looked {
             entry: ManifestEntry {
                 path: item.path.clone(),
@@ -233,19 +286,19 @@ fn look(item: &Listed, cache: &Cache) -> Result<Option<Looked>, ShipError> {
             hashed: false,
         }));
     }
-    if !file_type.is_file() {
+    if file_type != rustix::fs::FileType::RegularFile {
         return Ok(None);
     }
-    let key = StatKey::of(&meta);
+    let key = StatKey::of_stat(&stat);
     let (hash, hashed) = match cache.get(&item.path, &key) {
         Some(hash) => (hash.to_owned(), false),
-        None => (hash_file(&item.abs).map_err(io_err)?, true),
+        None => (hash_file(&abs()).map_err(io_err)?, true),
     };
     Ok(Some(Looked {
         entry: ManifestEntry {
             path: item.path.clone(),
             kind: EntryKind::File,
-            executable: meta.mode() & 0o100 != 0,
+            executable: stat.st_mode & 0o100 != 0,
             size: key.size,
             hash: Some(hash),
             target: None,

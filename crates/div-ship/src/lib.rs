@@ -303,7 +303,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         .as_deref()
         .map(|p| hash::Cache::load(p, &root))
         .unwrap_or_default();
-    let (looked, stats) = hash::look_all(&listed, &cache)?;
+    let (looked, stats) = hash::look_all(&root, &listed, &cache)?;
     let looked = drop_unsafe_links(looked, &mut warnings);
 
     // Every file came from the cache and the cache holds nothing else: writing it again would

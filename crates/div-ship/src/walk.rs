@@ -89,7 +89,6 @@ pub(crate) fn list(
             .ok_or_else(|| ShipError::NonUtf8Path { path: path.clone() })?;
         out.push(Listed {
             path: rel.to_owned(),
-            abs: path.clone(),
         });
     }
     for problem in problems.into_inner().expect("no walker thread panics") {
