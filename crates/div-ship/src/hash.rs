@@ -1,9 +1,9 @@
 //! Looking at each listed path on disk, hashing files with blake3 on every core, and the hash
 //! cache that lets an unchanged file go unread.
 
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,13 +58,24 @@ impl StatKey {
 
 const CACHE_HEADER: &str = "div-ship hash cache 1";
 
-/// The hash cache as read from its file.
+/// The hash cache as read from its file: its text, and each record's place in it, sorted by
+/// path (as written), so that a worker going through sorted paths finds each one next to the
+/// last one it found, without hashing or allocating.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
-    entries: HashMap<String, (StatKey, String)>,
+    text: String,
+    records: Vec<Cached>,
     /// When the cache file was last written (its mtime, ns): a file modified at or after it
     /// may have changed after it was hashed without its stat showing it ("racy", as git says).
     written_ns: i128,
+}
+
+/// One record of the cache: where its path and hash are in the text, and its stat.
+#[derive(Debug)]
+struct Cached {
+    path: Range<usize>,
+    hash: Range<usize>,
+    key: StatKey,
 }
 
 impl Cache {
@@ -78,48 +89,86 @@ impl Cache {
             return Cache::default();
         };
         let written_ns = StatKey::of(&meta).mtime_ns;
-        Cache::parse(&bytes, root, written_ns).unwrap_or_default()
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Cache::default();
+        };
+        Cache::parse(text, root, written_ns).unwrap_or_default()
     }
 
-    fn parse(bytes: &[u8], root: &Path, written_ns: i128) -> Option<Cache> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let mut records = text.split('\0');
-        let header = records.next()?;
-        let (version, cached_root) = header.split_once('\n')?;
+    fn parse(text: String, root: &Path, written_ns: i128) -> Option<Cache> {
+        let header_end = text.find('\0')?;
+        let (version, cached_root) = text[..header_end].split_once('\n')?;
         if version != CACHE_HEADER || Path::new(cached_root) != root {
             return None;
         }
-        let mut entries = HashMap::new();
-        for record in records.filter(|r| !r.is_empty()) {
-            let mut fields = record.splitn(6, ' ');
-            let hash = fields.next()?;
-            let key = StatKey {
-                size: fields.next()?.parse().ok()?,
-                mtime_ns: fields.next()?.parse().ok()?,
-                ino: fields.next()?.parse().ok()?,
-                ctime_ns: fields.next()?.parse().ok()?,
-            };
-            let path = fields.next()?;
-            if !crate::materialise::is_hash(hash) {
-                return None;
+        let mut records = Vec::new();
+        let mut at = header_end + 1;
+        while at < text.len() {
+            let end = text[at..].find('\0').map_or(text.len(), |i| at + i);
+            let record = &text[at..end];
+            if !record.is_empty() {
+                records.push(Cached::parse(record, at)?);
             }
-            entries.insert(path.to_owned(), (key, hash.to_owned()));
+            at = end + 1;
+        }
+        let path = |r: &Cached| &text[r.path.clone()];
+        if !records.is_sorted_by(|a, b| path(a) <= path(b)) {
+            records.sort_unstable_by(|a, b| path(a).cmp(path(b)));
         }
         Some(Cache {
-            entries,
+            text,
+            records,
             written_ns,
         })
     }
 
     /// How many files it holds.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.records.len()
     }
 
-    /// The cached hash of `path`, if its stat is unchanged and it is not racy.
-    fn get(&self, path: &str, key: &StatKey) -> Option<&str> {
-        let (cached, hash) = self.entries.get(path)?;
-        (cached == key && key.mtime_ns < self.written_ns).then_some(hash.as_str())
+    fn path(&self, record: &Cached) -> &str {
+        &self.text[record.path.clone()]
+    }
+
+    /// The cached hash of `path`, if its stat is unchanged and it is not racy. `cursor` is
+    /// where the last lookup ended: looking up sorted paths, each is found there at once.
+    fn get(&self, path: &str, key: &StatKey, cursor: &mut usize) -> Option<&str> {
+        let i = match self.records.get(*cursor) {
+            Some(record) if self.path(record) == path => *cursor,
+            _ => self
+                .records
+                .binary_search_by(|record| self.path(record).cmp(path))
+                .ok()?,
+        };
+        *cursor = i + 1;
+        let record = &self.records[i];
+        (record.key == *key && key.mtime_ns < self.written_ns)
+            .then(|| &self.text[record.hash.clone()])
+    }
+}
+
+impl Cached {
+    /// `hash size mtime ino ctime path`, found at `at` in the cache's text.
+    fn parse(record: &str, at: usize) -> Option<Cached> {
+        let mut fields = record.splitn(6, ' ');
+        let hash = fields.next()?;
+        let key = StatKey {
+            size: fields.next()?.parse().ok()?,
+            mtime_ns: fields.next()?.parse().ok()?,
+            ino: fields.next()?.parse().ok()?,
+            ctime_ns: fields.next()?.parse().ok()?,
+        };
+        let path = fields.next()?;
+        if !crate::materialise::is_hash(hash) {
+            return None;
+        }
+        let path_at = at + record.len() - path.len();
+        Some(Cached {
+            path: path_at..path_at + path.len(),
+            hash: at..at + hash.len(),
+            key,
+        })
     }
 }
 
@@ -178,13 +227,15 @@ pub(crate) fn look_all(
                 scope.spawn(|| {
                     let mut mine = Vec::new();
                     let mut folder = Folder::default();
+                    let mut cursor = 0;
                     loop {
                         let start = next.fetch_add(CHUNK, Ordering::Relaxed);
                         if start >= listed.len() {
                             return Ok(mine);
                         }
                         for (i, item) in listed.iter().enumerate().skip(start).take(CHUNK) {
-                            if let Some(looked) = look(root, item, cache, &mut folder)? {
+                            if let Some(looked) = look(root, item, cache, &mut folder, &mut cursor)?
+                            {
                                 mine.push((i, looked));
                             }
                         }
@@ -253,6 +304,7 @@ fn look(
     item: &Listed,
     cache: &Cache,
     folder: &mut Folder,
+    cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
     let abs = || root.join(&item.path);
     let io_err = |source| ShipError::Io {
@@ -290,7 +342,7 @@ fn look(
         return Ok(None);
     }
     let key = StatKey::of_stat(&stat);
-    let (hash, hashed) = match cache.get(&item.path, &key) {
+    let (hash, hashed) = match cache.get(&item.path, &key, cursor) {
         Some(hash) => (hash.to_owned(), false),
         None => (hash_file(&abs()).map_err(io_err)?, true),
     };
