@@ -61,10 +61,6 @@ fn list_repo(
             repo: workdir.to_owned(),
         });
     }
-    let git_err = |source: gix::Error| ShipError::Git {
-        repo: workdir.to_owned(),
-        source: Box::new(source),
-    };
     // Like git, which only verifies the index checksum in `git fsck`: skipping it saves a
     // hash over the whole index on every listing.
     let index_path = repo.index_path();
@@ -94,27 +90,7 @@ fn list_repo(
     };
 
     // Untracked files git is not ignoring, and nested repositories.
-    let mut options = repo
-        .dirwalk_options()
-        .map_err(git_err)?
-        .emit_untracked(EmissionMode::Matching)
-        .emit_ignored(None)
-        .emit_tracked(false)
-        .emit_pruned(false)
-        .emit_empty_directories(false)
-        .recurse_repositories(false);
-    let patterns: Vec<gix::bstr::BString> = if prefix.is_empty() {
-        Vec::new()
-    } else {
-        // `top`: relative to the work tree, whatever this process's directory;
-        // `literal`: a folder called `[x]` is no glob.
-        options = options.empty_patterns_match_prefix(true);
-        vec![format!(":(top,literal){prefix}").into()]
-    };
-    let mut collect = Untracked::default();
-    let interrupt = AtomicBool::new(false);
-    repo.dirwalk(&index, &patterns, &interrupt, options, &mut collect)
-        .map_err(git_err)?;
+    let collect = walk_untracked(repo, workdir, &index, prefix)?;
     if let Some(path) = collect.non_utf8 {
         return Err(ShipError::NonUtf8Path {
             path: workdir.join(path),
@@ -187,6 +163,132 @@ fn list_repo(
         )?;
     }
     Ok(())
+}
+
+/// Untracked files git is not ignoring, and nested repositories, under `prefix` (relative to
+/// `workdir`, `""` for all): one gix walk per core, each given some of the folder's
+/// subfolders as literal pathspecs (the first also its other entries), or one walk when the
+/// folder has fewer than two subfolders. Every walk starts at `prefix` itself (a pathspec
+/// without a trailing `/` keeps the walk in its parent), so each entry is classified, ignore
+/// rules included, exactly as by one walk; only the work is shared.
+fn walk_untracked(
+    repo: &gix::Repository,
+    workdir: &Path,
+    index: &gix::index::File,
+    prefix: &str,
+) -> Result<Untracked, ShipError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let Some(mut groups) = split_top(workdir, prefix, threads) else {
+        // `top`: relative to the work tree, whatever this process's directory;
+        // `literal`: a folder called `[x]` is no glob.
+        let patterns = if prefix.is_empty() {
+            Vec::new()
+        } else {
+            vec![pathspec(prefix)]
+        };
+        return walk_one(repo, workdir, index, &patterns);
+    };
+    let first = groups.swap_remove(0);
+    let options = repo.open_options().clone();
+    std::thread::scope(|scope| {
+        let others: Vec<_> = groups
+            .into_iter()
+            .map(|patterns| {
+                let options = options.clone();
+                scope.spawn(move || {
+                    // One handle per thread: gix's is not `Send` without its `parallel`
+                    // feature, which would rebuild gix for the whole workspace.
+                    let repo =
+                        gix::open_opts(workdir, options).map_err(|source| ShipError::Git {
+                            repo: workdir.to_owned(),
+                            source: Box::new(source),
+                        })?;
+                    walk_one(&repo, workdir, index, &patterns)
+                })
+            })
+            .collect();
+        let mut all = walk_one(repo, workdir, index, &first)?;
+        for other in others {
+            let more = other.join().expect("a walking thread does not panic")?;
+            all.found.extend(more.found);
+            all.non_utf8 = all.non_utf8.or(more.non_utf8);
+        }
+        Ok(all)
+    })
+}
+
+/// `:(top,literal)path`: relative to the work tree, and no glob.
+fn pathspec(path: &str) -> gix::bstr::BString {
+    format!(":(top,literal){path}").into()
+}
+
+/// The pathspecs of each walk when the folder `prefix` is walked by `threads`: its
+/// subfolders dealt round, its other entries with the first. `None` when one walk will do:
+/// one thread, fewer than two subfolders, or a name that is not UTF-8 (the single walk
+/// reports it).
+fn split_top(workdir: &Path, prefix: &str, threads: usize) -> Option<Vec<Vec<gix::bstr::BString>>> {
+    if threads < 2 {
+        return None;
+    }
+    let dir = workdir.join(prefix);
+    let mut folders = Vec::new();
+    let mut others = Vec::new();
+    for entry in std::fs::read_dir(&dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name().into_string().ok()?;
+        if name == ".git" {
+            continue; // never listed; a pathspec naming it would only cost time
+        }
+        let path = if prefix.is_empty() {
+            pathspec(&name)
+        } else {
+            pathspec(&format!("{prefix}/{name}"))
+        };
+        if entry.file_type().ok()?.is_dir() {
+            folders.push(path);
+        } else {
+            others.push(path);
+        }
+    }
+    if folders.len() < 2 {
+        return None;
+    }
+    let mut groups = vec![others];
+    groups.resize_with(threads.min(folders.len()), Vec::new);
+    let n = groups.len();
+    for (i, folder) in folders.into_iter().enumerate() {
+        groups[i % n].push(folder);
+    }
+    Some(groups)
+}
+
+/// One gix walk of the untracked entries that `patterns` select (all when empty).
+fn walk_one(
+    repo: &gix::Repository,
+    workdir: &Path,
+    index: &gix::index::File,
+    patterns: &[gix::bstr::BString],
+) -> Result<Untracked, ShipError> {
+    let git_err = |source: gix::Error| ShipError::Git {
+        repo: workdir.to_owned(),
+        source: Box::new(source),
+    };
+    let options = repo
+        .dirwalk_options()
+        .map_err(git_err)?
+        .emit_untracked(EmissionMode::Matching)
+        .emit_ignored(None)
+        .emit_tracked(false)
+        .emit_pruned(false)
+        .emit_empty_directories(false)
+        .recurse_repositories(false)
+        // Only ever given with patterns; never the process's own directory.
+        .empty_patterns_match_prefix(!patterns.is_empty());
+    let mut collect = Untracked::default();
+    let interrupt = AtomicBool::new(false);
+    repo.dirwalk(index, patterns, &interrupt, options, &mut collect)
+        .map_err(git_err)?;
+    Ok(collect)
 }
 
 /// `path` relative to the shipped prefix, or `None` when it is outside it.

@@ -194,6 +194,52 @@ fn nested_repositories_ship_their_own_set() {
     );
 }
 
+/// Several top-level folders: the walk is shared between threads, each given some of them
+/// (the split must not change what is ignored, tracked, a submodule or a nested repository).
+fn wide_tree(r: &Path) {
+    write(r, ".gitignore", "build/\n*.log\nn/\n");
+    write(r, "README.md", "");
+    write(r, "run.log", "");
+    write(r, "src/top.py", "");
+    write(r, "src/b.log", "");
+    write(r, "src/m/a.py", "");
+    write(r, "src/n/ignored.py", "");
+    write(r, "docs/x.md", "");
+    write(r, "build/out.bin", "");
+    write(r, "build/keep.txt", "");
+    let lib = r.join("lib");
+    git_init(&lib);
+    write(&lib, "lib.py", "");
+    git(&lib, &["add", "."]);
+    git(&lib, &["commit", "-qm", "lib"]);
+    write(&lib, "new.py", "");
+    let other = r.join("other");
+    git_init(&other);
+    write(&other, "x.py", "");
+    git(r, &["add", "lib", "src"]);
+    git(r, &["add", "-f", "build/keep.txt"]);
+}
+
+#[test]
+fn a_wide_tree_walked_on_several_threads_matches_git() {
+    check(
+        wide_tree,
+        "",
+        &[
+            ".gitignore",
+            "README.md",
+            "build/keep.txt",
+            "docs/x.md",
+            "lib/lib.py",
+            "lib/new.py",
+            "other/x.py",
+            "src/m/a.py",
+            "src/top.py",
+        ],
+    );
+    check(wide_tree, "src", &["m/a.py", "top.py"]);
+}
+
 #[test]
 fn empty_folders_are_not_shipped() {
     check(
