@@ -2,7 +2,7 @@
 //! cache that lets an unchanged file go unread.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -56,26 +56,41 @@ impl StatKey {
     }
 }
 
-const CACHE_HEADER: &str = "div-ship hash cache 1";
+/// The first bytes of a cache file; the version changes with the layout.
+const CACHE_MAGIC: &[u8] = b"div-ship hash cache 2\n";
 
-/// The hash cache as read from its file: its text, and each record's place in it, sorted by
-/// path (as written), so that a worker going through sorted paths finds each one next to the
-/// last one it found, without hashing or allocating.
+/// The bytes of one record after its path: size, mtime, inode, ctime, blake3.
+const RECORD_TAIL: usize = 8 + 16 + 8 + 16 + 32;
+
+/// The hash cache as read from its file, a compact binary layout that loads without parsing
+/// text: [`CACHE_MAGIC`], the root's bytes, NUL, then per file, sorted by path: the path's
+/// length (`u32`) and bytes, size (`u64`), mtime and ctime (`i128` ns), inode (`u64`), all
+/// little-endian, and the raw 32-byte blake3. Kept as read, with each record's place, so that
+/// a worker going through sorted paths finds each one next to the last one it found, without
+/// hashing or allocating.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
-    text: String,
+    bytes: Vec<u8>,
     records: Vec<Cached>,
     /// When the cache file was last written (its mtime, ns): a file modified at or after it
     /// may have changed after it was hashed without its stat showing it ("racy", as git says).
     written_ns: i128,
 }
 
-/// One record of the cache: where its path and hash are in the text, and its stat.
+/// One record of the cache: where its path and hash are in the bytes, and its stat.
 #[derive(Debug)]
 struct Cached {
     path: Range<usize>,
-    hash: Range<usize>,
+    hash: usize,
     key: StatKey,
+}
+
+/// The next `N` bytes of `bytes` from `*at`, moving past them.
+fn take<const N: usize>(bytes: &[u8], at: &mut usize) -> Option<[u8; N]> {
+    let end = at.checked_add(N)?;
+    let taken = bytes.get(*at..end)?.try_into().ok()?;
+    *at = end;
+    Some(taken)
 }
 
 impl Cache {
@@ -89,34 +104,43 @@ impl Cache {
             return Cache::default();
         };
         let written_ns = StatKey::of(&meta).mtime_ns;
-        let Ok(text) = String::from_utf8(bytes) else {
-            return Cache::default();
-        };
-        Cache::parse(text, root, written_ns).unwrap_or_default()
+        Cache::parse(bytes, root, written_ns).unwrap_or_default()
     }
 
-    fn parse(text: String, root: &Path, written_ns: i128) -> Option<Cache> {
-        let header_end = text.find('\0')?;
-        let (version, cached_root) = text[..header_end].split_once('\n')?;
-        if version != CACHE_HEADER || Path::new(cached_root) != root {
+    fn parse(bytes: Vec<u8>, root: &Path, written_ns: i128) -> Option<Cache> {
+        let rest = bytes.strip_prefix(CACHE_MAGIC)?;
+        let root = root.as_os_str().as_encoded_bytes();
+        if rest.get(..root.len())? != root || rest.get(root.len()) != Some(&0) {
             return None;
         }
+        let mut at = CACHE_MAGIC.len() + root.len() + 1;
         let mut records = Vec::new();
-        let mut at = header_end + 1;
-        while at < text.len() {
-            let end = text[at..].find('\0').map_or(text.len(), |i| at + i);
-            let record = &text[at..end];
-            if !record.is_empty() {
-                records.push(Cached::parse(record, at)?);
+        while at < bytes.len() {
+            let len = usize::try_from(u32::from_le_bytes(take(&bytes, &mut at)?)).ok()?;
+            let path = at..at.checked_add(len)?;
+            at = path.end;
+            if bytes.len() < at.checked_add(RECORD_TAIL)? {
+                return None;
             }
-            at = end + 1;
+            let key = StatKey {
+                size: u64::from_le_bytes(take(&bytes, &mut at)?),
+                mtime_ns: i128::from_le_bytes(take(&bytes, &mut at)?),
+                ino: u64::from_le_bytes(take(&bytes, &mut at)?),
+                ctime_ns: i128::from_le_bytes(take(&bytes, &mut at)?),
+            };
+            records.push(Cached {
+                path,
+                hash: at,
+                key,
+            });
+            at += 32;
         }
-        let path = |r: &Cached| &text[r.path.clone()];
+        let path = |r: &Cached| &bytes[r.path.clone()];
         if !records.is_sorted_by(|a, b| path(a) <= path(b)) {
             records.sort_unstable_by(|a, b| path(a).cmp(path(b)));
         }
         Some(Cache {
-            text,
+            bytes,
             records,
             written_ns,
         })
@@ -127,13 +151,15 @@ impl Cache {
         self.records.len()
     }
 
-    fn path(&self, record: &Cached) -> &str {
-        &self.text[record.path.clone()]
+    fn path(&self, record: &Cached) -> &[u8] {
+        &self.bytes[record.path.clone()]
     }
 
-    /// The cached hash of `path`, if its stat is unchanged and it is not racy. `cursor` is
-    /// where the last lookup ended: looking up sorted paths, each is found there at once.
-    fn get(&self, path: &str, key: &StatKey, cursor: &mut usize) -> Option<&str> {
+    /// The cached hash of `path` (lowercase hex), if its stat is unchanged and it is not
+    /// racy. `cursor` is where the last lookup ended: looking up sorted paths, each is found
+    /// there at once.
+    fn get(&self, path: &str, key: &StatKey, cursor: &mut usize) -> Option<String> {
+        let path = path.as_bytes();
         let i = match self.records.get(*cursor) {
             Some(record) if self.path(record) == path => *cursor,
             _ => self
@@ -143,50 +169,43 @@ impl Cache {
         };
         *cursor = i + 1;
         let record = &self.records[i];
-        (record.key == *key && key.mtime_ns < self.written_ns)
-            .then(|| &self.text[record.hash.clone()])
-    }
-}
-
-impl Cached {
-    /// `hash size mtime ino ctime path`, found at `at` in the cache's text.
-    fn parse(record: &str, at: usize) -> Option<Cached> {
-        let mut fields = record.splitn(6, ' ');
-        let hash = fields.next()?;
-        let key = StatKey {
-            size: fields.next()?.parse().ok()?,
-            mtime_ns: fields.next()?.parse().ok()?,
-            ino: fields.next()?.parse().ok()?,
-            ctime_ns: fields.next()?.parse().ok()?,
-        };
-        let path = fields.next()?;
-        if !crate::materialise::is_hash(hash) {
+        if record.key != *key || key.mtime_ns >= self.written_ns {
             return None;
         }
-        let path_at = at + record.len() - path.len();
-        Some(Cached {
-            path: path_at..path_at + path.len(),
-            hash: at..at + hash.len(),
-            key,
-        })
+        let hash: [u8; 32] = self.bytes[record.hash..record.hash + 32].try_into().ok()?;
+        Some(blake3::Hash::from_bytes(hash).to_hex().to_string())
     }
 }
 
-/// Writes the cache for `root` to `path` (a temporary sibling renamed into place).
+/// Writes the cache for `root` to `path` (a temporary sibling renamed into place); `records`
+/// are sorted by path, their hashes lowercase hex.
 pub(crate) fn save_cache(
     path: &Path,
     root: &Path,
     records: &[(&str, StatKeyRef, &str)],
 ) -> io::Result<()> {
-    let mut out = Vec::with_capacity(records.len() * 128);
-    write!(out, "{CACHE_HEADER}\n{}\0", root.display())?;
+    let root = root.as_os_str().as_encoded_bytes();
+    let mut out = Vec::with_capacity(
+        CACHE_MAGIC.len() + root.len() + 1 + records.len() * (4 + 32 + RECORD_TAIL),
+    );
+    out.extend_from_slice(CACHE_MAGIC);
+    out.extend_from_slice(root);
+    out.push(0);
     for (file, key, hash) in records {
         let key = key.0;
-        write!(
-            out,
-            "{hash} {} {} {} {} {file}\0",
-            key.size, key.mtime_ns, key.ino, key.ctime_ns
-        )?;
+        let Ok(hash) = blake3::Hash::from_hex(hash) else {
+            continue; // never: the hashes are blake3's own
+        };
+        let Ok(len) = u32::try_from(file.len()) else {
+            continue; // a path this long is not cached, only hashed again
+        };
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(file.as_bytes());
+        out.extend_from_slice(&key.size.to_le_bytes());
+        out.extend_from_slice(&key.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&key.ino.to_le_bytes());
+        out.extend_from_slice(&key.ctime_ns.to_le_bytes());
+        out.extend_from_slice(hash.as_bytes());
     }
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)?;
@@ -343,7 +362,7 @@ fn look(
     }
     let key = StatKey::of_stat(&stat);
     let (hash, hashed) = match cache.get(&item.path, &key, cursor) {
-        Some(hash) => (hash.to_owned(), false),
+        Some(hash) => (hash, false),
         None => (hash_file(&abs()).map_err(io_err)?, true),
     };
     Ok(Some(Looked {

@@ -126,3 +126,17 @@ fn big_files_hash_like_blake3() {
         blake3::hash(&content).to_hex().as_str()
     );
 }
+
+#[test]
+fn a_truncated_cache_is_not_used() {
+    let (_tmp, dir, cache) = tree();
+    ship(&dir, &cache);
+    let bytes = fs::read(&cache).unwrap();
+    // All inside the last record (`c.bin`'s, 89 bytes).
+    for cut in [1, 32, 80] {
+        fs::write(&cache, &bytes[..bytes.len() - cut]).unwrap();
+        let again = ship(&dir, &cache);
+        assert_eq!(again.stats.hashed_files, 3, "cut {cut} bytes");
+        fs::write(&cache, &bytes).unwrap();
+    }
+}
