@@ -135,9 +135,10 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
         )?)
     })?;
     println!(
-        "listing {} ({} paths, median of {runs}, warm)",
+        "listing {} ({} paths, median of {runs}, warm; load average {})",
         repo.display(),
-        div_set.len()
+        div_set.len(),
+        load_average()
     );
     println!(
         "  git ls-files -co --exclude-standard  {:>8.1} ms",
@@ -155,6 +156,15 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
         shipment.stats.hashed_files
     );
     Ok(())
+}
+
+/// The 1-minute load average, or `?` where `/proc/loadavg` is not there: timings on a shared
+/// machine mean little without it.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 fn hashing(dir: &Path, mib: usize, runs: usize) -> Result<()> {
