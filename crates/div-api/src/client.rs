@@ -592,7 +592,9 @@ impl HttpControlPlane {
             .map_err(|e| TryFailure::Transport(self.redact(&e)))?;
         if status.is_success() {
             Ok(Got::Full(status, body))
-        } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        } else if status == StatusCode::TOO_MANY_REQUESTS
+            || (status.is_server_error() && status != StatusCode::INSUFFICIENT_STORAGE)
+        {
             Err(TryFailure::Status(status, body))
         } else {
             Err(TryFailure::Final(self.status_error(status, &body)))
@@ -736,6 +738,8 @@ impl HttpControlPlane {
             404 | 410 => ErrorKind::NotFound,
             401 | 403 => ErrorKind::Unauthorized,
             409 => ErrorKind::Conflict,
+            // A full disk is not fixed by trying again soon: refused, not retried.
+            507 => ErrorKind::Refused,
             429 | 500..=599 => ErrorKind::Unavailable,
             400..=499 => ErrorKind::Refused,
             _ => ErrorKind::Protocol,

@@ -8,8 +8,9 @@ use serde_json::Value;
 pub enum ErrorKind {
     /// The thing asked for does not exist (404).
     NotFound,
-    /// The request was refused as invalid (400/422); `details()` says more, such as the
-    /// accepted SKU list.
+    /// The request was refused as invalid (400/422), or for want of space on the control
+    /// plane's disk (507, `insufficient_storage`, not retried); `details()` says more, such
+    /// as the accepted SKU list.
     Refused,
     /// The credentials were missing or wrong (401/403).
     Unauthorized,

@@ -23,6 +23,11 @@ use crate::{deps, sys};
 pub(crate) const OOM_REASON: &str = "killed (out of memory, or stopped)";
 /// The reason a run stopped at 24 hours gives.
 pub(crate) const DAY_REASON: &str = "reached the 24-hour limit";
+/// The reason of a run stopped because the disk under its log filled up.
+pub(crate) const DISK_FULL_REASON: &str =
+    "no space left on the control plane's disk; the run's log could not be written";
+/// Room kept beside the run so its end can be written even when the disk fills up.
+const RESERVE_BYTES: usize = 64 << 10;
 
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -130,8 +135,16 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
             return 1;
         }
     };
+    // Room for the end: released (and the write retried) if the disk fills up.
+    let reserve = run_dir.join("end.reserve");
+    let _ = fs::write(&reserve, vec![0u8; RESERVE_BYTES]);
     let end = run(run_dir, &spec);
-    match write_json_atomic(&run_dir.join("end.json"), &end) {
+    let written = write_json_atomic(&run_dir.join("end.json"), &end).or_else(|_| {
+        let _ = fs::remove_file(&reserve);
+        write_json_atomic(&run_dir.join("end.json"), &end)
+    });
+    let _ = fs::remove_file(&reserve);
+    match written {
         Ok(()) => 0,
         Err(_) => 1,
     }
@@ -144,6 +157,7 @@ enum Stopped {
     Ceiling,
     Day,
     Memory,
+    DiskFull,
 }
 
 fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
@@ -238,10 +252,14 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         if elapsed >= spec.max_seconds.saturating_mul(1000) {
             break Stopped::Day;
         }
-        if cgroups.memory.is_none() && last_poll.elapsed() >= Duration::from_millis(50) {
+        if last_poll.elapsed() >= Duration::from_millis(50) {
             last_poll = std::time::Instant::now();
-            if tree_rss(child.id()) > spec.memory_bytes {
+            if cgroups.memory.is_none() && tree_rss(child.id()) > spec.memory_bytes {
                 break Stopped::Memory;
+            }
+            // A full disk: the run's output is being lost, so it is stopped and says why.
+            if sys::disk_full(&log_path) {
+                break Stopped::DiskFull;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -253,7 +271,13 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
     let duration_seconds = elapsed_ms / 1000;
     let spent = deps::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
+    // A run that exited (often failing) as its log filled the disk says so too.
+    let stopped = match stopped {
+        Stopped::Exited(st) if !st.success() && sys::disk_full(&log_path) => Stopped::DiskFull,
+        other => other,
+    };
     let (mut status, exit_code, mut reason) = match stopped {
+        Stopped::DiskFull => (RunStatus::Failed, None, Some(DISK_FULL_REASON.to_owned())),
         Stopped::Exited(st) => {
             let code = exit_code_of(st);
             if code == 0 {
@@ -268,7 +292,12 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Stopped::Memory => (RunStatus::Failed, Some(137), Some(OOM_REASON.to_owned())),
     };
     let mut exit_code = exit_code;
-    if oom && !matches!(stopped, Stopped::Canceled | Stopped::Ceiling | Stopped::Day) {
+    if oom
+        && !matches!(
+            stopped,
+            Stopped::Canceled | Stopped::Ceiling | Stopped::Day | Stopped::DiskFull
+        )
+    {
         status = RunStatus::Failed;
         exit_code = Some(137);
         reason = Some(OOM_REASON.to_owned());

@@ -94,3 +94,16 @@ pub(crate) fn page_size() -> u64 {
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(size).unwrap_or(4096)
 }
+
+/// Whether the filesystem holding `path` has no block left for an unprivileged writer.
+pub(crate) fn disk_full(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a zeroed statvfs the call fills.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_blocks > 0 && st.f_bavail == 0
+}

@@ -3,6 +3,7 @@
 
 mod api;
 mod conformance;
+mod diskfull;
 mod example;
 mod faults;
 mod harness;
