@@ -556,6 +556,10 @@ async fn upload(
 
 /// Sends the log from `offset` as frames; while following, polls the file and sends a beat
 /// after each 5 s of silence, and the end frame once the run ended and every byte was sent.
+///
+/// While the file has unread bytes they are sent at once, up to 1 MiB a frame, without a
+/// copy; only once caught up does it ask whether the run ended, and it waits 1 ms, doubling
+/// up to 10 ms while nothing new arrives.
 async fn log_stream(
     state: Arc<State>,
     id: String,
@@ -563,38 +567,35 @@ async fn log_stream(
     follow: bool,
     tx: mpsc::Sender<Bytes>,
 ) {
+    const IDLE_MIN: Duration = Duration::from_millis(1);
+    const IDLE_MAX: Duration = Duration::from_millis(10);
     let path = state.run_dir(&id).join("log");
     let mut last_sent = tokio::time::Instant::now();
-    let mut buf = vec![0u8; 64 << 10];
+    let mut file: Option<tokio::fs::File> = None;
+    let mut idle = IDLE_MIN;
     loop {
-        // Whether the run had ended before this read: then the bytes read are all there is.
+        let Some(progressed) = send_available(&path, &mut file, &mut offset, &tx).await else {
+            return;
+        };
+        if progressed {
+            last_sent = tokio::time::Instant::now();
+            idle = IDLE_MIN;
+            continue;
+        }
+        // Caught up. Whether the run had ended: then what the file holds now is all there is.
         let i2 = id.clone();
         let ended = match blocking(&state, move |s| runs::get_run(s, &i2)).await {
             Ok((r, _)) => r.status.is_terminal().then_some(r),
             Err(_) => return,
         };
-        let mut progressed = false;
-        if let Ok(mut f) = tokio::fs::File::open(&path).await
-            && f.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
-        {
+        if let Some(run) = ended {
             loop {
-                match f.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if tx
-                            .send(div_api::logframe::encode_chunk(offset, &buf[..n]))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        offset += n as u64;
-                        progressed = true;
-                    }
+                match send_available(&path, &mut file, &mut offset, &tx).await {
+                    None => return,
+                    Some(true) => {}
+                    Some(false) => break,
                 }
             }
-        }
-        if let Some(run) = ended {
             let _ = tx.send(div_api::logframe::encode_end(&run)).await;
             return;
         }
@@ -602,9 +603,7 @@ async fn log_stream(
             let _ = tx.send(div_api::logframe::encode_tail(offset)).await;
             return;
         }
-        if progressed {
-            last_sent = tokio::time::Instant::now();
-        } else if last_sent.elapsed() >= Duration::from_secs(5) {
+        if last_sent.elapsed() >= Duration::from_secs(5) {
             if tx
                 .send(Bytes::from_static(div_api::logframe::BEAT))
                 .await
@@ -614,7 +613,43 @@ async fn log_stream(
             }
             last_sent = tokio::time::Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis(15)).await;
+        tokio::time::sleep(idle).await;
+        idle = (idle * 2).min(IDLE_MAX);
+    }
+}
+
+/// Sends one read of the log from `offset` (at most 1 MiB) as a chunk frame: `Some(true)` if
+/// bytes were sent, `Some(false)` if there were none (or no log yet), `None` if the client
+/// is gone.
+async fn send_available(
+    path: &std::path::Path,
+    file: &mut Option<tokio::fs::File>,
+    offset: &mut u64,
+    tx: &mpsc::Sender<Bytes>,
+) -> Option<bool> {
+    const READ: usize = 1 << 20;
+    if file.is_none() {
+        let Ok(mut f) = tokio::fs::File::open(path).await else {
+            return Some(false);
+        };
+        if f.seek(std::io::SeekFrom::Start(*offset)).await.is_err() {
+            return Some(false);
+        }
+        *file = Some(f);
+    }
+    let f = file.as_mut()?;
+    let mut buf = bytes::BytesMut::with_capacity(READ);
+    match f.read_buf(&mut buf).await {
+        Ok(0) | Err(_) => Some(false),
+        Ok(n) => {
+            let header = div_api::logframe::chunk_header(*offset, n as u64);
+            if tx.send(Bytes::from(header)).await.is_err() || tx.send(buf.freeze()).await.is_err()
+            {
+                return None;
+            }
+            *offset += n as u64;
+            Some(true)
+        }
     }
 }
 
