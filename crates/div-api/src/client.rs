@@ -37,6 +37,7 @@ use crate::error::{ApiError, ErrorKind};
 use crate::logframe::{self, Decoder, Frame};
 use crate::models::*;
 use crate::{BlobSource, ByteSink, ControlPlane, LogStream};
+use serde_json::Value;
 
 /// Every route the client calls, as `(method, path template)`; the OpenAPI document declares
 /// exactly these (a test checks it).
@@ -689,6 +690,19 @@ impl HttpControlPlane {
         Instant::now() + self.inner.options.deadline
     }
 
+    /// Send `call` and read its JSON answer, a run, keeping fields sent as `null`.
+    async fn run_json(&self, call: Call<'_>) -> Result<Run, ApiError> {
+        let raw: Value = self.json(call).await?;
+        let mut run: Run = serde_json::from_value(raw.clone()).map_err(|e| {
+            ApiError::new(
+                ErrorKind::Protocol,
+                format!("could not read the control plane's run: {e}"),
+            )
+        })?;
+        run.keep_nulls_from(&raw);
+        Ok(run)
+    }
+
     /// Send `call` and read its JSON answer.
     async fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, ApiError> {
         Ok(self.json_status(call).await?.1)
@@ -1025,11 +1039,11 @@ impl ControlPlane for HttpControlPlane {
                 format!("idempotency key `{idempotency_key}` is not a valid header value"),
             ));
         }
-        self.json(call).await
+        self.run_json(call).await
     }
 
     async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
-        self.json(Call::get(format!("/v1/runs/{}", segment(run))))
+        self.run_json(Call::get(format!("/v1/runs/{}", segment(run))))
             .await
     }
 
@@ -1052,11 +1066,23 @@ impl ControlPlane for HttpControlPlane {
         } else {
             format!("/v1/runs?{}", params.join("&"))
         };
-        self.json(Call::get(path)).await
+        let raw: Value = self.json(Call::get(path)).await?;
+        let mut list: RunList = serde_json::from_value(raw.clone()).map_err(|e| {
+            ApiError::new(
+                ErrorKind::Protocol,
+                format!("could not read the control plane's list of runs: {e}"),
+            )
+        })?;
+        if let Some(raws) = raw.get("runs").and_then(Value::as_array) {
+            for (run, raw) in list.runs.iter_mut().zip(raws) {
+                run.keep_nulls_from(raw);
+            }
+        }
+        Ok(list)
     }
 
     async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
-        self.json(Call {
+        self.run_json(Call {
             method: Method::POST,
             ..Call::get(format!("/v1/runs/{}/stop", segment(run)))
         })

@@ -369,6 +369,25 @@ pub struct Run {
     pub extra: Extra,
 }
 
+impl Run {
+    /// Keeps, in [`Run::extra`], each field `raw` (the JSON this run was read from) sent as
+    /// `null`: typed, such a field is `None` and would be dropped on output, so printing the
+    /// run (`--json`) would lose it. Clients call this on every run they read, so the object
+    /// is printed as the API sent it.
+    ///
+    /// A field kept this way and later set on the typed run would be written twice; runs
+    /// read from the API are shown, not edited.
+    pub fn keep_nulls_from(&mut self, raw: &Value) {
+        if let Some(object) = raw.as_object() {
+            for (key, value) in object {
+                if value.is_null() {
+                    self.extra.insert(key.clone(), Value::Null);
+                }
+            }
+        }
+    }
+}
+
 /// `GET /v1/runs` query.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListRuns {
