@@ -1298,7 +1298,7 @@ impl LogStream for HttpLogStream {
                     if let Ok(data) = frame.into_data()
                         && !data.is_empty()
                     {
-                        self.decoder.push(&data);
+                        self.decoder.push_bytes(data);
                         match self.drain() {
                             // Progress is a whole frame (new bytes, a beat, the end), not
                             // raw bytes: a server cutting every connection mid-header

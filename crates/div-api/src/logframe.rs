@@ -28,7 +28,7 @@
 //! assert_eq!(frames[7], Frame::Tail { offset: 6 });
 //! ```
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use crate::models::Run;
 
@@ -113,9 +113,16 @@ enum State {
 
 /// A streaming decoder: [`push`](Decoder::push) bytes as they arrive, in pieces of any size,
 /// and take frames with [`next_frame`](Decoder::next_frame) until it says `None`.
+///
+/// Bytes pushed with [`push_bytes`](Decoder::push_bytes) are not copied: a chunk's data is a
+/// slice of them. Only a header or an `end` body split across pushes is gathered into a small
+/// buffer, and a header's newline is looked for once in each byte.
 #[derive(Debug)]
 pub struct Decoder {
-    buf: BytesMut,
+    /// Pushed bytes not yet decoded.
+    input: Bytes,
+    /// The start of a header or an `end` body that the input ended inside.
+    partial: BytesMut,
     state: State,
 }
 
@@ -129,20 +136,37 @@ impl Decoder {
     /// A decoder expecting a header.
     pub fn new() -> Self {
         Decoder {
-            buf: BytesMut::new(),
+            input: Bytes::new(),
+            partial: BytesMut::new(),
             state: State::Header,
         }
     }
 
-    /// Add bytes read from the stream.
+    /// Add bytes read from the stream (copied; [`push_bytes`](Decoder::push_bytes) is not).
     pub fn push(&mut self, data: &[u8]) {
-        self.buf.extend_from_slice(data);
+        self.push_bytes(Bytes::copy_from_slice(data));
+    }
+
+    /// Add bytes read from the stream without copying them when the decoder has taken
+    /// every frame from what was pushed before.
+    pub fn push_bytes(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        if self.input.is_empty() {
+            self.input = data;
+        } else {
+            let mut joined = BytesMut::with_capacity(self.input.len() + data.len());
+            joined.extend_from_slice(&self.input);
+            joined.extend_from_slice(&data);
+            self.input = joined.freeze();
+        }
     }
 
     /// Whether the decoder is between frames with nothing buffered: a stream that ends here
     /// ended cleanly.
     pub fn is_idle(&self) -> bool {
-        self.state == State::Header && self.buf.is_empty()
+        self.state == State::Header && self.input.is_empty() && self.partial.is_empty()
     }
 
     /// The next frame, `Ok(None)` when more bytes are needed first.
@@ -150,22 +174,12 @@ impl Decoder {
         loop {
             match self.state {
                 State::Header => {
-                    let Some(nl) = self.buf.iter().position(|&b| b == b'\n') else {
-                        if self.buf.len() >= MAX_HEADER_LEN {
-                            return Err(FrameError::HeaderTooLong);
-                        }
+                    let Some(line) = self.header_line()? else {
                         return Ok(None);
                     };
-                    if nl + 1 > MAX_HEADER_LEN {
-                        return Err(FrameError::HeaderTooLong);
-                    }
-                    let line = self.buf.split_to(nl + 1);
-                    let line = &line[..nl];
-                    match parse_header(line)? {
-                        Header::Chunk { offset, len: 0 } => {
-                            // An empty chunk says nothing; keep reading.
-                            let _ = offset;
-                        }
+                    match parse_header(&line[..line.len() - 1])? {
+                        // An empty chunk says nothing; keep reading.
+                        Header::Chunk { len: 0, .. } => {}
                         Header::Chunk { offset, len } => {
                             self.state = State::Chunk {
                                 offset,
@@ -185,13 +199,13 @@ impl Decoder {
                     }
                 }
                 State::Chunk { offset, remaining } => {
-                    if self.buf.is_empty() {
+                    if self.input.is_empty() {
                         return Ok(None);
                     }
                     let take = usize::try_from(remaining)
                         .unwrap_or(usize::MAX)
-                        .min(self.buf.len());
-                    let data = self.buf.split_to(take).freeze();
+                        .min(self.input.len());
+                    let data = self.input.split_to(take);
                     let left = remaining - take as u64;
                     self.state = if left == 0 {
                         State::Header
@@ -204,15 +218,48 @@ impl Decoder {
                     return Ok(Some(Frame::Chunk { offset, data }));
                 }
                 State::End { len } => {
-                    if self.buf.len() < len {
+                    let want = len - self.partial.len();
+                    if self.input.len() < want {
+                        self.partial.extend_from_slice(&self.input);
+                        self.input.clear();
                         return Ok(None);
                     }
-                    let body = self.buf.split_to(len);
+                    let rest = self.input.split_to(want);
+                    let run: Result<Run, _> = if self.partial.is_empty() {
+                        serde_json::from_slice(&rest)
+                    } else {
+                        self.partial.extend_from_slice(&rest);
+                        let body = self.partial.split();
+                        serde_json::from_slice(&body)
+                    };
                     self.state = State::Header;
-                    let run: Run =
-                        serde_json::from_slice(body.chunk()).map_err(FrameError::BadEnd)?;
+                    let run = run.map_err(FrameError::BadEnd)?;
                     return Ok(Some(Frame::End(Box::new(run))));
                 }
+            }
+        }
+    }
+
+    /// The next header line, newline included, once it is whole. The input is searched
+    /// once: what came before is kept in `partial`, at most [`MAX_HEADER_LEN`] bytes.
+    fn header_line(&mut self) -> Result<Option<Bytes>, FrameError> {
+        let room = MAX_HEADER_LEN - self.partial.len();
+        let window = &self.input[..self.input.len().min(room)];
+        match window.iter().position(|&b| b == b'\n') {
+            Some(nl) => {
+                let line = self.input.split_to(nl + 1);
+                if self.partial.is_empty() {
+                    Ok(Some(line))
+                } else {
+                    self.partial.extend_from_slice(&line);
+                    Ok(Some(self.partial.split().freeze()))
+                }
+            }
+            None if window.len() == room => Err(FrameError::HeaderTooLong),
+            None => {
+                self.partial.extend_from_slice(&self.input);
+                self.input.clear();
+                Ok(None)
             }
         }
     }
@@ -257,4 +304,53 @@ fn parse_header(line: &[u8]) -> Result<Header, FrameError> {
         return Err(bad());
     }
     Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_is_a_slice_of_the_pushed_bytes_not_a_copy() {
+        let wire = encode_chunk(0, &[b'x'; 1000]);
+        let mut decoder = Decoder::new();
+        decoder.push_bytes(wire.clone());
+        let Ok(Some(Frame::Chunk { data, .. })) = decoder.next_frame() else {
+            panic!("a chunk frame");
+        };
+        assert_eq!(data.len(), 1000);
+        assert_eq!(data.as_ptr(), wire[wire.len() - 1000..].as_ptr());
+        assert!(decoder.is_idle());
+    }
+
+    fn header_split(line_len: usize, split: usize) -> String {
+        // `beat` padded with spaces is a bad header, but a whole one: it says the length was
+        // accepted.
+        let mut line = b"beat".to_vec();
+        line.resize(line_len - 1, b' ');
+        line.push(b'\n');
+        let mut decoder = Decoder::new();
+        decoder.push(&line[..split]);
+        let first = decoder.next_frame();
+        decoder.push(&line[split..]);
+        match (first, decoder.next_frame()) {
+            (Ok(None), Ok(frame)) => format!("{frame:?}"),
+            (Ok(None), Err(e)) | (Err(e), _) => e.to_string(),
+            (Ok(Some(frame)), _) => format!("early {frame:?}"),
+        }
+    }
+
+    #[test]
+    fn a_header_split_across_pushes_is_held_to_its_limit() {
+        assert_eq!(header_split(5, 2), "Some(Beat)");
+        assert!(header_split(MAX_HEADER_LEN, 30).starts_with("bad log frame header"));
+        assert_eq!(
+            header_split(MAX_HEADER_LEN + 1, 30),
+            "log frame header longer than 64 bytes"
+        );
+        assert_eq!(
+            header_split(MAX_HEADER_LEN + 1, 64),
+            "log frame header longer than 64 bytes"
+        );
+    }
 }

@@ -2,7 +2,9 @@
 //! `--detach`); status lines, progress, warnings and errors go to stderr.
 #![allow(clippy::print_stderr)]
 
-use std::io::{self, IsTerminal, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,8 +54,15 @@ pub(crate) struct Printer {
     log_to_stderr: bool,
     /// Whether the last byte of the log written ended a line.
     at_line_start: bool,
+    /// Where the log goes when stdout is not a terminal: stdout's file descriptor, duplicated,
+    /// behind one buffer (no line buffering, no flush per chunk). Made at the first log bytes;
+    /// flushed when the stream goes idle, before anything else is printed, and at the end.
+    piped_log: Option<BufWriter<File>>,
     progress: Option<Progress>,
 }
+
+/// The buffer of a piped log: smaller writes are gathered, larger ones go straight through.
+const PIPED_LOG_BUFFER: usize = 128 << 10;
 
 #[derive(Debug)]
 struct Progress {
@@ -77,6 +86,7 @@ impl Printer {
             color,
             log_to_stderr: false,
             at_line_start: true,
+            piped_log: None,
             progress: None,
         }
     }
@@ -88,12 +98,14 @@ impl Printer {
 
     /// A status line on stderr.
     pub(crate) fn status(&mut self, line: &str) {
+        self.flush_log_quietly();
         self.end_log_line();
         eprintln!("{line}");
     }
 
     /// `warning: …` and `hint: …` on stderr.
     pub(crate) fn warning(&mut self, message: &str, hint: Option<&str>) {
+        self.flush_log_quietly();
         self.end_log_line();
         eprintln!("{}: {message}", self.paint("warning", "33;1"));
         if let Some(hint) = hint {
@@ -101,25 +113,59 @@ impl Printer {
         }
     }
 
-    /// Bytes of the run's log, as they arrive.
+    /// Bytes of the run's log, as they arrive; none means the stream is caught up for now,
+    /// so what is buffered is written.
+    ///
+    /// To a terminal (or stderr) each piece is written and flushed as it comes. To a pipe or
+    /// file, whole pieces go through one buffer on stdout's file descriptor, written when the
+    /// buffer fills, the stream goes idle, something else is printed, or the printer drops.
     pub(crate) fn log(&mut self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
-            return Ok(());
+            return self.flush_log();
         }
         self.at_line_start = bytes.ends_with(b"\n");
         if self.log_to_stderr {
             let mut err = io::stderr().lock();
             err.write_all(bytes)?;
-            err.flush()
-        } else {
-            let mut out = io::stdout().lock();
-            out.write_all(bytes)?;
-            out.flush()
+            return err.flush();
+        }
+        if self.piped_log.is_none() && !io::stdout().is_terminal() {
+            let fd = io::stdout().as_fd().try_clone_to_owned()?;
+            self.piped_log = Some(BufWriter::with_capacity(PIPED_LOG_BUFFER, File::from(fd)));
+        }
+        match &mut self.piped_log {
+            Some(out) => out.write_all(bytes),
+            None => {
+                let mut out = io::stdout().lock();
+                out.write_all(bytes)?;
+                out.flush()
+            }
+        }
+    }
+
+    /// Write what the piped log has buffered.
+    fn flush_log(&mut self) -> io::Result<()> {
+        match &mut self.piped_log {
+            Some(out) => out.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Write what the piped log has buffered before something else is printed; a reader
+    /// that went away is told by the next write, not here.
+    fn flush_log_quietly(&mut self) {
+        if self.flush_log().is_err() {
+            // The buffer keeps the bytes it could not write; drop them with the writer, so
+            // later writes do not retry them.
+            if let Some(out) = self.piped_log.take() {
+                let _ = out.into_parts();
+            }
         }
     }
 
     /// Data on stdout: a line of it.
     pub(crate) fn data(&mut self, text: &str) -> io::Result<()> {
+        self.flush_log()?;
         let mut out = io::stdout().lock();
         out.write_all(text.as_bytes())?;
         if !text.ends_with('\n') {
@@ -175,6 +221,7 @@ impl Printer {
 
     /// `error: …`, one `caused by: …` per source, then `hint: …`.
     pub(crate) fn failure(&mut self, failure: &Failure) {
+        self.flush_log_quietly();
         self.upload_finished();
         if failure.quiet {
             return;
@@ -206,6 +253,12 @@ impl Printer {
         } else {
             text.to_string()
         }
+    }
+}
+
+impl Drop for Printer {
+    fn drop(&mut self) {
+        self.flush_log_quietly();
     }
 }
 

@@ -1,6 +1,14 @@
 //! Following a run's log, and the `logs` and `stop` actions.
+//!
+//! The log reaches the sink as [`Event::Log`]s of the stream's own `Bytes` (no copy). When
+//! the stream has nothing ready, the sink first gets an empty [`Event::Log`]: the log is caught
+//! up for now, so a sink that buffers the log (the CLI writing to a pipe) flushes it then,
+//! and a followed log still shows promptly.
 
-use div_api::{ControlPlane, LogEvent, Run};
+use std::task::Poll;
+
+use bytes::Bytes;
+use div_api::{ApiError, ControlPlane, LogEvent, LogStream, Run};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
@@ -17,7 +25,7 @@ pub(crate) async fn follow_log(
     let mut offset = offset;
     loop {
         let mut stream = cp.log(run, offset, true).await.map_err(api)?;
-        while let Some(event) = stream.next().await {
+        while let Some(event) = next_or_idle(&mut *stream, sink).await {
             match event.map_err(api)? {
                 LogEvent::Chunk { offset: at, data } => {
                     offset = at + data.len() as u64;
@@ -36,6 +44,23 @@ pub(crate) async fn follow_log(
         if now.status.is_terminal() && offset >= now.log_bytes {
             sink.event(Event::Ended(Box::new(now.clone())));
             return Ok(now);
+        }
+    }
+}
+
+/// The stream's next event; when it is not ready at once, an empty [`Event::Log`] goes to
+/// `sink` first (the log is caught up for now: time to flush).
+async fn next_or_idle(
+    stream: &mut dyn LogStream,
+    sink: &mut dyn EventSink,
+) -> Option<Result<LogEvent, ApiError>> {
+    let mut next = stream.next();
+    let ready = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+    match ready {
+        Poll::Ready(event) => event,
+        Poll::Pending => {
+            sink.event(Event::Log(Bytes::new()));
+            next.await
         }
     }
 }
@@ -62,7 +87,7 @@ pub async fn logs(
     }
     let api = |e| RunError::api("read the log", e);
     let mut stream = cp.log(&run.id, 0, false).await.map_err(api)?;
-    while let Some(event) = stream.next().await {
+    while let Some(event) = next_or_idle(&mut *stream, sink).await {
         match event.map_err(api)? {
             LogEvent::Chunk { data, .. } => sink.event(Event::Log(data)),
             LogEvent::End(run) => {
