@@ -88,11 +88,17 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
         }
     };
     let mut printer = crate::printer::Printer::new(settings.color);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // `run` and `logs` stream a log on one thread: the connection and its reader then hand
+    // bytes over without waking another thread for each piece (blocking work still goes to
+    // tokio's pool). The rest, the control plane (`div server run`) among them, keep two.
+    let mut builder = if matches!(cli.command, Command::Run(_) | Command::Logs(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             printer.failure(&Failure::new(exit_codes::LOCAL, e));
