@@ -314,3 +314,43 @@ async fn a_volume_the_command_names_is_made_before_the_run_is_queued() {
         .await;
     assert_eq!(tree["entries"][1]["path"], "base/x", "{tree}");
 }
+
+/// A stop that lands while the supervisor is still starting (before it can handle a signal)
+/// cancels the run; it never reads as a lost supervisor.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_while_the_supervisor_starts_cancels_the_run() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut options = crate::harness::options(
+        &dir.path().join("home"),
+        None,
+        div_server::SandboxMode::None,
+    );
+    // A supervisor slow to start: the shell waits, then becomes the real one.
+    let real = options.supervisor.program.clone();
+    options.supervisor = div_server::SupervisorCommand {
+        program: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            "sleep 0.5; exec \"$0\" \"$1\"".into(),
+            real.display().to_string(),
+        ],
+    };
+    let server = Server::at(options).await;
+    let (_, run) = server.create_run("sleep 1000", json!({})).await;
+    let id = run["id"].as_str().expect("an id");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, r) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
+        if r["status"] == "running" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (status, stopped) = server
+        .request("POST", &format!("/v1/runs/{id}/stop"), None)
+        .await;
+    assert_eq!(status, 200, "{stopped}");
+    let ended = server.wait_end(id).await;
+    assert_eq!(ended["status"], "canceled", "{ended}");
+}
