@@ -128,7 +128,10 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
     );
     // What git does that is closest to `collect`: stat the tracked files, walk the rest.
     let (status_time, _) = median(runs, || {
-        git(repo, &["status", "--porcelain", "-z", "--untracked-files=all"])
+        git(
+            repo,
+            &["status", "--porcelain", "-z", "--untracked-files=all"],
+        )
     })?;
     let (collect_time, shipment) = median(runs, || {
         Ok(div_ship::collect(

@@ -643,8 +643,7 @@ async fn send_available(
         Ok(0) | Err(_) => Some(false),
         Ok(n) => {
             let header = div_api::logframe::chunk_header(*offset, n as u64);
-            if tx.send(Bytes::from(header)).await.is_err() || tx.send(buf.freeze()).await.is_err()
-            {
+            if tx.send(Bytes::from(header)).await.is_err() || tx.send(buf.freeze()).await.is_err() {
                 return None;
             }
             *offset += n as u64;
