@@ -185,6 +185,19 @@ impl Server {
             .await
     }
 
+    /// Polls the run until it is running.
+    pub(crate) async fn wait_running(&self, id: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, r) = self.request("GET", &format!("/v1/runs/{id}"), None).await;
+            if r["status"] == "running" {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "never running: {r}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Polls the run until it has ended; returns it.
     pub(crate) async fn wait_end(&self, id: &str) -> Value {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);

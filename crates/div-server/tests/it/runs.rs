@@ -146,15 +146,7 @@ async fn stop_cancels_and_kills_the_whole_tree() {
         .create_run("sleep 1000 & sleep 1000", json!({}))
         .await;
     let id = run["id"].as_str().expect("an id");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let (_, r) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
-        if r["status"] == "running" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{r}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    server.wait_running(id).await;
     let pids_of = || -> Vec<u32> {
         let mut pids = Vec::new();
         for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
@@ -338,15 +330,7 @@ async fn a_stop_while_the_supervisor_starts_cancels_the_run() {
     let server = Server::at(options).await;
     let (_, run) = server.create_run("sleep 1000", json!({})).await;
     let id = run["id"].as_str().expect("an id");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let (_, r) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
-        if r["status"] == "running" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{r}");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    server.wait_running(id).await;
     let (status, stopped) = server
         .request("POST", &format!("/v1/runs/{id}/stop"), None)
         .await;
