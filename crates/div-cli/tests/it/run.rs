@@ -271,15 +271,7 @@ async fn detach_prints_the_name_once_placed() {
         !requests.iter().any(|r| r.ends_with("/log")),
         "{requests:?}"
     );
-    let create = world
-        .server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .find(|r| r.url.path() == "/v1/runs")
-        .expect("placed");
-    let body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    let body = world.placed_body().await;
     assert_eq!(body["command"], "torchrun --nproc-per-node 8 train.py");
 }
 
@@ -322,15 +314,7 @@ async fn the_request_carries_every_flag() {
         ])
         .await;
     assert_eq!(done.code, 0, "{}", done.stderr);
-    let create = world
-        .server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .find(|r| r.url.path() == "/v1/runs")
-        .expect("placed");
-    let mut body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    let mut body = world.placed_body().await;
     body["code"]["path"] = "code/[ID]".into();
     assert_snapshot!(serde_json::to_string_pretty(&body).expect("json"), @r#"
     {
@@ -645,15 +629,7 @@ async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
         .div(&["run", "--detach", "--telemetry", "charts.toml", "train.py"])
         .await;
     assert_eq!(done.code, 0, "{}", done.stderr);
-    let create = world
-        .server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .find(|r| r.url.path() == "/v1/runs")
-        .expect("placed");
-    let mut body: serde_json::Value = serde_json::from_slice(&create.body).expect("json");
+    let mut body = world.placed_body().await;
     body["code"]["path"] = "code/[ID]".into();
     assert_snapshot!(serde_json::to_string_pretty(&body).expect("json"), @r#"
     {

@@ -92,6 +92,19 @@ impl World {
             .collect()
     }
 
+    /// The JSON body of the request that placed the run.
+    pub(crate) async fn placed_body(&self) -> serde_json::Value {
+        let create = self
+            .server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .find(|r| r.method.as_str() == "POST" && r.url.path() == "/v1/runs")
+            .expect("a run was placed");
+        serde_json::from_slice(&create.body).expect("the request is JSON")
+    }
+
     /// Asserts no request but reads reached the control plane: nothing was created.
     pub(crate) async fn assert_nothing_created(&self) {
         let requests = self.requests().await;
