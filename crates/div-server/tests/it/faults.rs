@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use div_api::{
-    BlobSource, CommitTree, ControlPlane, CreateRun, Endpoint, EntryKind, HttpControlPlane,
-    ListRuns, LogEvent, Options, Token, TreeEntry, UploadOutcome, upload_blob_resuming,
+    BlobSource, ControlPlane, CreateRun, Endpoint, HttpControlPlane, ListRuns, LogEvent, Options,
+    Token, UploadOutcome, upload_blob_resuming,
 };
 use div_server::{SandboxMode, TcpOptions};
 use div_test_support::proxy::{Fault, Proxy, Upstream};
@@ -236,27 +236,8 @@ async fn upload_cut_half_way_resumes_without_resending_and_commits_a_correct_tre
         "{sent} bytes went up for a {total}-byte blob: something was sent twice"
     );
 
-    let tree = CommitTree {
-        path: "code/resumed".into(),
-        entries: vec![TreeEntry {
-            path: "data.bin".into(),
-            kind: EntryKind::File,
-            executable: false,
-            size: total,
-            hash: Some(hash.clone()),
-            target: None,
-        }],
-    };
-    let committed = direct
-        .commit_tree("faults", &tree)
-        .await
-        .expect("the tree commits");
-    assert_eq!((committed.files, committed.bytes), (1, total));
-    let mut back = Vec::new();
-    let n = direct
-        .read_file("faults", "code/resumed/data.bin", &mut back)
-        .await
-        .expect("the file reads back");
+    let (back, n) =
+        crate::harness::commit_and_read_back(&direct, "faults", "code/resumed", &hash, total).await;
     assert_eq!(n, total);
     assert!(
         back == blob,

@@ -278,3 +278,36 @@ pub(crate) fn decode_chunks(stream: &[u8]) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Commits one blob as `DIR/data.bin` in `volume` (asserting the commit counts it) and reads
+/// the file back: the bytes read and how many the read reported.
+pub(crate) async fn commit_and_read_back(
+    cp: &dyn div_api::ControlPlane,
+    volume: &str,
+    dir: &str,
+    hash: &str,
+    total: u64,
+) -> (Vec<u8>, u64) {
+    let tree = div_api::CommitTree {
+        path: dir.into(),
+        entries: vec![div_api::TreeEntry {
+            path: "data.bin".into(),
+            kind: div_api::EntryKind::File,
+            executable: false,
+            size: total,
+            hash: Some(hash.to_owned()),
+            target: None,
+        }],
+    };
+    let committed = cp
+        .commit_tree(volume, &tree)
+        .await
+        .expect("the tree commits");
+    assert_eq!((committed.files, committed.bytes), (1, total));
+    let mut back = Vec::new();
+    let n = cp
+        .read_file(volume, &format!("{dir}/data.bin"), &mut back)
+        .await
+        .expect("the file reads back");
+    (back, n)
+}

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use div_api::{
-    BlobSource, CommitTree, ControlPlane, Endpoint, EntryKind, HttpControlPlane, Options,
-    TreeEntry, UploadOutcome, upload_blob_resuming,
+    BlobSource, ControlPlane, Endpoint, HttpControlPlane, Options, UploadOutcome,
+    upload_blob_resuming,
 };
 
 use crate::harness::Server;
@@ -55,26 +55,8 @@ async fn concurrent_uploads_of_one_blob_end_verified_and_single() {
         .await
         .expect("missing blobs answers");
     assert!(missing.missing.is_empty(), "{missing:?}");
-    let tree = CommitTree {
-        path: "code/raced".into(),
-        entries: vec![TreeEntry {
-            path: "data.bin".into(),
-            kind: EntryKind::File,
-            executable: false,
-            size: total,
-            hash: Some(hash.clone()),
-            target: None,
-        }],
-    };
-    let committed = cp
-        .commit_tree("race", &tree)
-        .await
-        .expect("the tree commits");
-    assert_eq!((committed.files, committed.bytes), (1, total));
-    let mut back = Vec::new();
-    cp.read_file("race", "code/raced/data.bin", &mut back)
-        .await
-        .expect("the file reads back");
+    let (back, _) =
+        crate::harness::commit_and_read_back(&cp, "race", "code/raced", &hash, total).await;
     assert!(
         back == *blob,
         "the committed file is the blob, byte for byte"
