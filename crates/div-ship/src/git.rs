@@ -1,7 +1,7 @@
 //! The shipped set inside a git repository: what `git ls-files -co --exclude-standard` prints,
 //! computed with gix, with submodules and nested repositories walked for their own sets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use gix::bstr::{BStr, ByteSlice};
@@ -9,6 +9,7 @@ use gix::dir::entry::{Kind, Status};
 use gix::dir::walk::{Action, Delegate, EmissionMode};
 
 use crate::ShipError;
+use crate::git_walk::Untracked;
 
 /// One path the listing found, before it is looked at on disk.
 #[derive(Debug)]
@@ -89,8 +90,12 @@ fn list_repo(
         format!("{prefix}/")
     };
 
-    // Untracked files git is not ignoring, and nested repositories.
-    let collect = walk_untracked(repo, workdir, &index, prefix)?;
+    // Untracked files git is not ignoring, and nested repositories: walked as git walks
+    // them, or by gix's walk where the file system folds case or composes Unicode.
+    let collect = match crate::git_walk::walk(repo, workdir, &index, prefix)? {
+        Some(found) => found,
+        None => walk_untracked(repo, workdir, &index, prefix)?,
+    };
     if let Some(path) = collect.non_utf8 {
         return Err(ShipError::NonUtf8Path {
             path: workdir.join(path),
@@ -304,13 +309,6 @@ fn path_to_str(path: &Path) -> Result<&str, ShipError> {
     path.to_str().ok_or_else(|| ShipError::NonUtf8Path {
         path: path.to_owned(),
     })
-}
-
-/// Collects untracked entries (not ignored: those are not emitted at all).
-#[derive(Default)]
-struct Untracked {
-    found: Vec<(String, Kind)>,
-    non_utf8: Option<PathBuf>,
 }
 
 impl Delegate for Untracked {

@@ -28,6 +28,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 mod git;
+mod git_walk;
 mod hash;
 mod manifest;
 mod materialise;

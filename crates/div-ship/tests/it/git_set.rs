@@ -194,8 +194,9 @@ fn nested_repositories_ship_their_own_set() {
     );
 }
 
-/// Several top-level folders: the walk is shared between threads, each given some of them
-/// (the split must not change what is ignored, tracked, a submodule or a nested repository).
+/// Several top-level folders with ignored ones, a submodule and a nested repository among them
+/// (gix's walk, the fallback, shares them between threads: neither walk may change what is
+/// ignored, tracked, a submodule or a nested repository).
 fn wide_tree(r: &Path) {
     write(r, ".gitignore", "build/\n*.log\nn/\n");
     write(r, "README.md", "");
@@ -221,7 +222,7 @@ fn wide_tree(r: &Path) {
 }
 
 #[test]
-fn a_wide_tree_walked_on_several_threads_matches_git() {
+fn a_wide_tree_matches_git() {
     check(
         wide_tree,
         "",
@@ -238,6 +239,21 @@ fn a_wide_tree_walked_on_several_threads_matches_git() {
         ],
     );
     check(wide_tree, "src", &["m/a.py", "top.py"]);
+}
+
+/// The same tree where git folds case: gix's walk, on several threads where there are cores.
+#[test]
+fn a_wide_tree_walked_by_gix_matches_git() {
+    let setup = |r: &Path| {
+        git(r, &["config", "core.ignorecase", "true"]);
+        wide_tree(r);
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    git_init(&repo);
+    setup(&repo);
+    assert_matches_git(&repo);
+    assert_matches_git(&repo.join("src"));
 }
 
 #[test]
@@ -389,6 +405,99 @@ fn conflicted_paths_are_listed_once() {
     assert_matches_git(r);
 }
 
+#[test]
+fn an_ignored_folder_ships_only_what_is_tracked_in_it() {
+    let setup = |r: &Path| {
+        write(r, ".gitignore", "build/\n");
+        write(r, "build/keep.txt", "");
+        write(r, "build/new.txt", "");
+        write(r, "build/sub/deep.txt", "");
+        write(r, "build/sub/.gitignore", "!deep.txt\n");
+        git(r, &["add", "-f", "build/keep.txt"]);
+    };
+    check(setup, "", &[".gitignore", "build/keep.txt"]);
+    check(setup, "build", &["keep.txt"]);
+    check(setup, "build/sub", &[]);
+}
+
+#[test]
+fn a_folder_with_tracked_files_and_a_dot_git_inside_is_walked_not_nested() {
+    check(
+        |r| {
+            write(r, "pkg/a.py", "");
+            git(r, &["add", "pkg/a.py"]);
+            git_init(&r.join("pkg"));
+            write(r, "pkg/b.py", "");
+        },
+        "",
+        &["pkg/a.py", "pkg/b.py"],
+    );
+}
+
+#[test]
+fn a_tracked_file_that_became_a_folder_ships_the_folder() {
+    check(
+        |r| {
+            write(r, "data", "");
+            git(r, &["add", "data"]);
+            fs::remove_file(r.join("data")).unwrap();
+            write(r, "data/part.csv", "");
+        },
+        "",
+        &["data/part.csv"],
+    );
+}
+
+#[test]
+fn a_dot_git_that_is_no_repository_is_skipped_and_its_folder_walked() {
+    check(
+        |r| {
+            write(r, "x/.git/junk", "");
+            write(r, "x/a.py", "");
+            write(r, "y/.git", "not a gitfile\n");
+            write(r, "y/b.py", "");
+        },
+        "",
+        &["x/a.py", "y/b.py"],
+    );
+}
+
+#[test]
+fn fifos_and_sockets_are_not_shipped() {
+    check(
+        |r| {
+            write(r, "a.py", "");
+            let made = std::process::Command::new("mkfifo")
+                .arg(r.join("pipe"))
+                .status()
+                .unwrap();
+            assert!(made.success());
+            let _socket = std::os::unix::net::UnixListener::bind(r.join("sock")).unwrap();
+        },
+        "",
+        &["a.py"],
+    );
+}
+
+/// Where git folds case (`core.ignorecase`), div-ship leaves the walk to gix.
+#[test]
+fn a_case_folding_repository_is_walked_by_gix_and_matches_git() {
+    check(
+        |r| {
+            git(r, &["config", "core.ignorecase", "true"]);
+            write(r, ".gitignore", "*.log\nbuild/\n");
+            write(r, "a.py", "");
+            write(r, "b.log", "");
+            write(r, "build/x.py", "");
+            write(r, "src/c.py", "");
+            write(r, "src/d.py", "");
+            git(r, &["add", "src/c.py"]);
+        },
+        "",
+        &[".gitignore", "a.py", "src/c.py", "src/d.py"],
+    );
+}
+
 /// Names the random trees are made of: a few, so that ignore rules and paths collide often.
 const NAMES: &[&str] = &["a", "b.log", "c.py", "d d", "é", "keep.log"];
 const DIRS: &[&str] = &["", "x/", "x/y/", "z/", "x/z/"];
@@ -423,7 +532,7 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// For random trees, ignore files, `info/exclude` and index states (force-added files,
     /// some then deleted), run from the top or a subdirectory, div-ship ships exactly git's set.

@@ -1,0 +1,318 @@
+//! The untracked half of `git ls-files -co --exclude-standard`, walked the way git walks it
+//! (`dir.c`, `treat_one_path`/`treat_directory`): a depth-first walk of the work tree from
+//! the shipped folder, reading each folder once with `getdents64` on a descriptor opened
+//! relative to its parent, and per entry:
+//!
+//! - `.git` is never an entry;
+//! - a file or symlink with a path in the index is tracked (a hash lookup, as git's
+//!   `index_file_exists`), otherwise listed unless an ignore rule excludes it;
+//! - a folder an ignore rule excludes is not entered, tracked contents or not (what is
+//!   tracked inside comes from the index; nothing under an excluded folder can be re-included);
+//! - a folder that is a gitlink in the index (a submodule) is not entered here;
+//! - a folder with tracked paths below it is entered;
+//! - any other folder holding a `.git` that is a repository is a nested repository;
+//!   otherwise it is entered;
+//! - anything else (sockets, fifos, devices) is skipped.
+//!
+//! Ignore rules (`.gitignore` files, `info/exclude`, `core.excludesFile`) come from gix's
+//! exclude stack, exactly as its own directory walk uses them. Only file systems that git
+//! treats as case-sensitive and without Unicode precomposition take this path;
+//! [`walk`] returns `None` for the others, and the caller uses gix's walk.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use gix::bstr::ByteSlice;
+use gix::dir::entry::Kind;
+use gix::index::entry::Mode;
+use rustix::fs::{AtFlags, FileType, Mode as FsMode, OFlags, RawDir};
+
+use crate::ShipError;
+
+/// What the walk found: untracked, not ignored files and symlinks, and nested repositories,
+/// as paths relative to the work tree; or the first such path that is not UTF-8.
+#[derive(Default)]
+pub(crate) struct Untracked {
+    pub(crate) found: Vec<(String, Kind)>,
+    pub(crate) non_utf8: Option<PathBuf>,
+}
+
+/// Walks the untracked entries under `prefix` (relative to `workdir`, `""` for all) of
+/// `repo`, whose index is `index`. `None` when the file system needs case folding or
+/// Unicode precomposition (gix's walk then does it).
+pub(crate) fn walk(
+    repo: &gix::Repository,
+    workdir: &Path,
+    index: &gix::index::File,
+    prefix: &str,
+) -> Result<Option<Untracked>, ShipError> {
+    let git_err = |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git {
+        repo: workdir.to_owned(),
+        source,
+    };
+    let caps = repo
+        .filesystem_options()
+        .map_err(|e| git_err(Box::new(e)))?;
+    if caps.ignore_case || caps.precompose_unicode {
+        return Ok(None);
+    }
+    let excludes = repo
+        .excludes(
+            index,
+            None,
+            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+        )
+        .map_err(|e| git_err(Box::new(e)))?;
+    let mut walker = Walker {
+        tracked: Tracked::new(index),
+        excludes,
+        git_dir: repo.git_dir().to_owned(),
+        workdir,
+        out: Untracked::default(),
+        error: None,
+    };
+    // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
+    // untracked below is listed (git's `treat_leading_path`).
+    let mut rela = Vec::with_capacity(256);
+    for component in prefix.split('/').filter(|c| !c.is_empty()) {
+        if !rela.is_empty() {
+            rela.push(b'/');
+        }
+        rela.extend_from_slice(component.as_bytes());
+        if walker.excluded(&rela, true) {
+            return Ok(Some(walker.out));
+        }
+    }
+    let root = workdir.join(prefix);
+    let fd = rustix::fs::open(
+        &root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        FsMode::empty(),
+    )
+    .map_err(|e| ShipError::Io {
+        path: root.clone(),
+        source: e.into(),
+    })?;
+    let listing = read_listing(&fd).map_err(|e| ShipError::Io {
+        path: root.clone(),
+        source: e.into(),
+    })?;
+    walker.walk_listing(&fd, &listing, &mut rela);
+    match walker.error {
+        Some(e) => Err(e),
+        None => Ok(Some(walker.out)),
+    }
+}
+
+/// The paths in the index, for lookups by path: every entry's path (any stage, gitlinks
+/// included), the gitlinks alone, and every folder that has an entry below it.
+struct Tracked<'a> {
+    paths: HashSet<&'a [u8]>,
+    gitlinks: HashSet<&'a [u8]>,
+    folders: HashSet<&'a [u8]>,
+}
+
+impl<'a> Tracked<'a> {
+    fn new(index: &'a gix::index::File) -> Tracked<'a> {
+        let entries = index.entries();
+        let mut paths = HashSet::with_capacity(entries.len());
+        let mut gitlinks = HashSet::new();
+        let mut folders = HashSet::with_capacity(entries.len() / 4 + 1);
+        let mut previous: &[u8] = &[];
+        for entry in entries {
+            let path: &[u8] = entry.path(index).as_bytes();
+            paths.insert(path);
+            if entry.mode == Mode::COMMIT {
+                gitlinks.insert(path);
+            }
+            // Entries are sorted: a folder of this path that ends inside the part it shares with
+            // the previous path is the previous path's folder too, and already in.
+            let shared = path
+                .iter()
+                .zip(previous)
+                .take_while(|(a, b)| a == b)
+                .count();
+            for (i, &b) in path.iter().enumerate().skip(shared) {
+                if b == b'/' {
+                    folders.insert(&path[..i]);
+                }
+            }
+            previous = path;
+        }
+        Tracked {
+            paths,
+            gitlinks,
+            folders,
+        }
+    }
+}
+
+/// One folder's entries: names back to back, with each one's end and type.
+struct Listing {
+    names: Vec<u8>,
+    entries: Vec<(usize, usize, FileType)>,
+}
+
+impl Listing {
+    fn iter(&self) -> impl Iterator<Item = (&[u8], FileType)> {
+        self.entries
+            .iter()
+            .map(|&(start, end, kind)| (&self.names[start..end], kind))
+    }
+
+    fn has_dot_git(&self) -> bool {
+        self.iter().any(|(name, _)| name == b".git")
+    }
+}
+
+fn read_listing(fd: &OwnedFd) -> rustix::io::Result<Listing> {
+    let mut buf = [MaybeUninit::<u8>::uninit(); 32 * 1024];
+    let mut dir = RawDir::new(fd.as_fd(), &mut buf);
+    let mut listing = Listing {
+        names: Vec::new(),
+        entries: Vec::new(),
+    };
+    while let Some(entry) = dir.next() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let start = listing.names.len();
+        listing.names.extend_from_slice(name);
+        listing
+            .entries
+            .push((start, listing.names.len(), entry.file_type()));
+    }
+    Ok(listing)
+}
+
+struct Walker<'a, 'repo> {
+    tracked: Tracked<'a>,
+    excludes: gix::AttributeStack<'repo>,
+    git_dir: PathBuf,
+    workdir: &'a Path,
+    out: Untracked,
+    error: Option<ShipError>,
+}
+
+impl Walker<'_, '_> {
+    /// Whether an ignore rule excludes `rela` (a folder when `is_dir`). A failure to read an
+    /// ignore file is kept as the walk's error.
+    fn excluded(&mut self, rela: &[u8], is_dir: bool) -> bool {
+        let mode = if is_dir { Mode::DIR } else { Mode::FILE };
+        match self.excludes.at_entry(rela.as_bstr(), Some(mode)) {
+            Ok(platform) => platform.is_excluded(),
+            Err(e) => {
+                self.fail(ShipError::Git {
+                    repo: self.workdir.to_owned(),
+                    source: Box::new(e),
+                });
+                true
+            }
+        }
+    }
+
+    fn fail(&mut self, error: ShipError) {
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.error.is_some() || self.out.non_utf8.is_some()
+    }
+
+    fn emit(&mut self, rela: &[u8], kind: Kind) {
+        match std::str::from_utf8(rela) {
+            Ok(path) => self.out.found.push((path.to_owned(), kind)),
+            Err(_) => self.out.non_utf8 = Some(PathBuf::from(OsStr::from_bytes(rela))),
+        }
+    }
+
+    /// The entries of the folder open as `fd`, at `rela` (relative to the work tree).
+    fn walk_listing(&mut self, fd: &OwnedFd, listing: &Listing, rela: &mut Vec<u8>) {
+        for (name, kind) in listing.iter() {
+            if self.stopped() {
+                return;
+            }
+            if name == b".git" {
+                continue;
+            }
+            let len = rela.len();
+            if len > 0 {
+                rela.push(b'/');
+            }
+            rela.extend_from_slice(name);
+            let kind = if kind == FileType::Unknown {
+                match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    Err(_) => FileType::Unknown, // gone meanwhile
+                }
+            } else {
+                kind
+            };
+            match kind {
+                FileType::Directory => self.folder(fd, name, rela),
+                FileType::RegularFile | FileType::Symlink
+                    if !self.tracked.paths.contains(rela.as_slice())
+                        && !self.excluded(rela, false) =>
+                {
+                    let kind = if kind == FileType::Symlink {
+                        Kind::Symlink
+                    } else {
+                        Kind::File
+                    };
+                    self.emit(rela, kind);
+                }
+                _ => {}
+            }
+            rela.truncate(len);
+        }
+    }
+
+    /// The folder `name` inside the one open as `parent`, at `rela`.
+    fn folder(&mut self, parent: &OwnedFd, name: &[u8], rela: &mut Vec<u8>) {
+        if self.tracked.gitlinks.contains(rela.as_slice()) || self.excluded(rela, true) {
+            return;
+        }
+        let fd = match rustix::fs::openat(
+            parent,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            FsMode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // Gone meanwhile, or not readable: git skips it too.
+            Err(_) => return,
+        };
+        let Ok(listing) = read_listing(&fd) else {
+            return;
+        };
+        if !self.tracked.folders.contains(rela.as_slice())
+            && listing.has_dot_git()
+            && self.is_nested_repository(rela)
+        {
+            self.emit(rela, Kind::Repository);
+            return;
+        }
+        self.walk_listing(&fd, &listing, rela);
+    }
+
+    /// Whether `rela/.git` is a repository other than this one (as gix's walk decides it).
+    fn is_nested_repository(&self, rela: &[u8]) -> bool {
+        let dot_git = self
+            .workdir
+            .join(OsStr::from_bytes(rela))
+            .join(gix::discover::DOT_GIT_DIR);
+        if gix::discover::is_git(&dot_git).is_err() {
+            return false;
+        }
+        let ours = self.git_dir.canonicalize().ok();
+        dot_git.canonicalize().ok() != ours || ours.is_none()
+    }
+}
