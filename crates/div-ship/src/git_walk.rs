@@ -67,14 +67,8 @@ pub(crate) fn walk(
             gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
         )
         .map_err(|e| git_err(Box::new(e)))?;
-    let mut walker = Walker {
-        tracked: Tracked::new(index),
-        excludes,
-        git_dir: repo.git_dir().to_owned(),
-        workdir,
-        out: Untracked::default(),
-        error: None,
-    };
+    let tracked = Tracked::new(index);
+    let mut walker = Walker::new(&tracked, excludes, repo.git_dir(), workdir);
     // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
     // untracked below is listed (git's `treat_leading_path`).
     let mut rela = Vec::with_capacity(256);
@@ -101,11 +95,67 @@ pub(crate) fn walk(
         path: root.clone(),
         source: e.into(),
     })?;
-    walker.walk_listing(&fd, &listing, &mut rela);
-    match walker.error {
-        Some(e) => Err(e),
-        None => Ok(Some(walker.out)),
+    let everything = 0..listing.entries.len();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let Some(groups) = split(&listing, threads) else {
+        walker.walk_entries(&fd, &listing, everything, &mut rela);
+        return walker.finish().map(Some);
+    };
+    // The folder's subfolders dealt round between threads, its other entries with the first;
+    // each thread has its own repository handle and exclude stack (gix's are not `Send`).
+    let options = repo.open_options().clone();
+    let (fd, listing, rela, tracked) = (&fd, &listing, &rela, &tracked);
+    std::thread::scope(|scope| {
+        let mut groups = groups.into_iter();
+        let mine = groups.next().unwrap_or_default();
+        let others: Vec<_> = groups
+            .map(|group| {
+                let options = options.clone();
+                scope.spawn(move || {
+                    let repo = gix::open_opts(workdir, options).map_err(|e| git_err(Box::new(e)))?;
+                    let excludes = repo
+                        .excludes(
+                            index,
+                            None,
+                            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+                        )
+                        .map_err(|e| git_err(Box::new(e)))?;
+                    let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
+                    walker.walk_entries(fd, listing, group.into_iter(), &mut rela.clone());
+                    walker.finish()
+                })
+            })
+            .collect();
+        walker.walk_entries(fd, listing, mine.into_iter(), &mut rela.clone());
+        let mut all = walker.finish()?;
+        for other in others {
+            let more = other.join().expect("a walking thread does not panic")?;
+            all.found.extend(more.found);
+            all.non_utf8 = all.non_utf8.or(more.non_utf8);
+        }
+        Ok(Some(all))
+    })
+}
+
+/// The entries of `listing` for each of `threads` walks: its subfolders dealt round, its
+/// other entries with the first. `None` when one walk will do (one thread, or fewer than two
+/// subfolders).
+fn split(listing: &Listing, threads: usize) -> Option<Vec<Vec<usize>>> {
+    if threads < 2 {
+        return None;
     }
+    let (folders, others): (Vec<usize>, Vec<usize>) =
+        (0..listing.entries.len()).partition(|&i| listing.entries[i].2 == FileType::Directory);
+    if folders.len() < 2 {
+        return None;
+    }
+    let mut groups = vec![others];
+    groups.resize_with(threads.min(folders.len()), Vec::new);
+    let n = groups.len();
+    for (i, folder) in folders.into_iter().enumerate() {
+        groups[i % n].push(folder);
+    }
+    Some(groups)
 }
 
 /// The paths in the index, for lookups by path: every entry's path (any stage, gitlinks
@@ -192,7 +242,7 @@ fn read_listing(fd: &OwnedFd) -> rustix::io::Result<Listing> {
 }
 
 struct Walker<'a, 'repo> {
-    tracked: Tracked<'a>,
+    tracked: &'a Tracked<'a>,
     excludes: gix::AttributeStack<'repo>,
     git_dir: PathBuf,
     workdir: &'a Path,
@@ -200,7 +250,29 @@ struct Walker<'a, 'repo> {
     error: Option<ShipError>,
 }
 
-impl Walker<'_, '_> {
+impl<'a, 'repo> Walker<'a, 'repo> {
+    fn new(
+        tracked: &'a Tracked<'a>,
+        excludes: gix::AttributeStack<'repo>,
+        git_dir: &Path,
+        workdir: &'a Path,
+    ) -> Self {
+        Walker {
+            tracked,
+            excludes,
+            git_dir: git_dir.to_owned(),
+            workdir,
+            out: Untracked::default(),
+            error: None,
+        }
+    }
+
+    fn finish(self) -> Result<Untracked, ShipError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.out),
+        }
+    }
     /// Whether an ignore rule excludes `rela` (a folder when `is_dir`). A failure to read an
     /// ignore file is kept as the walk's error.
     fn excluded(&mut self, rela: &[u8], is_dir: bool) -> bool {
@@ -236,7 +308,20 @@ impl Walker<'_, '_> {
 
     /// The entries of the folder open as `fd`, at `rela` (relative to the work tree).
     fn walk_listing(&mut self, fd: &OwnedFd, listing: &Listing, rela: &mut Vec<u8>) {
-        for (name, kind) in listing.iter() {
+        self.walk_entries(fd, listing, 0..listing.entries.len(), rela);
+    }
+
+    /// The entries numbered `which` of the folder open as `fd`, at `rela`.
+    fn walk_entries(
+        &mut self,
+        fd: &OwnedFd,
+        listing: &Listing,
+        which: impl Iterator<Item = usize>,
+        rela: &mut Vec<u8>,
+    ) {
+        for i in which {
+            let (start, end, kind) = listing.entries[i];
+            let name = &listing.names[start..end];
             if self.stopped() {
                 return;
             }
