@@ -50,6 +50,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             args: vec!["__supervise".into()],
         },
         sandbox: SandboxMode::Bwrap,
+        tick: div_server::DEFAULT_TICK,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -285,6 +285,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, Failur
                 .to_owned();
             let body = read_body(req).await?;
             let (status, run) = blocking(&state, move |s| runs::create_run(s, &key, &body)).await?;
+            // Start it now rather than at the next tick.
+            state.kick.notify_one();
             Ok(json_resp(status, &run))
         }
         (&Method::GET, ["v1", "runs"]) => {
@@ -603,6 +605,14 @@ async fn log_stream(
             let _ = tx.send(div_api::logframe::encode_tail(offset)).await;
             return;
         }
+        // The supervisor wrote the run's end: have the scheduler record it now rather than
+        // at its next tick, so the end frame follows the last byte at once.
+        if tokio::fs::try_exists(state.run_dir(&id).join("end.json"))
+            .await
+            .unwrap_or(false)
+        {
+            state.kick.notify_one();
+        }
         if last_sent.elapsed() >= Duration::from_secs(5) {
             if tx
                 .send(Bytes::from_static(div_api::logframe::BEAT))
@@ -737,6 +747,7 @@ pub(crate) async fn serve(
         cgroups: crate::cgroup::detect(),
         lock: std::sync::Mutex::new(()),
         uploads: Default::default(),
+        kick: tokio::sync::Notify::new(),
     });
     // Reconcile before answering anything.
     {
@@ -773,11 +784,15 @@ pub(crate) async fn serve(
 
     let scheduler = {
         let state = Arc::clone(&state);
+        let tick = options.tick;
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 let s = Arc::clone(&state);
                 let _ = tokio::task::spawn_blocking(move || runs::tick(&s)).await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::select! {
+                    () = tokio::time::sleep(tick) => {}
+                    () = state.kick.notified() => {}
+                }
             }
         }))
     };

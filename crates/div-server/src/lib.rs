@@ -18,6 +18,7 @@
 //!     gpus: GpuSource::Emulate("h100:8".into()),
 //!     supervisor: SupervisorCommand { program: "/usr/bin/div".into(), args: vec!["__supervise".into()] },
 //!     sandbox: SandboxMode::Auto,
+//!     tick: div_server::DEFAULT_TICK,
 //! };
 //! div_server::serve(options, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
@@ -55,7 +56,14 @@ pub struct ServerOptions {
     pub supervisor: SupervisorCommand,
     /// Whether runs are sandboxed with bubblewrap.
     pub sandbox: SandboxMode,
+    /// How often the scheduler looks for ended runs and starts queued ones when nothing wakes
+    /// it sooner (placing a run, and a log stream that sees its run's end, both do):
+    /// [`DEFAULT_TICK`] unless a test says otherwise.
+    pub tick: std::time::Duration,
 }
+
+/// The scheduler's tick: 50 ms.
+pub const DEFAULT_TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A loopback TCP listener, for tests that inject faults between client and server.
 #[derive(Debug, Clone)]

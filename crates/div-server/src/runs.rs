@@ -39,6 +39,8 @@ pub(crate) struct State {
     /// One lock per blob being uploaded (volume, hash): uploads of one blob take turns, so
     /// their bytes never mix in its partial file.
     pub(crate) uploads: crate::volumes::UploadLocks,
+    /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
+    pub(crate) kick: tokio::sync::Notify,
 }
 
 /// A refusal or failure, as the API's error body.

@@ -162,6 +162,7 @@ async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure>
             args: vec!["__supervise".into()],
         },
         sandbox: SandboxMode::Auto,
+        tick: div_server::DEFAULT_TICK,
     };
     printer.status(&format!(
         "div server: serving {} on {}",

@@ -36,6 +36,7 @@ fn main() {
             args: Vec::new(),
         },
         sandbox: SandboxMode::Auto,
+        tick: div_server::DEFAULT_TICK,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

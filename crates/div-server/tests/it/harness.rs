@@ -25,6 +25,7 @@ pub(crate) fn options(home: &Path, gpus: Option<&str>, sandbox: SandboxMode) -> 
             args: Vec::new(),
         },
         sandbox,
+        tick: div_server::DEFAULT_TICK,
     }
 }
 

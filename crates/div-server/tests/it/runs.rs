@@ -338,3 +338,40 @@ async fn a_stop_while_the_supervisor_starts_cancels_the_run() {
     let ended = server.wait_end(id).await;
     assert_eq!(ended["status"], "canceled", "{ended}");
 }
+
+/// With the scheduler's tick an hour long, a run still starts as soon as it is placed, and
+/// a following log stream still ends as soon as the run does: both wake the scheduler.
+#[tokio::test(flavor = "multi_thread")]
+async fn placing_a_run_and_following_it_to_its_end_wake_the_scheduler() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut options = crate::harness::options(
+        &dir.path().join("home"),
+        Some("h100:2"),
+        div_server::SandboxMode::Auto,
+    );
+    options.tick = std::time::Duration::from_secs(3600);
+    let server = Server::at(options).await;
+    let (status, run) = server.create_run("echo woken", json!({})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id");
+    let followed = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        server.try_request(
+            "GET",
+            &format!("/v1/runs/{id}/log?offset=0&follow=true"),
+            None,
+            &[],
+        ),
+    )
+    .await
+    .expect("the run started and its end was seen without waiting for a tick")
+    .expect("the log request went through");
+    let stream = String::from_utf8_lossy(&followed.1).into_owned();
+    assert!(
+        stream.lines().any(|l| l.starts_with("end ")),
+        "an end frame: {stream}"
+    );
+    assert_eq!(crate::harness::decode_chunks(&followed.1), "woken\n");
+    let (_, ended) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+}
