@@ -612,6 +612,8 @@ async fn log_stream(
             .unwrap_or(false)
         {
             state.kick.notify_one();
+            // Look again soon: the end is recorded within a tick's work.
+            idle = IDLE_MIN;
         }
         if last_sent.elapsed() >= Duration::from_secs(5) {
             if tx
