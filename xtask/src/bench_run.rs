@@ -297,8 +297,34 @@ fn overhead(div: &Path, args: &Args) -> Result<()> {
         "exit",
     ];
     let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    // The steps as `div` times them itself (`DIVERGENT_TIMINGS`), by name, in order.
+    let mut steps: Vec<(String, Vec<Duration>)> = Vec::new();
     for _ in 0..args.runs {
-        let t = timed(local.cmd(&["run", "--gpu", "cpu", "--", "echo ready"]))?;
+        let mut cmd = local.cmd(&["run", "--gpu", "cpu", "--", "echo ready"]);
+        cmd.env("DIVERGENT_TIMINGS", "1");
+        let t = timed(cmd)?;
+        let timings = t
+            .lines
+            .iter()
+            .rev()
+            .find_map(|l| l.2.strip_prefix("timings: "))
+            .context("div run printed no timings line")?;
+        for (i, step) in timings.split(" · ").enumerate() {
+            let (name, value) = step
+                .strip_suffix(" ms")
+                .and_then(|s| s.rsplit_once(' '))
+                .with_context(|| format!("a step is `name N ms`, not `{step}`"))?;
+            let value: f64 = value.parse().with_context(|| format!("`{step}`"))?;
+            if steps.len() <= i {
+                steps.push((name.to_owned(), Vec::new()));
+            }
+            ensure!(
+                steps[i].0 == name,
+                "the steps changed: `{}` then `{name}`",
+                steps[i].0
+            );
+            steps[i].1.push(Duration::from_secs_f64(value / 1000.0));
+        }
         let shipped = t
             .lines
             .iter()
@@ -315,7 +341,7 @@ fn overhead(div: &Path, args: &Args) -> Result<()> {
         let ended = t
             .lines
             .iter()
-            .rfind(|l| !l.1)
+            .rfind(|l| !l.1 && !l.2.starts_with("timings: "))
             .map(|l| l.0)
             .context("div run printed no last line")?;
         let marks = [Duration::ZERO, shipped, placed, first, ended, t.exit];
@@ -328,6 +354,12 @@ fn overhead(div: &Path, args: &Args) -> Result<()> {
         args.runs
     );
     for (name, mut times) in names.iter().zip(phases) {
+        println!("    {name:<34} {:8.2} ms", ms(percentile(&mut times, 50)));
+    }
+    println!(
+        "  the same runs' steps as div timed them (DIVERGENT_TIMINGS, from the start of main):"
+    );
+    for (name, mut times) in steps {
         println!("    {name:<34} {:8.2} ms", ms(percentile(&mut times, 50)));
     }
     Ok(())

@@ -10,5 +10,6 @@ mod settings;
 use clap::Parser;
 
 fn main() {
+    commands::mark_start();
     std::process::exit(commands::main(args::Cli::try_parse()));
 }

@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) user_config: Option<PathBuf>,
     /// Each setting, its value and where it came from, for `div config`.
     pub(crate) sources: Vec<Source>,
+    /// `DIVERGENT_TIMINGS=1`: `div run` ends with a line of how long each step took.
+    pub(crate) timings: bool,
 }
 
 /// One resolved setting, for `div config`. Secret values are never kept here.
@@ -205,6 +207,7 @@ impl Settings {
             emulate_gpus: env("DIVERGENT_EMULATE_GPUS"),
             cache_dir: cache.map(|c| c.join("div")),
             color,
+            timings: env("DIVERGENT_TIMINGS").is_some_and(|v| v != "0"),
         })
     }
 }

@@ -39,6 +39,18 @@ pub enum Event {
     Log(Bytes),
     /// The run ended (or, for `logs` without following, where it stands now).
     Ended(Box<Run>),
+    /// A step of `div run` that prints nothing was done; for timings (printers show nothing).
+    Step(Step),
+}
+
+/// The steps of `div run` before anything is printed, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Step {
+    /// The words typed were checked (entrypoint, project, volume name, telemetry file).
+    Validated,
+    /// What is shipped was listed and hashed (at once when nothing is shipped).
+    Listed,
 }
 
 /// Where div-core's [`Event`]s go. Any `FnMut(Event) + Send` closure is one.

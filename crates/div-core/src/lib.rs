@@ -42,7 +42,7 @@ mod telemetry;
 
 pub use div_api::ControlPlane;
 pub use error::{FailureKind, RunError};
-pub use event::{Event, EventSink, new_volume_line, shipping_line};
+pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use last_line::last_line;
 pub use project::{

@@ -11,7 +11,7 @@ use div_ship::{ShipOptions, Shipment, UploadPlan};
 use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
 
 use crate::error::RunError;
-use crate::event::{Event, EventSink};
+use crate::event::{Event, EventSink, Step};
 use crate::follow::follow_log;
 use crate::project::{Project, resolve_project};
 
@@ -213,6 +213,8 @@ async fn prepare(
         None => None,
     };
 
+    sink.event(Event::Step(Step::Validated));
+
     // What will be shipped.
     let shipment = if options.no_upload {
         None
@@ -240,6 +242,8 @@ async fn prepare(
         }
         Some(shipment)
     };
+
+    sink.event(Event::Step(Step::Listed));
 
     // What needs the control plane's catalogue: reads only.
     let api_catalogue = cp

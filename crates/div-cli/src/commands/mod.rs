@@ -46,6 +46,19 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Box<dyn ControlPlane>
 }
 
 /// A div-core failure, with its hint and exit code.
+/// When `main` began, for `DIVERGENT_TIMINGS`.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Notes the moment the process began its work (the first thing `main` does).
+pub(crate) fn mark_start() {
+    let _ = STARTED.set(std::time::Instant::now());
+}
+
+/// When `main` began (now, if it never said).
+pub(crate) fn started() -> std::time::Instant {
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
 pub(crate) fn failure(e: RunError) -> Failure {
     let code = exit_codes::for_failure(e.kind());
     let hint = e.hint();

@@ -1,9 +1,12 @@
 //! `div run`.
 
 use std::sync::Mutex;
+use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{DryRun, Event, RunOptions, RunOutcome, last_line, new_volume_line, shipping_line};
+use div_core::{
+    DryRun, Event, RunOptions, RunOutcome, Step, last_line, new_volume_line, shipping_line,
+};
 
 use crate::args::RunArgs;
 use crate::exit_codes;
@@ -16,6 +19,73 @@ struct Seen {
     /// The request that places the run was sent.
     placing: bool,
     placed: Option<String>,
+}
+
+/// How long each step of `div run` took, for `DIVERGENT_TIMINGS`: each mark names the step
+/// that ends there.
+struct Timings {
+    marks: Vec<(&'static str, Instant)>,
+}
+
+impl Timings {
+    fn new() -> Timings {
+        Timings {
+            marks: vec![("", super::started())],
+        }
+    }
+
+    /// The step that ended last.
+    fn last(&self) -> Option<&'static str> {
+        self.marks.last().map(|m| m.0)
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        self.marks.push((step, Instant::now()));
+    }
+
+    /// Marks the step an event ends, if it ends one.
+    fn saw(&mut self, event: &Event) {
+        let step = match event {
+            Event::Step(Step::Validated) => "validate",
+            Event::Step(Step::Listed) => "list",
+            Event::Shipping { .. } => "price",
+            Event::Placing => {
+                // Nothing shipped: pricing ended here and there was no upload.
+                if self.last() == Some("list") {
+                    "price"
+                } else {
+                    "upload"
+                }
+            }
+            Event::Placed { .. } => "create",
+            Event::Log(bytes) if !bytes.is_empty() && self.last() == Some("create") => {
+                "start + first log byte"
+            }
+            Event::Ended(_) => {
+                if self.last() == Some("create") {
+                    "start + run" // a run that printed nothing
+                } else {
+                    "run"
+                }
+            }
+            _ => return,
+        };
+        self.mark(step);
+    }
+
+    /// `timings: validate 0.4 ms · list 2.1 ms · …`, ending with `exit` (until now).
+    fn line(mut self) -> String {
+        self.mark("exit");
+        let steps: Vec<String> = self
+            .marks
+            .windows(2)
+            .map(|w| {
+                let ms = w[1].1.duration_since(w[0].1).as_secs_f64() * 1000.0;
+                format!("{} {ms:.1} ms", w[1].0)
+            })
+            .collect();
+        format!("timings: {}", steps.join(" · "))
+    }
 }
 
 /// Said when Ctrl-C comes while the request that places the run is out.
@@ -100,9 +170,13 @@ pub(crate) async fn run(
     let cp = super::connect(settings).await?;
 
     let seen = Mutex::new(Seen::default());
+    let mut timings = settings.timings.then(Timings::new);
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
     let mut sink = |event: Event| {
+        if let Some(t) = timings.as_mut() {
+            t.saw(&event);
+        }
         if let Event::Placed { run, .. } = &event {
             placed_tx.send_replace(Some(run.name.clone()));
         }
@@ -180,6 +254,9 @@ pub(crate) async fn run(
             if args.json {
                 print_json(printer, &run)?;
             }
+            if let Some(t) = timings {
+                printer.status(&t.line());
+            }
             Ok(exit_codes::for_run(&run))
         }
     }
@@ -210,7 +287,7 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
                 std::process::exit(exit_codes::SUCCESS);
             }
         }
-        Event::Ended(_) => {}
+        Event::Ended(_) | Event::Step(_) => {}
         _ => {}
     }
 }

@@ -116,6 +116,60 @@ fn a_run_that_exits_3_makes_div_exit_3() {
     );
 }
 
+/// `DIVERGENT_TIMINGS=1`: the last line names every step, in order, each with its time;
+/// without it there is no such line.
+#[test]
+fn timings_name_each_step_of_a_run_in_order() {
+    let local = Local::new();
+    let out = command(
+        local.tmp.path(),
+        &local.project(),
+        &["run", "--gpu", "cpu", "train.py::main"],
+    )
+    .env("DIVERGENT_TIMINGS", "1")
+    .output()
+    .expect("div runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let steps: Vec<&str> = last
+        .strip_prefix("timings: ")
+        .unwrap_or_else(|| panic!("a timings line: {stderr}"))
+        .split(" · ")
+        .map(|step| {
+            let (name, ms) = step
+                .rsplit_once(' ')
+                .and_then(|(rest, unit)| {
+                    assert_eq!(unit, "ms", "{step}");
+                    rest.rsplit_once(' ')
+                })
+                .unwrap_or_else(|| panic!("`name N ms`: {step}"));
+            assert!(ms.parse::<f64>().is_ok_and(|v| v >= 0.0), "{step}");
+            name
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "validate",
+            "list",
+            "price",
+            "upload",
+            "create",
+            "start + first log byte",
+            "run",
+            "exit"
+        ],
+        "{stderr}"
+    );
+    let plain = local.div(&["run", "--gpu", "cpu", "train.py::main"]);
+    assert!(
+        !text(&plain.stderr).contains("timings:"),
+        "{}",
+        text(&plain.stderr)
+    );
+}
+
 #[test]
 fn detach_then_follow_then_stop() {
     let local = Local::new();
