@@ -1,4 +1,4 @@
-//! `cargo xtask schemathesis [SECONDS] [--div PATH]`: Schemathesis (`pip install
+//! `cargo xtask schemathesis [SECONDS] [--div PATH] [--seed N]`: Schemathesis (`pip install
 //! schemathesis`) against the OpenAPI document (`docs/api/openapi.yaml`), sent to the local
 //! control plane on loopback TCP with a token: no server error, every response matching the
 //! schema. The server runs in this process on a temp home, sandboxed with bubblewrap and with
@@ -15,14 +15,23 @@ const TOKEN: &str = "schemathesis-token";
 pub(crate) fn run(rest: &[String]) -> Result<()> {
     let mut seconds: u64 = 120;
     let mut div: Option<PathBuf> = None;
+    let mut seed: Option<String> = None;
     let mut it = rest.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--div" => div = Some(PathBuf::from(it.next().context("`--div` needs a path")?)),
+            "--seed" => {
+                let s = it.next().context("`--seed` needs a number")?;
+                ensure!(
+                    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()),
+                    "`--seed` is a whole number, not `{s}`"
+                );
+                seed = Some(s.clone());
+            }
             s if !s.starts_with("--") => {
                 seconds = s.parse().context("the time is whole seconds")?;
             }
-            other => bail!("unknown flag `{other}`; expected --div or SECONDS"),
+            other => bail!("unknown flag `{other}`; expected --div, --seed or SECONDS"),
         }
     }
     let div = match div {
@@ -74,6 +83,9 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         .args(["--phases", "examples,fuzzing,stateful"])
         .args(["--workers", "2", "--wait-for-schema", "10"])
         .env("NO_COLOR", "1");
+    if let Some(seed) = &seed {
+        cmd.args(["--seed", seed]);
+    }
     eprintln!("$ {cmd:?}");
     let status = cmd.status().context("running schemathesis");
     let _ = stop.send(());
