@@ -399,6 +399,8 @@ struct Call<'a> {
     path: String,
     body: CallBody,
     idempotency_key: Option<&'a str>,
+    /// More headers (a `range` and `if-range` when a read resumes).
+    headers: Vec<(http::header::HeaderName, HeaderValue)>,
 }
 
 enum CallBody {
@@ -524,6 +526,9 @@ impl HttpControlPlane {
         }
         if let Some(key) = call.idempotency_key {
             builder = builder.header(IDEMPOTENCY_KEY, key);
+        }
+        for (name, value) in &call.headers {
+            builder = builder.header(name, value.clone());
         }
         let body: Body = match &call.body {
             CallBody::Empty => http_body_util::Empty::new()
@@ -818,6 +823,7 @@ impl HttpControlPlane {
             ),
             body: CallBody::Blob(data),
             idempotency_key: None,
+            headers: Vec::new(),
         };
         self.empty(call).await.map(drop)
     }
@@ -830,6 +836,7 @@ impl<'a> Call<'a> {
             path,
             body: CallBody::Empty,
             idempotency_key: None,
+            headers: Vec::new(),
         }
     }
     fn delete(path: String) -> Call<'a> {
@@ -845,6 +852,7 @@ impl<'a> Call<'a> {
             path,
             body: CallBody::Json(Bytes::from(bytes)),
             idempotency_key: None,
+            headers: Vec::new(),
         }
     }
 }
@@ -983,51 +991,154 @@ impl ControlPlane for HttpControlPlane {
         path: &str,
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError> {
-        let call = Call::get(format!(
-            "/v1/volumes/{}/file?path={}",
-            segment(volume),
-            query_value(path)
-        ));
-        let mut body = self.stream(call, self.deadline()).await?.into_body();
+        let deadline = self.inner.options.deadline;
         let mut written = 0u64;
+        // The first answer's `etag` and the file's whole length, when the server said them.
+        let mut etag: Option<HeaderValue> = None;
+        let mut total: Option<u64> = None;
+        let mut reconnects = 0u32;
+        let mut last_progress = Instant::now();
         loop {
-            let until = self.deadline();
-            let frame = match tokio::time::timeout_at(until, body.frame()).await {
-                Err(_) => {
+            let until = last_progress + deadline;
+            if reconnects > 0 {
+                let pause = backoff(&self.inner.options, reconnects);
+                if Instant::now() + pause >= until {
                     return Err(ApiError::new(
                         ErrorKind::Unavailable,
                         format!(
-                            "the control plane at `{}` sent nothing of `{path}` for {}",
-                            self.inner.endpoint,
-                            seconds(self.inner.options.deadline)
+                            "lost `{path}` at byte {written} and could not resume it within {}",
+                            seconds(deadline)
                         ),
                     ));
                 }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
+                tokio::time::sleep(pause).await;
+            }
+            reconnects += 1;
+            let mut call = Call::get(format!(
+                "/v1/volumes/{}/file?path={}",
+                segment(volume),
+                query_value(path)
+            ));
+            if written > 0 {
+                // The rest, and only of the same version of the file.
+                if let Ok(range) = HeaderValue::from_str(&format!("bytes={written}-")) {
+                    call.headers.push((http::header::RANGE, range));
+                }
+                if let Some(tag) = &etag {
+                    call.headers.push((http::header::IF_RANGE, tag.clone()));
+                }
+            }
+            let resp = self.stream(call, until).await?;
+            let headers = resp.headers();
+            let length = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            let this_etag = headers.get(http::header::ETAG).cloned();
+            // Where this answer starts: 206 says with `content-range`; 200 is from byte 0.
+            let from = if resp.status() == StatusCode::PARTIAL_CONTENT {
+                headers
+                    .get(http::header::CONTENT_RANGE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("bytes "))
+                    .and_then(|v| v.split('-').next())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ErrorKind::Protocol,
+                            format!(
+                                "the control plane at `{}` sent part of `{path}` without saying which",
+                                self.inner.endpoint
+                            ),
+                        )
+                    })?
+            } else {
+                0
+            };
+            if written > 0 {
+                let changed = match (&etag, &this_etag) {
+                    (Some(a), Some(b)) => a != b,
+                    _ => false,
+                };
+                if changed {
                     return Err(ApiError::new(
-                        ErrorKind::Unavailable,
-                        self.redact(&format!(
-                            "the connection to `{}` broke after {written} bytes of `{path}`: {}",
-                            self.inner.endpoint,
-                            error_chain(&e)
-                        )),
+                        ErrorKind::Conflict,
+                        format!(
+                            "`{path}` in volume `{volume}` changed while it was being read (after {written} bytes); read it again"
+                        ),
                     ));
                 }
-                Ok(Some(Ok(frame))) => frame,
-            };
-            if let Ok(data) = frame.into_data() {
-                sink.write_all(&data).await.map_err(|e| {
-                    ApiError::new(ErrorKind::Io, format!("could not write `{path}`: {e}"))
-                        .with_source(e)
-                })?;
-                written += data.len() as u64;
+                if from > written {
+                    return Err(ApiError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "the control plane at `{}` resumed `{path}` at byte {from}, not {written}",
+                            self.inner.endpoint
+                        ),
+                    ));
+                }
+            } else {
+                etag = this_etag;
+            }
+            if total.is_none() {
+                total = length.map(|l| from + l);
+            }
+            // Bytes of this answer already written (a server that ignored the range).
+            let mut skip = written - from;
+            let mut body = resp.into_body();
+            loop {
+                let until = last_progress + deadline;
+                let frame = match tokio::time::timeout_at(until, body.frame()).await {
+                    Err(_) => {
+                        return Err(ApiError::new(
+                            ErrorKind::Unavailable,
+                            format!(
+                                "the control plane at `{}` sent nothing of `{path}` for {}",
+                                self.inner.endpoint,
+                                seconds(deadline)
+                            ),
+                        ));
+                    }
+                    Ok(None) => {
+                        if total.is_some_and(|t| written < t) {
+                            break; // ended short: resume
+                        }
+                        return flush(sink, path, written).await;
+                    }
+                    // Broken after the last byte: nothing is missing.
+                    Ok(Some(Err(_))) if total.is_some_and(|t| written >= t) => {
+                        return flush(sink, path, written).await;
+                    }
+                    Ok(Some(Err(e))) => {
+                        tracing::debug!(
+                            path,
+                            written,
+                            error = %self.redact(&error_chain(&e)),
+                            "file read dropped; resuming"
+                        );
+                        break;
+                    }
+                    Ok(Some(Ok(frame))) => frame,
+                };
+                if let Ok(mut data) = frame.into_data() {
+                    if skip > 0 {
+                        let n = usize::try_from(skip).unwrap_or(usize::MAX).min(data.len());
+                        data = data.slice(n..);
+                        skip -= n as u64;
+                    }
+                    if data.is_empty() {
+                        continue;
+                    }
+                    sink.write_all(&data).await.map_err(|e| {
+                        ApiError::new(ErrorKind::Io, format!("could not write `{path}`: {e}"))
+                            .with_source(e)
+                    })?;
+                    written += data.len() as u64;
+                    last_progress = Instant::now();
+                    reconnects = 1;
+                }
             }
         }
-        sink.flush().await.map_err(|e| {
-            ApiError::new(ErrorKind::Io, format!("could not write `{path}`: {e}")).with_source(e)
-        })?;
-        Ok(written)
     }
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
@@ -1377,6 +1488,14 @@ fn seconds(d: Duration) -> String {
 }
 
 /// The pause before try `tries + 1`: exponential, capped, with jitter (half to all of it).
+/// Flushes what a read wrote; its byte count.
+async fn flush(sink: ByteSink<'_>, path: &str, written: u64) -> Result<u64, ApiError> {
+    sink.flush().await.map_err(|e| {
+        ApiError::new(ErrorKind::Io, format!("could not write `{path}`: {e}")).with_source(e)
+    })?;
+    Ok(written)
+}
+
 fn backoff(options: &Options, tries: u32) -> Duration {
     let exp = options
         .initial_backoff

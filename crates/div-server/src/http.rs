@@ -264,17 +264,17 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, Failur
             let name = name.to_string();
             let p = param(&q, "path").unwrap_or_default();
             let file = blocking(&state, move |s| volumes::file_path(s, &name, &p)).await?;
-            let mut f = tokio::fs::File::open(&file).await?;
-            let (tx, rx) = mpsc::channel(4);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 256 << 10];
-                while let Ok(n) = f.read(&mut buf).await {
-                    if n == 0 || tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            Ok(stream("application/octet-stream", rx))
+            let range = req
+                .headers()
+                .get("range")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let if_range = req
+                .headers()
+                .get("if-range")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            file_response(&file, range.as_deref(), if_range.as_deref()).await
         }
         (&Method::POST, ["v1", "runs"]) => {
             let key = req
@@ -554,6 +554,97 @@ async fn upload(
     })
     .await?;
     Ok(empty(status))
+}
+
+/// A file of a volume as a response: its bytes with their length and an `etag` made of its
+/// identity, size and modification time; from the byte a `range: bytes=N-` asks for (206,
+/// with `content-range`) unless an `if-range` names another version of it (then all of it,
+/// 200). A start at or past the end is 416. Other range forms are ignored (200), as HTTP
+/// allows. Only the length announced is sent, so a file that grows meanwhile is cut there,
+/// and one that cannot be read to that length ends the response short (an error at the
+/// client, never a silently shorter file).
+async fn file_response(
+    file: &std::path::Path,
+    range: Option<&str>,
+    if_range: Option<&str>,
+) -> Result<Resp, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let mut f = tokio::fs::File::open(file).await?;
+    let meta = f.metadata().await?;
+    let size = meta.len();
+    let etag = format!(
+        "\"{:x}-{:x}-{:x}-{:x}\"",
+        meta.dev(),
+        meta.ino(),
+        size,
+        meta.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec())
+    );
+    let start = range
+        .and_then(|r| r.trim().strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|_| if_range.is_none_or(|v| v == etag));
+    if let Some(start) = start
+        && start >= size
+    {
+        return Ok(Response::builder()
+            .status(StatusCode::RANGE_NOT_SATISFIABLE)
+            .header("content-type", "application/json")
+            .header("content-range", format!("bytes */{size}"))
+            .header("etag", &etag)
+            .body(
+                Full::new(Bytes::from(
+                    serde_json::json!({"error": {
+                        "code": "invalid",
+                        "message": format!("the file has {size} bytes; there is nothing from byte {start}"),
+                    }})
+                    .to_string(),
+                ))
+                .boxed(),
+            )
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())));
+    }
+    let from = start.unwrap_or(0);
+    if from > 0 {
+        f.seek(std::io::SeekFrom::Start(from)).await?;
+    }
+    let length = size - from;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let mut f = f.take(length);
+        loop {
+            let mut buf = bytes::BytesMut::with_capacity(256 << 10);
+            match f.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(buf.freeze()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut resp = Response::builder()
+        .status(if start.is_some() {
+            StatusCode::PARTIAL_CONTENT
+        } else {
+            StatusCode::OK
+        })
+        .header("content-type", "application/octet-stream")
+        .header("content-length", length)
+        .header("accept-ranges", "bytes")
+        .header("etag", &etag);
+    if start.is_some() {
+        resp = resp.header(
+            "content-range",
+            format!("bytes {from}-{}/{size}", size.saturating_sub(1)),
+        );
+    }
+    Ok(resp
+        .body(ChannelBody(rx).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
 }
 
 /// Sends the log from `offset` as frames; while following, polls the file and sends a beat

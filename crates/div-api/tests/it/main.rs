@@ -6,4 +6,5 @@ mod logframe;
 mod logstream;
 mod models;
 mod openapi;
+mod readfile;
 mod unix;

@@ -148,3 +148,90 @@ async fn the_socket_is_its_owners_only() {
         "{text}"
     );
 }
+
+/// A volume's file: its length and an etag always; `range: bytes=N-` gives the rest (206,
+/// `content-range`); an `if-range` naming another version gives all of it (200); a start at
+/// or past the end is 416; other range forms are ignored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_is_read_whole_or_from_a_byte_of_the_same_version() {
+    let server = Server::start().await;
+    let (status, volume) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "data"})))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {volume}");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(server.home.join("volumes/data/f.bin"), &data).expect("the file");
+    let url = "/v1/volumes/data/file?path=f.bin";
+    let get = |headers: Vec<(&'static str, String)>| {
+        let server = &server;
+        async move {
+            let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            server
+                .try_request_with_headers("GET", url, None, &h)
+                .await
+                .expect("the request went through")
+        }
+    };
+    let header = |h: &hyper::HeaderMap, name: &str| {
+        h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+    };
+
+    let (status, h, body) = get(vec![]).await;
+    assert_eq!(status, 200);
+    assert!(body == data);
+    assert_eq!(header(&h, "content-length").as_deref(), Some("100000"));
+    assert_eq!(header(&h, "accept-ranges").as_deref(), Some("bytes"));
+    let etag = header(&h, "etag").expect("an etag");
+    assert!(etag.starts_with('"') && etag.ends_with('"'), "{etag}");
+
+    let (status, h, body) = get(vec![("range", "bytes=60000-".into())]).await;
+    assert_eq!(status, 206);
+    assert!(body == data[60_000..]);
+    assert_eq!(
+        header(&h, "content-range").as_deref(),
+        Some("bytes 60000-99999/100000")
+    );
+    assert_eq!(header(&h, "content-length").as_deref(), Some("40000"));
+
+    let (status, _, body) = get(vec![
+        ("range", "bytes=99999-".into()),
+        ("if-range", etag.clone()),
+    ])
+    .await;
+    assert_eq!(status, 206);
+    assert_eq!(body.as_ref(), &data[99_999..]);
+
+    let (status, _, body) = get(vec![
+        ("range", "bytes=60000-".into()),
+        ("if-range", "\"another-version\"".into()),
+    ])
+    .await;
+    assert_eq!(status, 200, "another version: all of this one");
+    assert!(body == data);
+
+    let (status, h, body) = get(vec![("range", "bytes=100000-".into())]).await;
+    assert_eq!(status, 416);
+    assert_eq!(
+        header(&h, "content-range").as_deref(),
+        Some("bytes */100000")
+    );
+    let error: serde_json::Value = serde_json::from_slice(&body).expect("an error body");
+    assert_eq!(
+        error["error"]["message"],
+        "the file has 100000 bytes; there is nothing from byte 100000"
+    );
+
+    let (status, _, body) = get(vec![("range", "bytes=0-10".into())]).await;
+    assert_eq!(
+        status, 200,
+        "a closed range is not served as one: all of it"
+    );
+    assert!(body == data);
+
+    // Written again, it is another version with another etag.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(server.home.join("volumes/data/f.bin"), b"new").expect("rewrite");
+    let (_, h, body) = get(vec![]).await;
+    assert_eq!(body.as_ref(), b"new");
+    assert_ne!(header(&h, "etag"), Some(etag));
+}

@@ -100,6 +100,19 @@ impl Server {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Result<(u16, Bytes), String> {
+        self.try_request_with_headers(method, path, body, headers)
+            .await
+            .map(|(status, _, bytes)| (status, bytes))
+    }
+
+    /// As [`Server::try_request`], with the answer's headers too.
+    pub(crate) async fn try_request_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, hyper::HeaderMap, Bytes), String> {
         let stream = tokio::net::UnixStream::connect(self.socket())
             .await
             .map_err(|e| e.to_string())?;
@@ -120,13 +133,14 @@ impl Server {
             .map_err(|e| e.to_string())?;
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
+        let answer_headers = resp.headers().clone();
         let bytes = resp
             .into_body()
             .collect()
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
-        Ok((status, bytes))
+        Ok((status, answer_headers, bytes))
     }
 
     pub(crate) async fn request(
