@@ -587,7 +587,13 @@ impl HttpControlPlane {
             .transport
             .request(req)
             .await
-            .map_err(|e| TryFailure::Transport(self.redact(&error_chain(&e))))?;
+            .map_err(|e| match tls_failure(&e) {
+                // Trying again meets the same certificate: final.
+                Some(tls) => {
+                    TryFailure::Final(ApiError::new(ErrorKind::Unavailable, self.tls_message(tls)))
+                }
+                None => TryFailure::Transport(self.redact(&error_chain(&e))),
+            })?;
         let status = resp.status();
         if status.is_success() && stream {
             return Ok(Got::Stream(resp));
@@ -693,6 +699,20 @@ impl HttpControlPlane {
 
     fn deadline(&self) -> Instant {
         Instant::now() + self.inner.options.deadline
+    }
+
+    /// What to say when the TLS handshake with the control plane failed.
+    fn tls_message(&self, tls: &rustls::Error) -> String {
+        let endpoint = &self.inner.endpoint;
+        match tls {
+            rustls::Error::InvalidCertificate(why) => format!(
+                "the control plane at `{endpoint}` presented a certificate this machine does not trust ({why:?}); \
+                 if it is signed by a private CA, point SSL_CERT_FILE at that CA's certificate (PEM)"
+            ),
+            other => {
+                format!("the TLS handshake with the control plane at `{endpoint}` failed: {other}")
+            }
+        }
     }
 
     /// Send `call` and read its JSON answer, a run, keeping fields sent as `null`.
@@ -1455,6 +1475,22 @@ impl Limited {
 }
 
 /// An error and its causes on one line.
+/// The TLS error behind a failed request, if that is what failed. An `io::Error` wrapping
+/// another error is looked into with `get_ref` (its `source` skips what it wraps).
+fn tls_failure<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        cause = match e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
