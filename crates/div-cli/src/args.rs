@@ -42,11 +42,16 @@ pub(crate) enum Command {
     /// Run or control the local control plane
     #[command(subcommand)]
     Server(ServerCommand),
-    /// Write shell completions or the man page to stdout (for `cargo xtask`)
+    /// Write shell completions or the man page to stdout; `man --dir DIR` writes a page
+    /// for every command into DIR
     #[command(name = "__generate", hide = true)]
     Generate {
         #[arg(value_enum)]
         what: Generate,
+        /// With `man`: write div.1 and one page per command (div-run.1, div-storage-put.1, …)
+        /// into this folder instead
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
     /// Own one run of the local control plane (started by the server)
     #[command(name = "__supervise", hide = true)]

@@ -1,7 +1,10 @@
-//! `div __generate`: shell completions and the man page, from the same clap definition as the
-//! help, so they cannot drift. `cargo xtask completions` / `cargo xtask man` call it.
+//! `div __generate`: shell completions and the man pages, from the same clap definition as
+//! the help, so they cannot drift.
 
 use std::io::Write;
+use std::path::Path;
+
+use anyhow::anyhow;
 
 use clap::CommandFactory;
 
@@ -9,8 +12,28 @@ use crate::args::{Cli, Generate};
 use crate::exit_codes;
 use crate::printer::Failure;
 
-pub(crate) fn generate(what: Generate) -> Result<i32, Failure> {
+pub(crate) fn generate(what: Generate, dir: Option<&Path>) -> Result<i32, Failure> {
     let mut command = Cli::command();
+    if let Some(dir) = dir {
+        if !matches!(what, Generate::Man) {
+            return Err(Failure::new(
+                exit_codes::REFUSED,
+                anyhow!("`--dir` goes with `man` only; completions are one file, on stdout"),
+            ));
+        }
+        std::fs::create_dir_all(dir)
+            .and_then(|()| clap_mangen::generate_to(command, dir))
+            .map_err(|e| {
+                Failure::new(
+                    exit_codes::LOCAL,
+                    anyhow!(
+                        "could not write the man pages into `{}`: {e}",
+                        dir.display()
+                    ),
+                )
+            })?;
+        return Ok(exit_codes::SUCCESS);
+    }
     let mut out = Vec::new();
     match what {
         Generate::Bash => {

@@ -83,8 +83,8 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
     if let Command::Supervise { run_dir } = &cli.command {
         return server::supervise(run_dir);
     }
-    if let Command::Generate { what } = &cli.command {
-        return match generate::generate(*what) {
+    if let Command::Generate { what, dir } = &cli.command {
+        return match generate::generate(*what, dir.as_deref()) {
             Ok(code) => code,
             Err(failure) => {
                 crate::printer::Printer::new(false).failure(&failure);

@@ -835,3 +835,55 @@ fn completions_and_the_man_page_generate() {
         );
     }
 }
+
+#[test]
+fn a_man_page_for_every_command_goes_into_a_folder() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let dir = tmp.path().join("man1");
+    let output = std::process::Command::new(DIV)
+        .args(["__generate", "man", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("div runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the folder was made")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    pages.sort();
+    for page in [
+        "div.1",
+        "div-run.1",
+        "div-storage-put.1",
+        "div-secrets-set.1",
+        "div-server-start.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{page} in {pages:?}");
+    }
+    assert!(
+        !pages.iter().any(|p| p.contains("__")),
+        "hidden commands get no page: {pages:?}"
+    );
+    let run = std::fs::read_to_string(dir.join("div-run.1")).expect("div-run.1");
+    assert!(run.contains(r"\-\-max\-spend"), "{run}");
+
+    let refused = std::process::Command::new(DIV)
+        .args(["__generate", "bash", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("div runs");
+    assert_eq!(refused.status.code(), Some(200));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("`--dir` goes with `man` only; completions are one file, on stdout")
+    );
+}
