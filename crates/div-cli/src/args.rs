@@ -236,6 +236,9 @@ Examples:
         /// The volume, and a path in it
         #[arg(value_name = "NAME[/PATH]")]
         at: Option<String>,
+        /// Everything under the path, not only what is directly in it
+        #[arg(short, long)]
+        recursive: bool,
         /// Print the listing as JSON
         #[arg(long)]
         json: bool,

@@ -91,13 +91,17 @@ pub(crate) async fn storage(
                 ));
             }
         }
-        StorageCommand::Ls { at, json } => {
+        StorageCommand::Ls {
+            at,
+            recursive,
+            json,
+        } => {
             let at: Option<VolumePath> = match at {
                 Some(a) => Some(a.parse().map_err(super::failure)?),
                 None => None,
             };
             let cp = super::connect(settings).await?;
-            let listing = div_core::storage_ls(&*cp, at.as_ref())
+            let listing = div_core::storage_ls(&*cp, at.as_ref(), recursive)
                 .await
                 .map_err(super::failure)?;
             match listing {
@@ -128,7 +132,8 @@ pub(crate) async fn storage(
                     let rows: Vec<Vec<String>> = entries
                         .iter()
                         .map(|e| {
-                            let size = if e.kind == "file" {
+                            // A folder shown without its contents carries their total.
+                            let size = if e.kind == "file" || (e.kind == "dir" && !recursive) {
                                 div_spec::format_bytes(e.size)
                             } else {
                                 "-".into()

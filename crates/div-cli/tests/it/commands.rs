@@ -485,7 +485,9 @@ async fn storage_ls_lists_volumes_and_what_one_holds() {
                 200,
                 &json!({"entries": [
                     {"path": "train", "kind": "dir"},
-                    {"path": "train/a.csv", "kind": "file", "size": 1500}
+                    {"path": "train/a.csv", "kind": "file", "size": 1500},
+                    {"path": "train/deep/b.csv", "kind": "file", "size": 500},
+                    {"path": "readme.md", "kind": "file", "size": 12}
                 ]}),
             ),
         )
@@ -499,8 +501,16 @@ async fn storage_ls_lists_volumes_and_what_one_holds() {
     let inside = world.div(&["storage", "ls", "data"]).await;
     assert_eq!(inside.code, 0, "{}", inside.stderr);
     assert_snapshot!(inside.stdout, @r"
+    12 B    readme.md
+    2.0 KB  train/
+    ");
+    let everything = world.div(&["storage", "ls", "-r", "data"]).await;
+    assert_eq!(everything.code, 0, "{}", everything.stderr);
+    assert_snapshot!(everything.stdout, @r"
     -       train/
     1.5 KB  train/a.csv
+    500 B   train/deep/b.csv
+    12 B    readme.md
     ");
     let bad = world.div(&["storage", "ls", "data/../etc"]).await;
     assert_eq!(bad.code, 200);
