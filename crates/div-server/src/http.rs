@@ -664,7 +664,7 @@ async fn log_stream(
     const IDLE_MAX: Duration = Duration::from_millis(10);
     let path = state.run_dir(&id).join("log");
     let mut last_sent = tokio::time::Instant::now();
-    let mut file: Option<tokio::fs::File> = None;
+    let mut file: Option<std::fs::File> = None;
     let mut idle = IDLE_MIN;
     loop {
         let Some(progressed) = send_available(&path, &mut file, &mut offset, &tx).await else {
@@ -724,29 +724,52 @@ async fn log_stream(
 /// Sends one read of the log from `offset` (at most 1 MiB) as a chunk frame: `Some(true)` if
 /// bytes were sent, `Some(false)` if there were none (or no log yet), `None` if the client
 /// is gone.
+///
+/// The read is std's, on a blocking thread, straight into the buffer that is sent (tokio's
+/// `File` would read into its own buffer and copy); the file, kept open at its position,
+/// travels to that thread and back.
 async fn send_available(
     path: &std::path::Path,
-    file: &mut Option<tokio::fs::File>,
+    file: &mut Option<std::fs::File>,
     offset: &mut u64,
     tx: &mpsc::Sender<Bytes>,
 ) -> Option<bool> {
-    const READ: usize = 1 << 20;
-    if file.is_none() {
-        let Ok(mut f) = tokio::fs::File::open(path).await else {
-            return Some(false);
+    const READ: u64 = 1 << 20;
+    let open = file.take();
+    let path = path.to_owned();
+    let at = *offset;
+    let read = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Seek};
+        let mut f = match open {
+            Some(f) => f,
+            None => {
+                let mut f = std::fs::File::open(&path).ok()?;
+                f.seek(std::io::SeekFrom::Start(at)).ok()?;
+                f
+            }
         };
-        if f.seek(std::io::SeekFrom::Start(*offset)).await.is_err() {
-            return Some(false);
+        let mut buf = Vec::with_capacity(READ as usize);
+        let n = (&mut f).take(READ).read_to_end(&mut buf);
+        Some((f, buf, n))
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some((f, buf, n)) = read else {
+        return Some(false); // no log yet
+    };
+    match n {
+        Ok(0) => {
+            *file = Some(f);
+            Some(false)
         }
-        *file = Some(f);
-    }
-    let f = file.as_mut()?;
-    let mut buf = bytes::BytesMut::with_capacity(READ);
-    match f.read_buf(&mut buf).await {
-        Ok(0) | Err(_) => Some(false),
+        // Part of a failed read may be in `buf` and past the file's position: reopen at
+        // `offset` next time.
+        Err(_) => Some(false),
         Ok(n) => {
+            *file = Some(f);
             let header = div_api::logframe::chunk_header(*offset, n as u64);
-            if tx.send(Bytes::from(header)).await.is_err() || tx.send(buf.freeze()).await.is_err() {
+            if tx.send(Bytes::from(header)).await.is_err() || tx.send(Bytes::from(buf)).await.is_err() {
                 return None;
             }
             *offset += n as u64;
