@@ -233,14 +233,18 @@ struct Timed {
     exit: Duration,
 }
 
-fn timed(mut cmd: Command) -> Result<Timed> {
-    let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
+/// Starts `cmd` with no stdin and its stdout and stderr piped.
+fn spawn_piped(cmd: &mut Command) -> Result<std::process::Child> {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {cmd:?}"))?;
+        .with_context(|| format!("starting {cmd:?}"))
+}
+
+fn timed(mut cmd: Command) -> Result<Timed> {
+    let started = Instant::now();
+    let mut child = spawn_piped(&mut cmd)?;
     let (tx, rx) = mpsc::channel();
     let out = child.stdout.take().context("a piped stdout")?;
     let err = child.stderr.take().context("a piped stderr")?;
@@ -394,12 +398,7 @@ out.flush()
 /// Runs `cmd` with its stdout drained from a pipe; the time and the bytes it printed.
 fn time_into_pipe(cmd: &mut Command) -> Result<(Duration, u64, String)> {
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {cmd:?}"))?;
+    let mut child = spawn_piped(cmd)?;
     let mut stderr = child.stderr.take().context("a piped stderr")?;
     let err = std::thread::spawn(move || {
         let mut err = String::new();

@@ -769,7 +769,9 @@ async fn send_available(
         Ok(n) => {
             *file = Some(f);
             let header = div_api::logframe::chunk_header(*offset, n as u64);
-            if tx.send(Bytes::from(header)).await.is_err() || tx.send(Bytes::from(buf)).await.is_err() {
+            if tx.send(Bytes::from(header)).await.is_err()
+                || tx.send(Bytes::from(buf)).await.is_err()
+            {
                 return None;
             }
             *offset += n as u64;

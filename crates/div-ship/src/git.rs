@@ -255,16 +255,7 @@ fn split_top(workdir: &Path, prefix: &str, threads: usize) -> Option<Vec<Vec<gix
             others.push(path);
         }
     }
-    if folders.len() < 2 {
-        return None;
-    }
-    let mut groups = vec![others];
-    groups.resize_with(threads.min(folders.len()), Vec::new);
-    let n = groups.len();
-    for (i, folder) in folders.into_iter().enumerate() {
-        groups[i % n].push(folder);
-    }
-    Some(groups)
+    crate::git_walk::deal(folders, others, threads)
 }
 
 /// One gix walk of the untracked entries that `patterns` select (all when empty).

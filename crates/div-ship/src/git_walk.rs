@@ -60,13 +60,7 @@ pub(crate) fn walk(
     if caps.ignore_case || caps.precompose_unicode {
         return Ok(None);
     }
-    let excludes = repo
-        .excludes(
-            index,
-            None,
-            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-        )
-        .map_err(|e| git_err(Box::new(e)))?;
+    let excludes = exclude_stack(repo, index).map_err(git_err)?;
     let tracked = Tracked::new(index);
     let mut walker = Walker::new(&tracked, excludes, repo.git_dir(), workdir);
     // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
@@ -112,14 +106,9 @@ pub(crate) fn walk(
             .map(|group| {
                 let options = options.clone();
                 scope.spawn(move || {
-                    let repo = gix::open_opts(workdir, options).map_err(|e| git_err(Box::new(e)))?;
-                    let excludes = repo
-                        .excludes(
-                            index,
-                            None,
-                            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-                        )
-                        .map_err(|e| git_err(Box::new(e)))?;
+                    let repo =
+                        gix::open_opts(workdir, options).map_err(|e| git_err(Box::new(e)))?;
+                    let excludes = exclude_stack(&repo, index).map_err(git_err)?;
                     let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
                     walker.walk_entries(fd, listing, group.into_iter(), &mut rela.clone());
                     walker.finish()
@@ -137,16 +126,30 @@ pub(crate) fn walk(
     })
 }
 
+/// The ignore rules of `repo` as gix's own walk reads them.
+fn exclude_stack<'repo>(
+    repo: &'repo gix::Repository,
+    index: &gix::index::File,
+) -> Result<gix::AttributeStack<'repo>, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(repo.excludes(
+        index,
+        None,
+        gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+    )?)
+}
+
 /// The entries of `listing` for each of `threads` walks: its subfolders dealt round, its
-/// other entries with the first. `None` when one walk will do (one thread, or fewer than two
-/// subfolders).
+/// other entries with the first (see [`deal`]).
 fn split(listing: &Listing, threads: usize) -> Option<Vec<Vec<usize>>> {
-    if threads < 2 {
-        return None;
-    }
     let (folders, others): (Vec<usize>, Vec<usize>) =
         (0..listing.entries.len()).partition(|&i| listing.entries[i].2 == FileType::Directory);
-    if folders.len() < 2 {
+    deal(folders, others, threads)
+}
+
+/// `folders` dealt round to one group per thread (at most one per folder), `others` with the
+/// first group. `None` when one walk will do: one thread, or fewer than two folders.
+pub(crate) fn deal<T>(folders: Vec<T>, others: Vec<T>, threads: usize) -> Option<Vec<Vec<T>>> {
+    if threads < 2 || folders.len() < 2 {
         return None;
     }
     let mut groups = vec![others];

@@ -145,3 +145,18 @@ pub async fn mount_log(server: &MockServer, run: &str, body: Vec<u8>) {
         .mount(server)
         .await;
 }
+
+/// Reads an HTTP request's head (up to and including the blank line, or until the peer
+/// stops), for hand-written test servers.
+pub async fn read_request_head(socket: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use div_api::logframe;
 use div_api::{ControlPlane, HttpControlPlane, LogEvent, Options, RunStatus};
 use div_test_support::mock::{sample_run, test_options};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 /// Serve `log` as frames of `chunk` bytes from the asked offset, then `end`; a connection
@@ -23,19 +23,8 @@ async fn cutting_server(log: Vec<u8>, chunk: usize, cut: usize) -> (u16, Arc<Mut
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
+            let head = div_test_support::mock::read_request_head(&mut socket).await;
+            let line = head.lines().next().unwrap_or("").to_owned();
             let offset: u64 = line
                 .split(['?', '&', ' '])
                 .find_map(|p| p.strip_prefix("offset="))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use div_api::{ControlPlane, ErrorKind, HttpControlPlane, Options};
 use div_test_support::mock::test_options;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 /// How the server behaves.
@@ -34,15 +34,7 @@ async fn server(file: Vec<u8>, how: Behaviour) -> (u16, Asked) {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let head = String::from_utf8_lossy(&head).into_owned();
+            let head = div_test_support::mock::read_request_head(&mut socket).await;
             let header = |name: &str| {
                 head.lines().find_map(|l| {
                     let (k, v) = l.split_once(':')?;

@@ -101,6 +101,25 @@ async fn read_log(cp: &HttpControlPlane, id: &str) -> (Vec<u8>, bool) {
     (out, ended)
 }
 
+/// `count` cuts of the response, each after `least` to twice `least` bytes; every third a
+/// reset, the others a clean close. Also how many bytes the resets let through: a reset may
+/// throw away what the client's kernel held unread, so at most that much may cross again.
+fn cuts(count: usize, least: u64, seed: &mut u64) -> (Vec<Fault>, u64) {
+    let mut reset_bytes = 0;
+    let cuts = (0..count)
+        .map(|i| {
+            let n = least + next(seed) % least;
+            if i % 3 == 0 {
+                reset_bytes += n;
+                Fault::ResetResponse(n)
+            } else {
+                Fault::TruncateResponse(n)
+            }
+        })
+        .collect();
+    (cuts, reset_bytes)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_stream_cut_100_times_arrives_byte_identical() {
     let tcp = tcp_server().await;
@@ -110,16 +129,7 @@ async fn log_stream_cut_100_times_arrives_byte_identical() {
     // its header), so every connection delivers something, and 100 of them cannot reach the
     // end of a 14.9 MB log, so all 100 cuts happen during the stream.
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let cuts: Vec<Fault> = (0..100)
-        .map(|i| {
-            let n = 70_000 + next(&mut seed) % 70_000;
-            if i % 3 == 0 {
-                Fault::ResetResponse(n)
-            } else {
-                Fault::TruncateResponse(n)
-            }
-        })
-        .collect();
+    let (cuts, _) = cuts(100, 70_000, &mut seed);
     proxy.push(cuts);
     let cut = client(&proxy.url());
 
@@ -276,20 +286,7 @@ async fn file_read_cut_30_times_resumes_and_arrives_byte_identical() {
     std::fs::write(&on_disk, &data).expect("the file");
 
     let proxy = Proxy::start(Upstream::Tcp(tcp.addr)).await;
-    // A reset may also throw away what the client's kernel held unread: at most what that
-    // connection carried may cross again.
-    let mut may_cross_again = 0u64;
-    let cuts: Vec<Fault> = (0..30)
-        .map(|i| {
-            let n = 100_000 + next(&mut seed) % 100_000;
-            if i % 3 == 0 {
-                may_cross_again += n;
-                Fault::ResetResponse(n)
-            } else {
-                Fault::TruncateResponse(n)
-            }
-        })
-        .collect();
+    let (cuts, may_cross_again) = cuts(30, 100_000, &mut seed);
     proxy.push(cuts);
     let cut = client(&proxy.url());
     let mut out = Vec::new();
