@@ -661,6 +661,9 @@ fn launch(
         env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
     }
     let _ = in_workspace;
+    // A run that shipped nothing (`--no-upload`) runs "the image as it is" and starts in its
+    // working directory; here the image is this machine's own system, whose is `/`.
+    let shipped = run.code.is_some();
     let argv = if state.sandboxed {
         let devices = if real_gpus {
             sandbox::gpu_devices(gpus)
@@ -675,6 +678,7 @@ fn launch(
             volumes: &volumes,
             devices: &devices,
             command: &run.command,
+            chdir: if shipped { "/workspace" } else { "/" },
         })
     } else {
         sandbox::direct_argv(&run.command, &dir.join("bin"))
@@ -684,7 +688,11 @@ fn launch(
         run_id: run.id.clone(),
         run_name: run.name.clone(),
         argv,
-        cwd: workspace.clone(),
+        cwd: if shipped {
+            workspace.clone()
+        } else {
+            PathBuf::from("/")
+        },
         env,
         first_lines,
         cores: cores.to_vec(),

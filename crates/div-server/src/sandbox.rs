@@ -45,6 +45,8 @@ pub(crate) struct SandboxInput<'a> {
     /// Device nodes to bind (GPU runs).
     pub(crate) devices: &'a [PathBuf],
     pub(crate) command: &'a str,
+    /// Where the command starts: `/workspace`, or `/` for a run that shipped nothing.
+    pub(crate) chdir: &'a str,
 }
 
 fn s(p: &Path) -> String {
@@ -133,7 +135,7 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         s(input.workspace),
         "/workspace".to_owned(),
     ]);
-    argv.extend(["--chdir", "/workspace", "sh", "-lc"].map(str::to_owned));
+    argv.extend(["--chdir", input.chdir, "sh", "-lc"].map(str::to_owned));
     argv.push(input.command.to_owned());
     argv
 }

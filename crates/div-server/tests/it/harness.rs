@@ -200,6 +200,28 @@ impl Server {
             .await
     }
 
+    /// A tree of code in the volume `tests-code` (made if missing), written straight into the
+    /// volume's folder: the `code` field of a run that shipped these files.
+    pub(crate) async fn code(&self, files: &[(&str, &str)]) -> Value {
+        let (status, volume) = self
+            .request(
+                "POST",
+                "/v1/volumes",
+                Some(serde_json::json!({"name": "tests-code"})),
+            )
+            .await;
+        assert!(matches!(status, 200 | 201 | 409), "{status} {volume}");
+        let path = format!("code/{}", files.len());
+        let dir = self.home.join("volumes/tests-code").join(&path);
+        for (name, text) in files {
+            let file = dir.join(name);
+            std::fs::create_dir_all(file.parent().expect("a folder")).expect("mkdir");
+            std::fs::write(file, text).expect("the file");
+        }
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        serde_json::json!({"volume": "tests-code", "path": path})
+    }
+
     /// Polls the run until it is running.
     pub(crate) async fn wait_running(&self, id: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);

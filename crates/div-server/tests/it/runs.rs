@@ -203,10 +203,11 @@ async fn the_environment_follows_the_runtime_table() {
             Some(json!({"value": "nope"})),
         )
         .await;
+    let code = server.code(&[("train.py", "")]).await;
     let (_, run) = server
         .create_run(
             "echo \"$PIP_BREAK_SYSTEM_PACKAGES $TOKEN $ONLY_SECRET $DIVERGENT_RUN_NAME $DIVERGENT_RESULT_PATH $DIVERGENT_TELEMETRY_PATH $PWD\"; env | grep -c CARGO || true",
-            json!({"env": [{"key": "TOKEN", "value": "a"}, {"key": "TOKEN", "value": "from-env"}, {"key": "PIP_BREAK_SYSTEM_PACKAGES", "value": "0"}]}),
+            json!({"code": code, "env": [{"key": "TOKEN", "value": "a"}, {"key": "TOKEN", "value": "from-env"}, {"key": "PIP_BREAK_SYSTEM_PACKAGES", "value": "0"}]}),
         )
         .await;
     let id = run["id"].as_str().expect("an id");
@@ -246,10 +247,11 @@ async fn the_sandbox_keeps_writes_off_the_host() {
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_sandbox_the_log_says_so_and_paths_are_real() {
     let server = Server::start_with(None, div_server::SandboxMode::None).await;
+    let code = server.code(&[("train.py", "")]).await;
     let (_, run) = server
         .create_run(
             "echo {\\\"ok\\\": true} > $DIVERGENT_RESULT_PATH; pwd",
-            json!({"checks": ["ok==true"]}),
+            json!({"code": code, "checks": ["ok==true"]}),
         )
         .await;
     let id = run["id"].as_str().expect("an id");
@@ -374,4 +376,30 @@ async fn placing_a_run_and_following_it_to_its_end_wake_the_scheduler() {
     assert_eq!(crate::harness::decode_chunks(&followed.1), "woken\n");
     let (_, ended) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
+}
+
+/// A run that shipped nothing (`--no-upload`) runs the image as it is, in its working
+/// directory: here the image is this machine's own system, and that directory is `/`. A run
+/// with code starts in `/workspace`, which holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_without_code_starts_in_the_images_working_directory() {
+    let server = Server::start().await;
+    let (_, bare) = server
+        .create_run("pwd; ls /workspace | wc -l", json!({}))
+        .await;
+    let bare = bare["id"].as_str().expect("an id").to_owned();
+    let code = server
+        .code(&[("train.py", "print('hi')\n"), ("data/x.csv", "1\n")])
+        .await;
+    let (_, shipped) = server.create_run("pwd; ls", json!({"code": code})).await;
+    let shipped = shipped["id"].as_str().expect("an id").to_owned();
+    for id in [&bare, &shipped] {
+        let ended = server.wait_end(id).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+    }
+    assert_eq!(server.log_text(&bare).await, "/\n0\n");
+    assert_eq!(
+        server.log_text(&shipped).await,
+        "/workspace\ndata\ntrain.py\n"
+    );
 }
