@@ -9,7 +9,7 @@ mod bench_ship;
 mod schemathesis;
 mod timing;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -86,8 +86,9 @@ fn bench(rest: &[String]) -> Result<()> {
     }
 }
 
-/// Each fuzz target for `seconds`, new inputs kept in a scratch corpus (the committed corpus
-/// is read, never written); prints each target's executions and whether it crashed.
+/// `cargo xtask fuzz [SECONDS] [TARGET…]`: each fuzz target (or those named) for `seconds`,
+/// new inputs kept in a scratch corpus (the committed corpus is read, never written); prints
+/// each target's executions and whether it crashed.
 fn fuzz(rest: &[String]) -> Result<()> {
     let seconds: u64 = match rest.first() {
         Some(s) => s
@@ -95,6 +96,7 @@ fn fuzz(rest: &[String]) -> Result<()> {
             .context("the fuzz time is whole seconds per target")?,
         None => 30,
     };
+    let only: Vec<&str> = rest.iter().skip(1).map(String::as_str).collect();
     let list = Command::new("cargo")
         .args(["+nightly", "fuzz", "list"])
         .current_dir("fuzz")
@@ -108,7 +110,19 @@ fn fuzz(rest: &[String]) -> Result<()> {
     }
     let scratch = tempfile::tempdir().context("creating a scratch corpus")?;
     let mut summary = Vec::new();
-    for target in String::from_utf8_lossy(&list.stdout).lines() {
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    let targets: Vec<&str> = listed.lines().collect();
+    for name in &only {
+        ensure!(
+            targets.contains(name),
+            "no fuzz target `{name}`; the targets are {}",
+            targets.join(", ")
+        );
+    }
+    for target in targets {
+        if !only.is_empty() && !only.contains(&target) {
+            continue;
+        }
         let corpus = scratch.path().join(target);
         std::fs::create_dir_all(&corpus)?;
         let mut cmd = Command::new("cargo");
