@@ -86,17 +86,39 @@ fn bench(rest: &[String]) -> Result<()> {
     }
 }
 
-/// `cargo xtask fuzz [SECONDS] [TARGET…]`: each fuzz target (or those named) for `seconds`,
-/// new inputs kept in a scratch corpus (the committed corpus is read, never written); prints
-/// each target's executions and whether it crashed.
+/// `cargo xtask fuzz [SECONDS] [TARGET…] [--sanitizer address|none]`: each fuzz target (or
+/// those named) for `seconds`, new inputs kept in a scratch corpus (the committed corpus is
+/// read, never written); prints each target's executions and whether it crashed. The
+/// sanitizer is cargo-fuzz's (`address` unless told): `none` runs several times faster,
+/// which the allocation-heavy targets need to reach their executions in reasonable time.
 fn fuzz(rest: &[String]) -> Result<()> {
-    let seconds: u64 = match rest.first() {
+    let mut words: Vec<&str> = Vec::new();
+    let mut sanitizer = "address";
+    let mut it = rest.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--sanitizer" => {
+                sanitizer = match it.next().map(String::as_str) {
+                    Some(s @ ("address" | "none")) => s,
+                    other => bail!(
+                        "`--sanitizer` is `address` or `none`, not `{}`",
+                        other.unwrap_or("")
+                    ),
+                }
+            }
+            flag if flag.starts_with("--") => {
+                bail!("unknown flag `{flag}`; expected --sanitizer, SECONDS or a target")
+            }
+            word => words.push(word),
+        }
+    }
+    let seconds: u64 = match words.first() {
         Some(s) => s
             .parse()
             .context("the fuzz time is whole seconds per target")?,
         None => 30,
     };
-    let only: Vec<&str> = rest.iter().skip(1).map(String::as_str).collect();
+    let only: Vec<&str> = words.iter().skip(1).copied().collect();
     let list = Command::new("cargo")
         .args(["+nightly", "fuzz", "list"])
         .current_dir("fuzz")
@@ -127,7 +149,7 @@ fn fuzz(rest: &[String]) -> Result<()> {
         std::fs::create_dir_all(&corpus)?;
         let mut cmd = Command::new("cargo");
         cmd.current_dir("fuzz")
-            .args(["+nightly", "fuzz", "run", target])
+            .args(["+nightly", "fuzz", "run", "--sanitizer", sanitizer, target])
             .arg(&corpus)
             .arg(format!("corpus/{target}"))
             .args([
@@ -149,7 +171,7 @@ fn fuzz(rest: &[String]) -> Result<()> {
             "CRASHED (see fuzz/artifacts)".to_owned()
         };
         summary.push(format!(
-            "{target:<12} {runs:>12} executions in {seconds} s  {found}"
+            "{target:<12} {runs:>12} executions in {seconds} s  (sanitizer: {sanitizer})  {found}"
         ));
     }
     println!("{}", summary.join("\n"));
