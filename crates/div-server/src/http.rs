@@ -589,22 +589,18 @@ async fn file_response(
     if let Some(start) = start
         && start >= size
     {
-        return Ok(Response::builder()
-            .status(StatusCode::RANGE_NOT_SATISFIABLE)
-            .header("content-type", "application/json")
-            .header("content-range", format!("bytes */{size}"))
-            .header("etag", &etag)
-            .body(
-                Full::new(Bytes::from(
-                    serde_json::json!({"error": {
-                        "code": "invalid",
-                        "message": format!("the file has {size} bytes; there is nothing from byte {start}"),
-                    }})
-                    .to_string(),
-                ))
-                .boxed(),
-            )
-            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())));
+        let mut resp = fail(Failure::new(
+            416,
+            "invalid",
+            format!("the file has {size} bytes; there is nothing from byte {start}"),
+        ));
+        if let Ok(range) = http::HeaderValue::from_str(&format!("bytes */{size}")) {
+            resp.headers_mut().insert("content-range", range);
+        }
+        if let Ok(tag) = http::HeaderValue::from_str(&etag) {
+            resp.headers_mut().insert("etag", tag);
+        }
+        return Ok(resp);
     }
     let from = start.unwrap_or(0);
     if from > 0 {

@@ -264,18 +264,7 @@ pub(crate) fn commit_tree(
         blake3::hash(&serde_json::to_vec(&entries).map_err(|e| Failure::invalid(e.to_string()))?)
             .to_hex()
             .to_string();
-    let files = entries
-        .iter()
-        .filter(|e| e.kind == div_api::EntryKind::File)
-        .count() as u64;
-    let bytes: u64 = entries.iter().map(|e| e.size).sum();
-    let committed = CommittedTree {
-        volume: volume.to_owned(),
-        path: tree.path.clone(),
-        files,
-        bytes,
-        extra: Default::default(),
-    };
+    let committed = committed_tree(volume, &tree.path, &entries);
     if let Some((existing, _, _)) = state.store.tree(volume, &tree.path)? {
         if existing == digest {
             return Ok((200, committed));
@@ -299,9 +288,13 @@ pub(crate) fn commit_tree(
     }
     deps::materialise(&entries, |h| blob_path(state, volume, h), &dest)
         .map_err(Failure::invalid)?;
-    state
-        .store
-        .add_tree(volume, &tree.path, &digest, files, bytes)?;
+    state.store.add_tree(
+        volume,
+        &tree.path,
+        &digest,
+        committed.files,
+        committed.bytes,
+    )?;
     Ok((201, committed))
 }
 
@@ -356,18 +349,7 @@ fn add_to_root(
             return Err(conflict(&entry.path));
         }
     }
-    let files = entries
-        .iter()
-        .filter(|e| e.kind == div_api::EntryKind::File)
-        .count() as u64;
-    let bytes: u64 = entries.iter().map(|e| e.size).sum();
-    let committed = CommittedTree {
-        volume: volume.to_owned(),
-        path: String::new(),
-        files,
-        bytes,
-        extra: Default::default(),
-    };
+    let committed = committed_tree(volume, "", entries);
     if new.is_empty() {
         return Ok((200, committed));
     }
@@ -469,6 +451,20 @@ pub(crate) fn list_tree(
         out.extend(all.into_iter().filter(|e| e.path == path));
     }
     Ok(out)
+}
+
+/// What a commit of `entries` at `path` in `volume` says: how many files, how many bytes.
+fn committed_tree(volume: &str, path: &str, entries: &[div_api::TreeEntry]) -> CommittedTree {
+    CommittedTree {
+        volume: volume.to_owned(),
+        path: path.to_owned(),
+        files: entries
+            .iter()
+            .filter(|e| e.kind == div_api::EntryKind::File)
+            .count() as u64,
+        bytes: entries.iter().map(|e| e.size).sum(),
+        extra: Default::default(),
+    }
 }
 
 /// The host path of a file in a volume, refusing anything that leaves the volume.

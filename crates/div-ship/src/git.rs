@@ -215,8 +215,7 @@ fn walk_untracked(
         let mut all = walk_one(repo, workdir, index, &first)?;
         for other in others {
             let more = other.join().expect("a walking thread does not panic")?;
-            all.found.extend(more.found);
-            all.non_utf8 = all.non_utf8.or(more.non_utf8);
+            all.merge(more);
         }
         Ok(all)
     })

@@ -41,6 +41,14 @@ pub(crate) struct Untracked {
     pub(crate) non_utf8: Option<PathBuf>,
 }
 
+impl Untracked {
+    /// Adds what another walk found (a walk of other folders).
+    pub(crate) fn merge(&mut self, other: Untracked) {
+        self.found.extend(other.found);
+        self.non_utf8 = self.non_utf8.take().or(other.non_utf8);
+    }
+}
+
 /// Walks the untracked entries under `prefix` (relative to `workdir`, `""` for all) of
 /// `repo`, whose index is `index`. `None` when the file system needs case folding or
 /// Unicode precomposition (gix's walk then does it).
@@ -119,8 +127,7 @@ pub(crate) fn walk(
         let mut all = walker.finish()?;
         for other in others {
             let more = other.join().expect("a walking thread does not panic")?;
-            all.found.extend(more.found);
-            all.non_utf8 = all.non_utf8.or(more.non_utf8);
+            all.merge(more);
         }
         Ok(Some(all))
     })
