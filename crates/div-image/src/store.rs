@@ -306,17 +306,40 @@ impl ImageStore {
         })
     }
 
-    fn cached(&self, reference: &ImageRef) -> Result<Option<(PathBuf, Record)>, EnsureError> {
+    /// The cached image for `reference` on `platform`, if any.
+    fn cached(
+        &self,
+        reference: &ImageRef,
+        platform: &Platform,
+    ) -> Result<Option<(PathBuf, Record)>, EnsureError> {
         if let Some(d) = reference.digest() {
             let dir = self.image_dir(d);
+            // A digest names one manifest: its platform is checked where it is used.
             return Ok(self.read_record(&dir).map(|r| (dir, r)));
         }
         let name = reference.to_string();
         let records = self.records().map_err(io_at(self.root.join("images")))?;
         Ok(records
             .into_iter()
-            .filter(|(_, r)| r.references.contains(&name))
+            .filter(|(_, r)| r.references.contains(&name) && platform.matches(&r.platform))
             .max_by_key(|(_, r)| r.last_used))
+    }
+
+    /// Refuses a cached image built for another platform.
+    fn check_platform(
+        reference: &ImageRef,
+        platform: &Platform,
+        record: &Record,
+    ) -> Result<(), EnsureError> {
+        if record.platform.os.is_empty() || platform.matches(&record.platform) {
+            Ok(())
+        } else {
+            Err(EnsureError::NoPlatform {
+                reference: reference.to_string(),
+                platform: platform.to_string(),
+                available: record.platform.to_string(),
+            })
+        }
     }
 
     /// Makes sure `reference` is cached and unpacked for `platform`, pulling what is
@@ -335,8 +358,9 @@ impl ImageStore {
             .map_err(io_at(self.root.join("lock")))?;
         let policy = self.options.pull_policy;
         if (policy != PullPolicy::Always || reference.digest().is_some())
-            && let Some((dir, record)) = self.cached(reference)?
+            && let Some((dir, record)) = self.cached(reference, platform)?
         {
+            Self::check_platform(reference, platform, &record)?;
             progress.event(&Progress::Cached {
                 manifest: record.manifest.clone(),
             });
@@ -351,6 +375,7 @@ impl ImageStore {
         let (digest, manifest_bytes, manifest) = registry.resolve(platform).await?;
         let dir = self.image_dir(&digest);
         if let Some(record) = self.read_record(&dir) {
+            Self::check_platform(reference, platform, &record)?;
             progress.event(&Progress::Cached {
                 manifest: record.manifest.clone(),
             });

@@ -1,0 +1,5 @@
+//! div-image's integration tests: one binary.
+
+mod registry;
+mod support;
+mod unpack;
