@@ -466,3 +466,41 @@ pub(crate) fn tree_size(p: &Path) -> u64 {
 pub(crate) fn remove_tree(p: &Path) -> io::Result<()> {
     remove_any(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_and_zstd_layers_unpack() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_mode(0o640);
+        b.append_data(&mut h, "hello", &b"world"[..]).unwrap();
+        let raw = b.into_inner().unwrap();
+        let zst = ruzstd::encoding::compress_to_vec(
+            &raw[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, &raw).unwrap();
+        let gz = gz.finish().unwrap();
+        for (data, c) in [
+            (zst, Compression::Zstd),
+            (gz, Compression::Gzip),
+            (raw, Compression::None),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut u = Unpacker::new(dir.path());
+            u.apply(decompress(&data[..], c).unwrap()).unwrap();
+            u.finish().unwrap();
+            let p = dir.path().join("hello");
+            assert_eq!(fs::read(&p).unwrap(), b"world", "{c:?}");
+            assert_eq!(
+                fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o640
+            );
+        }
+    }
+}

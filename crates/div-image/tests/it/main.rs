@@ -2,4 +2,5 @@
 
 mod registry;
 mod support;
+mod token;
 mod unpack;
