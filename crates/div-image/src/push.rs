@@ -16,7 +16,6 @@ pub struct PushError {
 pub struct Pusher {
     registry: Registry,
     reference: ImageRef,
-    auth: oci_client::secrets::RegistryAuth,
 }
 
 impl std::fmt::Debug for Pusher {
@@ -55,7 +54,6 @@ impl Pusher {
         Ok(Pusher {
             registry,
             reference: reference.clone(),
-            auth,
         })
     }
 
@@ -91,7 +89,6 @@ impl Pusher {
             tag.to_owned(),
         );
         let ct = http::HeaderValue::from_str(media_type).map_err(|e| self.err(e))?;
-        let _ = &self.auth;
         self.registry
             .client()
             .push_manifest_raw(&at, bytes, ct)

@@ -140,7 +140,7 @@ pub(crate) fn login(registry: &str, user: &str, pass: &str) -> Credentials {
 }
 
 /// One tar entry of a layer built by a test.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) enum E {
     Dir(&'static str, u32),
     File(&'static str, u32, Vec<u8>),
@@ -167,46 +167,51 @@ fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
     h
 }
 
+/// Writes `name` and `link` into the header as raw bytes: the tar crate refuses `..` and
+/// absolute paths, which hostile layers hold.
+fn raw_names(h: &mut tar::Header, name: &str, link: &str) {
+    assert!(
+        name.len() <= 100 && link.len() <= 100,
+        "test names fit the old header"
+    );
+    let old = h.as_old_mut();
+    old.name.fill(0);
+    old.name[..name.len()].copy_from_slice(name.as_bytes());
+    old.linkname.fill(0);
+    old.linkname[..link.len()].copy_from_slice(link.as_bytes());
+    h.set_cksum();
+}
+
 /// A tar stream of `entries`, in order.
 pub(crate) fn tar(entries: &[E]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for e in entries {
-        match e {
-            E::Dir(p, mode) => {
-                let mut h = header(tar::EntryType::Directory, *mode, 0);
-                b.append_data(&mut h, p, &[][..]).expect("dir entry");
-            }
-            E::File(p, mode, data) => {
-                let mut h = header(tar::EntryType::Regular, *mode, data.len() as u64);
-                b.append_data(&mut h, p, &data[..]).expect("file entry");
-            }
-            E::Symlink(p, target) => {
-                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
-                b.append_link(&mut h, p, target).expect("symlink entry");
-            }
-            E::Hardlink(p, target) => {
-                let mut h = header(tar::EntryType::Link, 0o644, 0);
-                b.append_link(&mut h, p, target).expect("hard link entry");
-            }
+        let (mut h, name, link, data): (tar::Header, &str, &str, &[u8]) = match e {
+            E::Dir(p, mode) => (header(tar::EntryType::Directory, *mode, 0), p, "", &[]),
+            E::File(p, mode, data) => (
+                header(tar::EntryType::Regular, *mode, data.len() as u64),
+                p,
+                "",
+                &data[..],
+            ),
+            E::Symlink(p, target) => (header(tar::EntryType::Symlink, 0o777, 0), p, target, &[]),
+            E::Hardlink(p, target) => (header(tar::EntryType::Link, 0o644, 0), p, target, &[]),
             E::CharDev(p) => {
                 let mut h = header(tar::EntryType::Char, 0o666, 0);
                 h.set_device_major(1).expect("major");
                 h.set_device_minor(3).expect("minor");
-                b.append_data(&mut h, p, &[][..]).expect("char entry");
+                (h, p, "", &[])
             }
-            E::Fifo(p) => {
-                let mut h = header(tar::EntryType::Fifo, 0o644, 0);
-                b.append_data(&mut h, p, &[][..]).expect("fifo entry");
-            }
-            E::RawFile(p, data) => {
-                let mut h = header(tar::EntryType::Regular, 0o644, data.len() as u64);
-                let name = &mut h.as_old_mut().name;
-                name.fill(0);
-                name[..p.len()].copy_from_slice(p.as_bytes());
-                h.set_cksum();
-                b.append(&h, &data[..]).expect("raw entry");
-            }
-        }
+            E::Fifo(p) => (header(tar::EntryType::Fifo, 0o644, 0), p, "", &[]),
+            E::RawFile(p, data) => (
+                header(tar::EntryType::Regular, 0o644, data.len() as u64),
+                p,
+                "",
+                &data[..],
+            ),
+        };
+        raw_names(&mut h, name, link);
+        b.append(&h, data).expect("append entry");
     }
     b.into_inner().expect("finish tar")
 }

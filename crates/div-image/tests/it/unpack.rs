@@ -265,3 +265,74 @@ fn a_broken_layer_is_an_error_not_a_panic() {
     let err = u.apply(&data[..]).unwrap_err();
     assert_eq!(err.to_string(), "the layer is not a readable tar stream");
 }
+
+#[test]
+fn a_symlink_loop_among_parents_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut u = Unpacker::new(dir.path());
+    u.apply(&tar(&[E::Symlink("a", "b"), E::Symlink("b", "a")])[..])
+        .unwrap();
+    let err = u
+        .apply(&tar(&[file("a/x", "1")])[..])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "the layer's entry `a/x` is invalid: its parent directories go through more than 255 symlinks"
+    );
+}
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NAMES: &[&str] = &["a", "b", "..", ".", ".wh.a", ".wh.b", ".wh..wh..opq", "c"];
+
+    fn entry(outside: &'static str) -> impl Strategy<Value = E> {
+        let path = proptest::collection::vec(proptest::sample::select(NAMES), 1..4)
+            .prop_map(|parts| -> &'static str { Box::leak(parts.join("/").into_boxed_str()) });
+        let target =
+            proptest::sample::select(vec!["/", "..", "../..", "a", "/a/b", "b/../..", outside]);
+        prop_oneof![
+            path.clone().prop_map(|p| E::Dir(p, 0o755)),
+            path.clone().prop_map(|p| file(p, "x")),
+            (path.clone(), target.clone()).prop_map(|(p, t)| E::Symlink(p, t)),
+            (path.clone(), path.clone()).prop_map(|(p, t)| E::Hardlink(p, t)),
+            path.prop_map(|p| E::RawFile(
+                Box::leak(format!("../{p}").into_boxed_str()),
+                b"r".to_vec()
+            )),
+        ]
+    }
+
+    fn outside_dir() -> &'static tempfile::TempDir {
+        static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+        DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// Whatever layers hold (`..`, symlinks to `/`, `..` and a real directory outside,
+        /// whiteouts, hard links), nothing is written outside the root and nothing panics.
+        #[test]
+        fn proptest_nothing_lands_outside_the_root(
+            layers in proptest::collection::vec(
+                proptest::collection::vec(entry(Box::leak(outside_dir().path().display().to_string().into_boxed_str())), 0..8),
+                1..4,
+            )
+        ) {
+            let parent = tempfile::tempdir().unwrap();
+            let root = parent.path().join("root");
+            std::fs::create_dir(&root).unwrap();
+            let mut u = Unpacker::new(&root);
+            for l in &layers {
+                // A malformed layer may be refused; it must not escape or panic.
+                let _ = u.apply(&tar(l)[..]);
+            }
+            let _ = u.finish();
+            prop_assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 1);
+            prop_assert_eq!(std::fs::read_dir(outside_dir().path()).unwrap().count(), 0);
+        }
+    }
+}
