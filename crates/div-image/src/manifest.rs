@@ -1,0 +1,231 @@
+//! The JSON documents of an image: index, manifest and config, as much of them as the
+//! library uses.
+
+use std::collections::BTreeMap;
+
+use crate::platform::Platform;
+use crate::reference::Digest;
+
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+/// What the library accepts when it asks for a manifest.
+pub(crate) const ACCEPTED: &[&str] = &[OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
+
+/// Manifests and configs are small; a bigger one is refused rather than read.
+pub(crate) const DOCUMENT_MAX: u64 = 4 << 20;
+
+/// A content descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    /// The media type of what it points to.
+    #[serde(default)]
+    pub media_type: String,
+    /// Its digest.
+    pub digest: Digest,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its platform (index entries only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Document {
+    #[serde(default)]
+    pub(crate) schema_version: Option<u32>,
+    #[serde(default)]
+    pub(crate) media_type: Option<String>,
+    #[serde(default)]
+    pub(crate) manifests: Option<Vec<Descriptor>>,
+    #[serde(default)]
+    pub(crate) config: Option<Descriptor>,
+    #[serde(default)]
+    pub(crate) layers: Option<Vec<Descriptor>>,
+}
+
+/// A manifest: one image for one platform.
+#[derive(Debug, Clone)]
+pub(crate) struct Manifest {
+    pub(crate) config: Descriptor,
+    pub(crate) layers: Vec<Descriptor>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    Index(Vec<Descriptor>),
+    Manifest(Manifest),
+}
+
+pub(crate) fn parse_document(bytes: &[u8]) -> Result<Parsed, String> {
+    let doc: Document = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if doc.schema_version != Some(2) {
+        return Err(format!(
+            "schemaVersion is {:?}, and only 2 is supported (docker schema 1 images are obsolete)",
+            doc.schema_version
+        ));
+    }
+    let is_index = matches!(doc.media_type.as_deref(), Some(OCI_INDEX | DOCKER_LIST))
+        || (doc.media_type.is_none() && doc.manifests.is_some());
+    if is_index {
+        return Ok(Parsed::Index(doc.manifests.unwrap_or_default()));
+    }
+    match (doc.config, doc.layers) {
+        (Some(config), Some(layers)) => Ok(Parsed::Manifest(Manifest { config, layers })),
+        _ => Err("a manifest without `config` and `layers`".to_owned()),
+    }
+}
+
+/// How a layer blob is compressed, from its media type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+pub(crate) fn layer_compression(media_type: &str) -> Result<Compression, String> {
+    match media_type {
+        "application/vnd.oci.image.layer.v1.tar"
+        | "application/vnd.oci.image.layer.nondistributable.v1.tar" => Ok(Compression::None),
+        "application/vnd.oci.image.layer.v1.tar+gzip"
+        | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+        | "application/vnd.docker.image.rootfs.diff.tar.gzip"
+        | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => Ok(Compression::Gzip),
+        "application/vnd.oci.image.layer.v1.tar+zstd"
+        | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => Ok(Compression::Zstd),
+        other => Err(format!(
+            "layer media type `{other}` is not supported: expected a tar layer, plain, gzip or zstd"
+        )),
+    }
+}
+
+/// The parts of an image's config a run honours.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageConfig {
+    /// `Env`: `KEY=value` lines, in order; they come first in a run's environment.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// `WorkingDir`, if set.
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    /// `User` (`name`, `uid`, `uid:gid`, `name:group`), if set.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `Entrypoint`.
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    /// `Cmd`.
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// `Labels`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The image's own platform, as its config states it.
+    pub platform: Platform,
+}
+
+#[derive(serde::Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    os: String,
+    #[serde(default)]
+    architecture: String,
+    #[serde(default)]
+    variant: Option<String>,
+    #[serde(default)]
+    config: Option<RawRunConfig>,
+    #[serde(default)]
+    rootfs: Option<RawRootfs>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RawRunConfig {
+    #[serde(default)]
+    env: Option<Vec<String>>,
+    #[serde(default)]
+    working_dir: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    cmd: Option<Vec<String>>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawRootfs {
+    #[serde(default)]
+    diff_ids: Vec<String>,
+}
+
+/// Parses an image config blob; returns the config and the number of `diff_ids`.
+pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, usize), String> {
+    let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let run = raw.config.unwrap_or(RawRunConfig {
+        env: None,
+        working_dir: None,
+        user: None,
+        entrypoint: None,
+        cmd: None,
+        labels: None,
+    });
+    let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    Ok((
+        ImageConfig {
+            env: run.env.unwrap_or_default(),
+            working_dir: nonempty(run.working_dir),
+            user: nonempty(run.user),
+            entrypoint: run.entrypoint.unwrap_or_default(),
+            cmd: run.cmd.unwrap_or_default(),
+            labels: run.labels.unwrap_or_default(),
+            platform: Platform {
+                os: raw.os,
+                architecture: raw.architecture,
+                variant: raw.variant,
+            },
+        },
+        raw.rootfs.map_or(0, |r| r.diff_ids.len()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_run_config() {
+        let (c, n) = parse_config(br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/bin","A=b"],"WorkingDir":"/app","User":"1000:1000","Cmd":["sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:00","sha256:11"]}}"#).unwrap();
+        assert_eq!(c.env, ["PATH=/usr/bin", "A=b"]);
+        assert_eq!(c.working_dir.as_deref(), Some("/app"));
+        assert_eq!(c.user.as_deref(), Some("1000:1000"));
+        assert_eq!(c.platform.to_string(), "linux/amd64");
+        assert_eq!(n, 2);
+        let (c, _) = parse_config(
+            br#"{"architecture":"arm64","os":"linux","config":{"WorkingDir":"","User":""}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.working_dir, c.user), (None, None));
+    }
+
+    #[test]
+    fn refuses_schema_1_and_unknown_layers() {
+        assert!(
+            parse_document(br#"{"schemaVersion":1,"fsLayers":[]}"#)
+                .unwrap_err()
+                .contains("schemaVersion")
+        );
+        assert!(
+            layer_compression("application/x-foo")
+                .unwrap_err()
+                .contains("`application/x-foo`")
+        );
+    }
+}

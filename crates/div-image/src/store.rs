@@ -1,0 +1,671 @@
+//! The image cache: blobs by digest, one unpacked root filesystem per manifest digest.
+//!
+//! ```text
+//! DIR/lock                          shared by ensure, exclusive for prune
+//! DIR/blobs/sha256/HEX              verified blobs (manifests, configs, layers), shared
+//! DIR/images/sha256/HEX/image.json  what was unpacked, from which references, when used
+//! DIR/images/sha256/HEX/rootfs/     the root filesystem, renamed into place whole
+//! DIR/tmp/                          downloads and unpacks under way
+//! ```
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{StreamExt as _, TryStreamExt as _};
+
+use crate::auth::Credentials;
+use crate::error::{EnsureError, StoreError, io_at, store_io};
+use crate::manifest::{self, DOCUMENT_MAX, Descriptor, ImageConfig};
+use crate::platform::Platform;
+use crate::progress::{Progress, ProgressSink};
+use crate::reference::{Digest, ImageRef};
+use crate::registry::{Registry, RegistryOptions, blob_path};
+use crate::unpack::{self, Unpacker};
+
+/// Directories a sandbox mounts over; created empty in a root filesystem that lacks them.
+const MOUNT_POINTS: &[(&str, u32)] = &[
+    ("proc", 0o555),
+    ("dev", 0o755),
+    ("sys", 0o555),
+    ("tmp", 0o1777),
+];
+
+/// Layers downloaded at once.
+const PARALLEL_BLOBS: usize = 3;
+
+/// When [`ImageStore::ensure`] asks the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PullPolicy {
+    /// Resolve a tag at the registry each time (a digest reference already cached needs no
+    /// network).
+    #[default]
+    Always,
+    /// Use a cached image for the reference if there is one; pull otherwise.
+    Missing,
+    /// Never use the network: a reference not cached is an error.
+    Never,
+}
+
+/// How the store pulls.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// Registries, retries.
+    pub registry: RegistryOptions,
+    /// When to ask the registry.
+    pub pull_policy: PullPolicy,
+}
+
+/// A cache of images in one directory.
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    root: PathBuf,
+    options: StoreOptions,
+}
+
+/// An image ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// The reference it was asked for.
+    pub reference: ImageRef,
+    /// The manifest's digest: the image's identity in the cache.
+    pub digest: Digest,
+    /// The unpacked root filesystem. Shared between runs: mount it read-only.
+    pub rootfs: PathBuf,
+    /// What the image's config says about running it.
+    pub config: ImageConfig,
+}
+
+/// One cached image, as [`ImageStore::list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The manifest's digest.
+    pub digest: Digest,
+    /// Every reference it was pulled as (`docker.io/library/busybox:latest`).
+    pub references: Vec<String>,
+    /// Its platform.
+    pub platform: Platform,
+    /// The root filesystem.
+    pub rootfs: PathBuf,
+    /// Its layers' compressed size.
+    pub compressed_bytes: u64,
+    /// The unpacked tree's size on disk.
+    pub unpacked_bytes: u64,
+    /// When an [`ImageStore::ensure`] last returned it.
+    pub last_used: SystemTime,
+}
+
+/// What [`ImageStore::prune`] removes.
+#[derive(Debug, Clone, Default)]
+pub struct PruneOptions {
+    /// Images to keep whatever else is said (those in use by runs).
+    pub keep: Vec<Digest>,
+    /// Remove only images last used before this instant; `None` removes every image not
+    /// kept.
+    pub unused_since: Option<SystemTime>,
+}
+
+/// What [`ImageStore::prune`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// The images removed.
+    pub images: Vec<Digest>,
+    /// How many blobs were removed (no remaining image needed them).
+    pub blobs: u64,
+    /// Bytes freed, as measured before removal.
+    pub bytes: u64,
+}
+
+/// How much disk the cache takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Compressed blobs.
+    pub blobs: u64,
+    /// Unpacked root filesystems.
+    pub images: u64,
+    /// Unfinished downloads and unpacks.
+    pub tmp: u64,
+}
+
+impl DiskUsage {
+    /// All of it.
+    pub fn total(&self) -> u64 {
+        self.blobs + self.images + self.tmp
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    manifest: Digest,
+    config_digest: Digest,
+    references: Vec<String>,
+    platform: Platform,
+    config: ImageConfig,
+    layers: Vec<Descriptor>,
+    unpacked_bytes: u64,
+    unpacked_at: u64,
+    last_used: u64,
+    /// Empty mount points the store added (`proc`, `dev`, `sys`, `tmp`).
+    added: Vec<String>,
+}
+
+impl Record {
+    fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        [&self.manifest, &self.config_digest]
+            .into_iter()
+            .chain(self.layers.iter().map(|l| &l.digest))
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+fn write_atomic(path: &Path, tmp_dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = tmp_dir.join(format!("write-{}", unique()));
+    fs::write(&tmp, bytes)?;
+    fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
+fn dir_size(p: &Path) -> u64 {
+    unpack::tree_size(p)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("blocking cache work does not panic")
+}
+
+/// A held lock on the store; released on drop.
+struct Lock(#[allow(dead_code)] fs::File);
+
+impl ImageStore {
+    /// Opens (creating) the cache in `dir`.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<ImageStore, StoreError> {
+        ImageStore::open_with(dir, StoreOptions::default())
+    }
+
+    /// Opens (creating) the cache in `dir`, pulling as `options` say.
+    pub fn open_with(
+        dir: impl Into<PathBuf>,
+        options: StoreOptions,
+    ) -> Result<ImageStore, StoreError> {
+        let root: PathBuf = dir.into();
+        for sub in [
+            "blobs/sha256",
+            "blobs/sha512",
+            "images/sha256",
+            "images/sha512",
+            "tmp",
+        ] {
+            let p = root.join(sub);
+            fs::create_dir_all(&p).map_err(store_io(&p))?;
+        }
+        Ok(ImageStore { root, options })
+    }
+
+    /// The cache's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn image_dir(&self, d: &Digest) -> PathBuf {
+        self.root
+            .join("images")
+            .join(d.algorithm().name())
+            .join(d.hex())
+    }
+
+    async fn lock(&self, exclusive: bool) -> io::Result<Lock> {
+        let path = self.root.join("lock");
+        blocking(move || {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            if exclusive {
+                f.lock()?
+            } else {
+                f.lock_shared()?
+            }
+            Ok(Lock(f))
+        })
+        .await
+    }
+
+    fn read_record(&self, dir: &Path) -> Option<Record> {
+        let text = fs::read(dir.join("image.json")).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn records(&self) -> io::Result<Vec<(PathBuf, Record)>> {
+        let mut out = Vec::new();
+        for algo in ["sha256", "sha512"] {
+            let dir = self.root.join("images").join(algo);
+            let rd = match fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for e in rd {
+                let p = e?.path();
+                if let Some(r) = self.read_record(&p) {
+                    out.push((p, r));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.1.manifest.cmp(&b.1.manifest));
+        Ok(out)
+    }
+
+    /// Updates a record's references and last use; returns the image.
+    fn use_record(
+        &self,
+        dir: &Path,
+        mut record: Record,
+        reference: &ImageRef,
+    ) -> Result<Image, EnsureError> {
+        let name = reference.to_string();
+        if !record.references.contains(&name) {
+            record.references.push(name);
+        }
+        record.last_used = unix_now();
+        let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
+        write_atomic(&dir.join("image.json"), &self.tmp(), &json).map_err(io_at(dir))?;
+        Ok(Image {
+            reference: reference.clone(),
+            digest: record.manifest,
+            rootfs: dir.join("rootfs"),
+            config: record.config,
+        })
+    }
+
+    /// The cached image for `reference` on `platform`, if any.
+    fn cached(
+        &self,
+        reference: &ImageRef,
+        platform: &Platform,
+    ) -> Result<Option<(PathBuf, Record)>, EnsureError> {
+        if let Some(d) = reference.digest() {
+            let dir = self.image_dir(d);
+            // A digest names one manifest: its platform is checked where it is used.
+            return Ok(self.read_record(&dir).map(|r| (dir, r)));
+        }
+        let name = reference.to_string();
+        let records = self.records().map_err(io_at(self.root.join("images")))?;
+        Ok(records
+            .into_iter()
+            .filter(|(_, r)| r.references.contains(&name) && platform.matches(&r.platform))
+            .max_by_key(|(_, r)| r.last_used))
+    }
+
+    /// Refuses a cached image built for another platform.
+    fn check_platform(
+        reference: &ImageRef,
+        platform: &Platform,
+        record: &Record,
+    ) -> Result<(), EnsureError> {
+        if record.platform.os.is_empty() || platform.matches(&record.platform) {
+            Ok(())
+        } else {
+            Err(EnsureError::NoPlatform {
+                reference: reference.to_string(),
+                platform: platform.to_string(),
+                available: record.platform.to_string(),
+            })
+        }
+    }
+
+    /// Makes sure `reference` is cached and unpacked for `platform`, pulling what is
+    /// missing; returns the image. Blobs are verified as they stream in; a layer is never
+    /// unpacked twice for the same manifest digest.
+    pub async fn ensure(
+        &self,
+        reference: &ImageRef,
+        platform: &Platform,
+        credentials: &Credentials,
+        progress: &dyn ProgressSink,
+    ) -> Result<Image, EnsureError> {
+        let _lock = self
+            .lock(false)
+            .await
+            .map_err(io_at(self.root.join("lock")))?;
+        let policy = self.options.pull_policy;
+        if (policy != PullPolicy::Always || reference.digest().is_some())
+            && let Some((dir, record)) = self.cached(reference, platform)?
+        {
+            Self::check_platform(reference, platform, &record)?;
+            progress.event(&Progress::Cached {
+                manifest: record.manifest.clone(),
+            });
+            return self.use_record(&dir, record, reference);
+        }
+        if policy == PullPolicy::Never {
+            return Err(EnsureError::NotCached {
+                reference: reference.to_string(),
+            });
+        }
+        let registry = Registry::connect(reference, credentials, &self.options.registry)?;
+        let (digest, manifest_bytes, manifest) = registry.resolve(platform).await?;
+        let dir = self.image_dir(&digest);
+        if let Some(record) = self.read_record(&dir) {
+            Self::check_platform(reference, platform, &record)?;
+            progress.event(&Progress::Cached {
+                manifest: record.manifest.clone(),
+            });
+            return self.use_record(&dir, record, reference);
+        }
+        progress.event(&Progress::Resolved {
+            manifest: digest.clone(),
+            layers: manifest.layers.len(),
+            bytes: manifest.layers.iter().map(|l| l.size).sum(),
+        });
+        let mpath = blob_path(&self.root, &digest);
+        if !mpath.exists() {
+            write_atomic(&mpath, &self.tmp(), &manifest_bytes).map_err(io_at(&mpath))?;
+        }
+
+        // The config first (small, and it must be valid), then the layers, a few at once.
+        let config_idx = manifest.layers.len();
+        if manifest.config.size > DOCUMENT_MAX {
+            return Err(EnsureError::BadImage {
+                reference: reference.to_string(),
+                why: format!(
+                    "its config is {} bytes, more than the {DOCUMENT_MAX} accepted",
+                    manifest.config.size
+                ),
+            });
+        }
+        self.fetch(&registry, &manifest.config, config_idx, progress)
+            .await?;
+        let cpath = blob_path(&self.root, &manifest.config.digest);
+        let config_bytes = fs::read(&cpath).map_err(io_at(&cpath))?;
+        let (config, diff_ids) =
+            manifest::parse_config(&config_bytes).map_err(|why| EnsureError::BadImage {
+                reference: reference.to_string(),
+                why: format!("its config is not valid JSON of an image config: {why}"),
+            })?;
+        if diff_ids != manifest.layers.len() {
+            return Err(EnsureError::BadImage {
+                reference: reference.to_string(),
+                why: format!(
+                    "its config lists {diff_ids} layers and its manifest {}",
+                    manifest.layers.len()
+                ),
+            });
+        }
+        if !config.platform.os.is_empty() && !platform.matches(&config.platform) {
+            return Err(EnsureError::NoPlatform {
+                reference: reference.to_string(),
+                platform: platform.to_string(),
+                available: config.platform.to_string(),
+            });
+        }
+        let mut compressions = Vec::new();
+        for l in &manifest.layers {
+            compressions.push(manifest::layer_compression(&l.media_type).map_err(|why| {
+                EnsureError::BadImage {
+                    reference: reference.to_string(),
+                    why,
+                }
+            })?);
+        }
+        futures_util::stream::iter(manifest.layers.iter().enumerate())
+            .map(|(i, l)| self.fetch(&registry, l, i, progress))
+            .buffer_unordered(PARALLEL_BLOBS)
+            .try_collect::<Vec<()>>()
+            .await?;
+
+        // Unpack into a private directory, then rename it into place whole.
+        let work = self
+            .tmp()
+            .join(format!("unpack-{}-{}", digest.hex(), unique()));
+        let rootfs = work.join("rootfs");
+        fs::create_dir_all(&rootfs).map_err(io_at(&rootfs))?;
+        let mut unpacker = Unpacker::new(&rootfs);
+        let n = manifest.layers.len();
+        for (i, (layer, compression)) in manifest.layers.iter().zip(compressions).enumerate() {
+            progress.event(&Progress::Unpacking {
+                index: i,
+                layers: n,
+            });
+            let path = blob_path(&self.root, &layer.digest);
+            let result = blocking(move || {
+                let stats = fs::File::open(&path)
+                    .and_then(|file| unpack::decompress(io::BufReader::new(file), compression))
+                    .map_err(crate::unpack::UnpackError::Tar)
+                    .and_then(|reader| unpacker.apply(reader));
+                (unpacker, stats)
+            })
+            .await;
+            unpacker = result.0;
+            if let Err(source) = result.1 {
+                let _ = unpack::remove_tree(&work);
+                return Err(EnsureError::Unpack {
+                    reference: reference.to_string(),
+                    layer: layer.digest.clone(),
+                    source,
+                });
+            }
+        }
+        let added = blocking({
+            let rootfs = rootfs.clone();
+            move || -> Result<Vec<String>, crate::unpack::UnpackError> {
+                unpacker.finish()?;
+                let mut added = Vec::new();
+                for (name, mode) in MOUNT_POINTS {
+                    let p = rootfs.join(name);
+                    if fs::symlink_metadata(&p).is_err() {
+                        use std::os::unix::fs::PermissionsExt as _;
+                        fs::create_dir(&p).map_err(|source| crate::unpack::UnpackError::Write {
+                            path: format!("/{name}"),
+                            source,
+                        })?;
+                        fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).map_err(
+                            |source| crate::unpack::UnpackError::Write {
+                                path: format!("/{name}"),
+                                source,
+                            },
+                        )?;
+                        added.push((*name).to_owned());
+                    }
+                }
+                Ok(added)
+            }
+        })
+        .await
+        .map_err(|source| EnsureError::Unpack {
+            reference: reference.to_string(),
+            layer: digest.clone(),
+            source,
+        })?;
+        let unpacked_bytes = blocking({
+            let rootfs = rootfs.clone();
+            move || dir_size(&rootfs)
+        })
+        .await;
+        let now = unix_now();
+        let record = Record {
+            manifest: digest.clone(),
+            config_digest: manifest.config.digest.clone(),
+            references: vec![reference.to_string()],
+            platform: config.platform.clone(),
+            config: config.clone(),
+            layers: manifest.layers.clone(),
+            unpacked_bytes,
+            unpacked_at: now,
+            last_used: now,
+            added,
+        };
+        let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
+        fs::write(work.join("image.json"), json).map_err(io_at(&work))?;
+        match fs::rename(&work, &dir) {
+            Ok(()) => {}
+            Err(_) if self.read_record(&dir).is_some() => {
+                // Another pull of the same image won the race; use its tree.
+                let _ = unpack::remove_tree(&work);
+                let record = self.read_record(&dir).expect("checked just above");
+                return self.use_record(&dir, record, reference);
+            }
+            Err(e) => {
+                let _ = unpack::remove_tree(&work);
+                return Err(io_at(&dir)(e));
+            }
+        }
+        let rootfs = dir.join("rootfs");
+        progress.event(&Progress::Ready {
+            manifest: digest.clone(),
+            rootfs: rootfs.clone(),
+        });
+        Ok(Image {
+            reference: reference.clone(),
+            digest,
+            rootfs,
+            config,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        registry: &Registry,
+        desc: &Descriptor,
+        index: usize,
+        progress: &dyn ProgressSink,
+    ) -> Result<(), EnsureError> {
+        let dest = blob_path(&self.root, &desc.digest);
+        if fs::metadata(&dest).is_ok_and(|m| m.len() == desc.size) {
+            progress.event(&Progress::LayerDone {
+                index,
+                digest: desc.digest.clone(),
+                cached: true,
+            });
+            return Ok(());
+        }
+        progress.event(&Progress::LayerStarted {
+            index,
+            digest: desc.digest.clone(),
+            size: desc.size,
+        });
+        let partial = self
+            .tmp()
+            .join(format!("{}-{}.partial", desc.digest.hex(), unique()));
+        registry
+            .fetch_blob(desc, &partial, &dest, index, progress)
+            .await?;
+        progress.event(&Progress::LayerDone {
+            index,
+            digest: desc.digest.clone(),
+            cached: false,
+        });
+        Ok(())
+    }
+
+    /// The cached images, by digest.
+    pub fn list(&self) -> Result<Vec<ImageInfo>, StoreError> {
+        let records = self.records().map_err(store_io(self.root.join("images")))?;
+        Ok(records
+            .into_iter()
+            .map(|(dir, r)| ImageInfo {
+                digest: r.manifest.clone(),
+                references: r.references.clone(),
+                platform: r.platform.clone(),
+                rootfs: dir.join("rootfs"),
+                compressed_bytes: r.layers.iter().map(|l| l.size).sum(),
+                unpacked_bytes: r.unpacked_bytes,
+                last_used: UNIX_EPOCH + Duration::from_secs(r.last_used),
+            })
+            .collect())
+    }
+
+    /// How much disk the cache takes.
+    pub fn disk_usage(&self) -> Result<DiskUsage, StoreError> {
+        let records = self.records().map_err(store_io(self.root.join("images")))?;
+        let blobs = dir_size(&self.root.join("blobs"));
+        let tmp = dir_size(&self.tmp());
+        Ok(DiskUsage {
+            blobs,
+            images: records.iter().map(|(_, r)| r.unpacked_bytes).sum(),
+            tmp,
+        })
+    }
+
+    /// Removes images (all not kept, or those unused since an instant), then every blob no
+    /// remaining image needs, and unfinished work in `tmp`. Waits for pulls under way.
+    pub async fn prune(&self, options: &PruneOptions) -> Result<PruneReport, StoreError> {
+        let _lock = self
+            .lock(true)
+            .await
+            .map_err(store_io(self.root.join("lock")))?;
+        let this = self.clone();
+        let options = options.clone();
+        blocking(move || this.prune_locked(&options)).await
+    }
+
+    fn prune_locked(&self, options: &PruneOptions) -> Result<PruneReport, StoreError> {
+        let mut report = PruneReport::default();
+        let keep: HashSet<&Digest> = options.keep.iter().collect();
+        let mut needed: HashSet<Digest> = HashSet::new();
+        for (dir, r) in self.records().map_err(store_io(self.root.join("images")))? {
+            let old = options
+                .unused_since
+                .is_none_or(|t| UNIX_EPOCH + Duration::from_secs(r.last_used) < t);
+            if keep.contains(&r.manifest) || !old {
+                needed.extend(r.blobs().cloned());
+                continue;
+            }
+            report.bytes += r.unpacked_bytes;
+            unpack::remove_tree(&dir).map_err(store_io(&dir))?;
+            report.images.push(r.manifest.clone());
+        }
+        for algo in ["sha256", "sha512"] {
+            let dir = self.root.join("blobs").join(algo);
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd {
+                let e = e.map_err(store_io(&dir))?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                let needed_here = format!("{algo}:{name}")
+                    .parse::<Digest>()
+                    .is_ok_and(|d| needed.contains(&d));
+                if !needed_here {
+                    report.bytes += e.metadata().map_or(0, |m| m.len());
+                    fs::remove_file(e.path()).map_err(store_io(e.path()))?;
+                    report.blobs += 1;
+                }
+            }
+        }
+        let tmp = self.tmp();
+        if let Ok(rd) = fs::read_dir(&tmp) {
+            for e in rd.flatten() {
+                report.bytes += dir_size(&e.path());
+                unpack::remove_tree(&e.path()).map_err(store_io(e.path()))?;
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,6 @@
+//! div-image's integration tests: one binary.
+
+mod registry;
+mod support;
+mod token;
+mod unpack;
