@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncSeekExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, ErrorKind, error_chain};
 use crate::logframe::{self, Decoder, Frame};
 use crate::models::*;
 use crate::{BlobSource, ByteSink, ControlPlane, LogStream};
@@ -1474,7 +1474,6 @@ impl Limited {
     }
 }
 
-/// An error and its causes on one line.
 /// The TLS error behind a failed request, if that is what failed. An `io::Error` wrapping
 /// another error is looked into with `get_ref` (its `source` skips what it wraps).
 fn tls_failure<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
@@ -1489,20 +1488,6 @@ fn tls_failure<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e r
         };
     }
     None
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn plural_tries(tries: u32) -> String {

@@ -133,3 +133,19 @@ impl std::error::Error for ApiError {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
+
+/// An error and its causes on one line, `: `-separated; a cause whose words the line already
+/// holds is not repeated. The one helper for this in the workspace (div-server uses it too).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -31,7 +31,7 @@ use bytes::Bytes;
 pub use client::{
     Endpoint, EndpointError, HttpControlPlane, IDEMPOTENCY_KEY, Options, ROUTES, Token,
 };
-pub use error::{ApiError, ErrorKind};
+pub use error::{ApiError, ErrorKind, error_chain};
 pub use models::*;
 
 /// Where the bytes of a blob upload come from.

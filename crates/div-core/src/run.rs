@@ -15,8 +15,8 @@ use crate::event::{Event, EventSink, Step};
 use crate::follow::follow_log;
 use crate::project::{Project, resolve_project};
 
-/// The image a run gets when `--image` is not given.
-pub const DEFAULT_IMAGE: &str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";
+/// The image a run gets when `--image` is not given (div-spec's, shared with the server).
+pub use div_spec::DEFAULT_IMAGE;
 
 /// A shipment past this many bytes gets a warning.
 pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;

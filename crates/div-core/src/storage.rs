@@ -47,11 +47,7 @@ fn inner_path(typed: &str, path: &str) -> Result<String, RunError> {
     if path.is_empty() {
         return Ok(String::new());
     }
-    if path.starts_with('/')
-        || path
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-    {
+    if !div_spec::is_volume_path(path) {
         return Err(RunError::VolumePath {
             typed: typed.to_string(),
             message: "a path inside a volume has no empty, `.` or `..` parts".into(),
@@ -373,11 +369,7 @@ pub async fn storage_get(
             let Some(rel) = entry.path.strip_prefix(&strip) else {
                 continue;
             };
-            if rel.is_empty()
-                || rel
-                    .split('/')
-                    .any(|c| c.is_empty() || c == "." || c == "..")
-            {
+            if !div_spec::is_volume_path(rel) {
                 continue;
             }
             plan.push((entry.path.clone(), dest.join(rel), entry));

@@ -4,7 +4,7 @@
 use div_api::{Catalogue, SkuOffer};
 
 use crate::GpuSource;
-use crate::deps::{self, SkuPrice};
+use crate::rules::{self, SkuPrice};
 
 /// The error returned when the GPU inventory cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub(crate) fn parse_emulated(text: &str) -> Result<Vec<GpuGroup>, InventoryError
     let mut groups: Vec<GpuGroup> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, count) = part.split_once(':').ok_or_else(bad)?;
-        let sku = deps::sku(name.trim()).filter(|s| s.gpu).ok_or_else(bad)?;
+        let sku = rules::sku(name.trim()).filter(|s| s.gpu).ok_or_else(bad)?;
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
         if count == 0 || count > 1024 || groups.iter().any(|g| g.sku.name == sku.name) {
             return Err(bad());
@@ -60,7 +60,7 @@ pub(crate) fn parse_nvidia_smi(text: &str) -> Vec<GpuGroup> {
         let Some(sku) = ["B300", "H200", "H100"]
             .iter()
             .find(|k| upper.contains(*k))
-            .and_then(|k| deps::sku(k))
+            .and_then(|k| rules::sku(k))
         else {
             continue;
         };
@@ -106,7 +106,7 @@ impl Inventory {
 
     /// The SKUs this machine takes, GPUs first then `cpu`.
     pub(crate) fn accepted(&self) -> Vec<String> {
-        deps::skus()
+        rules::skus()
             .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
             .map(|s| s.name.to_owned())
@@ -118,8 +118,8 @@ impl Inventory {
     }
 
     pub(crate) fn catalogue(&self) -> Catalogue {
-        let standard = deps::catalogue();
-        let skus = deps::skus()
+        let standard = rules::catalogue();
+        let skus = rules::skus()
             .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
             .map(|s| SkuOffer {

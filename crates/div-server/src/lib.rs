@@ -26,12 +26,19 @@
 //!
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
+// The module map and which module may use which: ARCHITECTURE.md, "div-server".
 mod cgroup;
-mod deps;
+mod clock;
+mod disk;
+mod error;
+mod executor;
 mod http;
 mod inventory;
+mod rules;
 mod runs;
 mod sandbox;
+mod secrets;
+mod server;
 mod store;
 mod supervisor;
 mod sys;
@@ -139,7 +146,7 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
-    http::serve(options, shutdown).await
+    http::listen::serve(options, shutdown).await
 }
 
 /// The body of the per-run supervisor process (`div __supervise <run-dir>`): runs the run

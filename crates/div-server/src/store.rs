@@ -11,6 +11,8 @@ use div_api::{Run, RunStatus, SecretInfo, Volume};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use crate::executor::Handle;
+
 /// The error returned by every [`Store`] operation.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
@@ -18,14 +20,39 @@ pub(crate) enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("a stored record could not be read")]
     Json(#[from] serde_json::Error),
+    #[error(
+        "the state database is at schema version {found}, newer than this div's {known}: it was written by a newer div; run that div, or give this one another state directory"
+    )]
+    TooNew { found: i64, known: i64 },
+}
+
+impl StoreError {
+    /// Whether SQLite refused because the disk under the database is full.
+    pub(crate) fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DiskFull
+        )
+    }
+
+    /// Whether SQLite refused a row because a `UNIQUE` column already holds its value
+    /// (matched by SQLite's extended code, `SQLITE_CONSTRAINT_UNIQUE`).
+    pub(crate) fn is_unique_violation(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _))
+                if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+        )
+    }
 }
 
 /// What the server keeps about a run beyond the API's [`Run`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct RunInternal {
-    /// The supervisor's process id, once launched.
-    #[serde(default)]
-    pub(crate) pid: Option<u32>,
+    /// Where its executor started its supervisor, once launched (stored as `pid`).
+    #[serde(default, rename = "pid")]
+    pub(crate) handle: Option<Handle>,
     /// The host cores the scheduler gave it.
     #[serde(default)]
     pub(crate) cores: Vec<usize>,
@@ -60,7 +87,19 @@ pub(crate) struct Store {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA: &str = "
+/// The migrations, in order: `MIGRATIONS[i]` takes a database at schema version `i` (SQLite's
+/// `user_version`) to `i + 1`, in one transaction. A new schema change is a new entry at
+/// the end; an entry once released never changes.
+///
+/// Version 1 is the schema div had before it kept a version: its statements are all
+/// `IF NOT EXISTS`, so a state directory made then (at version 0, holding these tables)
+/// migrates to version 1 without change, as does a new, empty one.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+
+/// The schema version this div writes.
+const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -100,6 +139,24 @@ CREATE TABLE IF NOT EXISTS secrets (
 );
 ";
 
+/// Brings the database to [`SCHEMA_VERSION`], or refuses one a newer div wrote.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (version, migration) in MIGRATIONS.iter().enumerate().skip(found.max(0) as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(migration)?;
+        tx.pragma_update(None, "user_version", version as i64 + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
 fn row_to_record(run: String, internal: String) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
         run: serde_json::from_str(&run)?,
@@ -110,11 +167,11 @@ fn row_to_record(run: String, internal: String) -> Result<RunRecord, StoreError>
 impl Store {
     /// Opens (and creates) the database at `path`, readable by its owner only.
     pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
-        let conn = Connection::open(path)?;
+        let mut conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(SCHEMA)?;
+        migrate(&mut conn)?;
         Ok(Store {
             conn: Mutex::new(conn),
         })
@@ -403,5 +460,103 @@ impl Store {
             .conn()
             .execute("DELETE FROM secrets WHERE name = ?1", [name])?
             == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use div_api::{Run, RunStatus};
+    use rusqlite::Connection;
+
+    use super::{Placed, RunInternal, RunRecord, SCHEMA_V1, SCHEMA_VERSION, Store, StoreError};
+
+    fn user_version(path: &std::path::Path) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_new_database_gets_the_current_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        Store::open(&path).unwrap();
+        assert_eq!(user_version(&path), SCHEMA_VERSION);
+        // Opening again changes nothing.
+        Store::open(&path).unwrap();
+        assert_eq!(user_version(&path), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_state_directory_from_before_versions_opens_with_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            // What an older div left: the same tables, user_version never set.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute(
+                "INSERT INTO volumes (name, created_at) VALUES ('data', '2026-01-01T00:00:00Z')",
+                [],
+            )
+            .unwrap();
+        }
+        assert_eq!(user_version(&path), 0);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.volume("data").unwrap().map(|v| v.name),
+            Some("data".to_owned())
+        );
+        assert_eq!(user_version(&path), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_database_from_a_newer_div_is_refused_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = Store::open(&path).unwrap_err();
+        assert!(
+            matches!(err, StoreError::TooNew { found, known } if found == SCHEMA_VERSION + 1 && known == SCHEMA_VERSION),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("newer than this div's"), "{message}");
+        // Nothing was written to it.
+        assert_eq!(user_version(&path), SCHEMA_VERSION + 1);
+    }
+
+    fn record(id: &str, name: &str) -> RunRecord {
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "id": id, "name": name, "project": "p", "status": "queued",
+            "entrypoint": "true", "command": "true", "sku": "cpu", "gpus": 0, "cores": 1, "memory_gib": 1,
+            "cents_per_hour": 1, "spent_cents": 0, "image": "i",
+            "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap();
+        assert_eq!(run.status, RunStatus::Queued);
+        RunRecord {
+            run,
+            internal: RunInternal::default(),
+        }
+    }
+
+    #[test]
+    fn a_taken_name_is_known_by_sqlites_constraint_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        assert!(matches!(
+            store.place_run("k1", "h1", &record("r_1", "same")).unwrap(),
+            Placed::New
+        ));
+        let err = store
+            .place_run("k2", "h2", &record("r_2", "same"))
+            .unwrap_err();
+        assert!(err.is_unique_violation(), "{err:?}");
+        assert!(!err.is_disk_full());
     }
 }

@@ -10,14 +10,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use div_api::{BadLine, CheckVerdict, RunStatus, TelemetryPoint};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cgroup::{Plan, RunCgroups};
-use crate::{deps, sys};
+use crate::clock::now_ms;
+use crate::{disk, rules, sys};
 
 /// The reason a run killed for its memory (or by a signal from outside) gives.
 pub(crate) const OOM_REASON: &str = "killed (out of memory, or stopped)";
@@ -91,13 +92,6 @@ pub(crate) struct KeptResult {
 pub(crate) struct KeptTelemetry {
     pub(crate) points: Vec<TelemetryPoint>,
     pub(crate) bad_lines: Vec<BadLine>,
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Writes `value` as JSON to `path` atomically: a temporary file, then a rename.
@@ -245,7 +239,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             break Stopped::Canceled;
         }
         if let Some(ceiling) = spec.max_spend_cents
-            && deps::ceiling_reached(spec.cents_per_hour, ceiling, elapsed / 1000)
+            && rules::ceiling_reached(spec.cents_per_hour, ceiling, elapsed / 1000)
         {
             break Stopped::Ceiling;
         }
@@ -270,7 +264,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     cgroups.remove();
     let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
     let duration_seconds = elapsed_ms / 1000;
-    let spent = deps::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
+    let spent = rules::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
     // A run that exited (often failing) as its log filled the disk says so too.
     let stopped = match stopped {
         Stopped::Exited(st) if !st.success() && sys::disk_full(&log_path) => Stopped::DiskFull,
@@ -311,7 +305,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     let verdicts: Vec<CheckVerdict> = spec
         .checks
         .iter()
-        .map(|c| deps::judge(c, kept.result.as_ref()))
+        .map(|c| rules::judge(c, kept.result.as_ref()))
         .collect();
     for v in &verdicts {
         let _ = writeln!(log, "{}", v.line);
@@ -492,19 +486,6 @@ pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
     kept
 }
 
-fn size_of(path: &Path) -> u64 {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if meta.is_dir() {
-        fs::read_dir(path)
-            .map(|d| d.flatten().map(|e| size_of(&e.path())).sum())
-            .unwrap_or(0)
-    } else {
-        meta.len()
-    }
-}
-
 /// The spec's sentence for each directory under the run's `/mnt` that is not a volume and
 /// holds something; each is then deleted.
 fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
@@ -522,14 +503,14 @@ fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
             continue;
         }
         let path = mnt.join(&name);
-        let size = size_of(&path);
+        let size = disk::tree_bytes(&path);
         let has_anything = fs::read_dir(&path)
             .map(|mut d| d.next().is_some())
             .unwrap_or(true);
         if has_anything {
             lines.push(format!(
                 "/mnt/{name} is not a volume, so the {} the run wrote there went with the container. Volumes are mounted when a run starts: make {name} first with div storage put {name} <path>, or name /mnt/{name} in the command.",
-                deps::format_bytes_short(size)
+                rules::format_bytes_short(size)
             ));
         }
         let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));

@@ -8,78 +8,22 @@ use std::path::{Path, PathBuf};
 use div_api::{CommitTree, CommittedTree, MissingBlobs, Volume, VolumeEntry};
 use serde_json::json;
 
-use crate::deps;
-use crate::runs::{Failure, State, now_rfc3339};
-use crate::supervisor::now_ms;
+use crate::clock::{self, now_ms};
+use crate::disk;
+use crate::error::{ErrorCode, HttpError};
+use crate::rules;
+use crate::server::Server;
 
-type UploadKey = (String, String);
-
-/// Per-blob locks for uploads, keyed by (volume, hash); an entry lives while someone holds or
-/// waits for it.
-#[derive(Debug, Default)]
-pub(crate) struct UploadLocks(
-    std::sync::Mutex<std::collections::HashMap<UploadKey, std::sync::Arc<tokio::sync::Mutex<()>>>>,
-);
-
-/// Held while one upload of a blob checks, appends to and finishes its partial file.
-pub(crate) struct UploadGuard<'a> {
-    locks: &'a UploadLocks,
-    key: UploadKey,
-    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
-    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+pub(crate) fn blob_dir(server: &Server, volume: &str) -> PathBuf {
+    server.home.join("blobs").join(volume)
 }
 
-impl UploadLocks {
-    fn map(
-        &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        std::collections::HashMap<UploadKey, std::sync::Arc<tokio::sync::Mutex<()>>>,
-    > {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits until no other upload of `hash` into `volume` is under way, and holds it.
-    pub(crate) async fn lock(&self, volume: &str, hash: &str) -> UploadGuard<'_> {
-        let key = (volume.to_owned(), hash.to_owned());
-        let lock = std::sync::Arc::clone(self.map().entry(key.clone()).or_default());
-        let held = std::sync::Arc::clone(&lock).lock_owned().await;
-        UploadGuard {
-            locks: self,
-            key,
-            lock,
-            held: Some(held),
-        }
-    }
-
-    /// How many blobs have an upload under way or waiting (for tests).
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.map().len()
-    }
+pub(crate) fn blob_path(server: &Server, volume: &str, hash: &str) -> PathBuf {
+    blob_dir(server, volume).join(hash)
 }
 
-impl Drop for UploadGuard<'_> {
-    fn drop(&mut self) {
-        let mut map = self.locks.map();
-        self.held = None;
-        // Only the map and this guard hold it: nobody waits, so the entry goes.
-        if std::sync::Arc::strong_count(&self.lock) == 2 {
-            map.remove(&self.key);
-        }
-    }
-}
-
-pub(crate) fn blob_dir(state: &State, volume: &str) -> PathBuf {
-    state.home.join("blobs").join(volume)
-}
-
-pub(crate) fn blob_path(state: &State, volume: &str, hash: &str) -> PathBuf {
-    blob_dir(state, volume).join(hash)
-}
-
-pub(crate) fn partial_path(state: &State, volume: &str, hash: &str) -> PathBuf {
-    blob_dir(state, volume).join("partial").join(hash)
+pub(crate) fn partial_path(server: &Server, volume: &str, hash: &str) -> PathBuf {
+    blob_dir(server, volume).join("partial").join(hash)
 }
 
 pub(crate) fn valid_hash(hash: &str) -> bool {
@@ -89,74 +33,59 @@ pub(crate) fn valid_hash(hash: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A relative path inside a volume: `""`, or `/`-separated with no empty, `.` or `..` part.
+/// A path inside a volume (div-spec's rule), or `""` for its root.
 fn valid_rel(path: &str) -> bool {
-    path.is_empty()
-        || (!path.starts_with('/')
-            && !path.contains('\0')
-            && path
-                .split('/')
-                .all(|c| !c.is_empty() && c != "." && c != ".."))
+    path.is_empty() || div_spec::is_volume_path(path)
 }
 
-pub(crate) fn require_volume(state: &State, name: &str) -> Result<Volume, Failure> {
-    state
+pub(crate) fn require_volume(server: &Server, name: &str) -> Result<Volume, HttpError> {
+    server
         .store
         .volume(name)?
-        .ok_or_else(|| Failure::not_found(format!("no volume `{name}`")))
+        .ok_or_else(|| HttpError::not_found(format!("no volume `{name}`")))
 }
 
-fn size_of(path: &Path) -> u64 {
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::read_dir(path)
-            .map(|d| d.flatten().map(|e| size_of(&e.path())).sum())
-            .unwrap_or(0),
-        Ok(m) if m.is_file() => m.len(),
-        _ => 0,
-    }
-}
-
-fn with_size(state: &State, mut v: Volume) -> Volume {
-    v.size_bytes = size_of(&state.volume_dir(&v.name));
+fn with_size(server: &Server, mut v: Volume) -> Volume {
+    v.size_bytes = disk::tree_bytes(&server.volume_dir(&v.name));
     v
 }
 
-pub(crate) fn create_volume(state: &State, name: &str) -> Result<(u16, Volume), Failure> {
-    if !deps::valid_volume_name(name) {
-        return Err(Failure::invalid(format!(
+pub(crate) fn create_volume(server: &Server, name: &str) -> Result<(u16, Volume), HttpError> {
+    if !rules::valid_volume_name(name) {
+        return Err(HttpError::invalid(format!(
             "`{name}` is not a volume name; use 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or digit"
         )));
     }
-    let created = state.store.create_volume(name, &now_rfc3339(now_ms()))?;
-    fs::create_dir_all(state.volume_dir(name))?;
-    let volume = require_volume(state, name)?;
-    Ok((if created { 201 } else { 200 }, with_size(state, volume)))
+    let created = server.store.create_volume(name, &clock::now_rfc3339())?;
+    fs::create_dir_all(server.volume_dir(name))?;
+    let volume = require_volume(server, name)?;
+    Ok((if created { 201 } else { 200 }, with_size(server, volume)))
 }
 
-pub(crate) fn list_volumes(state: &State) -> Result<Vec<Volume>, Failure> {
-    Ok(state
+pub(crate) fn list_volumes(server: &Server) -> Result<Vec<Volume>, HttpError> {
+    Ok(server
         .store
         .volumes()?
         .into_iter()
-        .map(|v| with_size(state, v))
+        .map(|v| with_size(server, v))
         .collect())
 }
 
-pub(crate) fn delete_volume(state: &State, name: &str) -> Result<(), Failure> {
-    if !state.store.delete_volume(name)? {
-        return Err(Failure::not_found(format!("no volume `{name}`")));
+pub(crate) fn delete_volume(server: &Server, name: &str) -> Result<(), HttpError> {
+    if !server.store.delete_volume(name)? {
+        return Err(HttpError::not_found(format!("no volume `{name}`")));
     }
-    let _ = fs::remove_dir_all(state.volume_dir(name));
-    let _ = fs::remove_dir_all(blob_dir(state, name));
+    let _ = fs::remove_dir_all(server.volume_dir(name));
+    let _ = fs::remove_dir_all(blob_dir(server, name));
     Ok(())
 }
 
 pub(crate) fn missing_blobs(
-    state: &State,
+    server: &Server,
     volume: &str,
     hashes: &[String],
-) -> Result<MissingBlobs, Failure> {
-    require_volume(state, volume)?;
+) -> Result<MissingBlobs, HttpError> {
+    require_volume(server, volume)?;
     let mut missing = Vec::new();
     let mut partial = std::collections::BTreeMap::new();
     let mut seen = BTreeSet::new();
@@ -164,12 +93,12 @@ pub(crate) fn missing_blobs(
         if !seen.insert(hash.as_str()) {
             continue;
         }
-        if valid_hash(hash) && state.store.has_blob(volume, hash)? {
+        if valid_hash(hash) && server.store.has_blob(volume, hash)? {
             continue;
         }
         missing.push(hash.clone());
         if valid_hash(hash)
-            && let Ok(m) = fs::metadata(partial_path(state, volume, hash))
+            && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
             && m.len() > 0
         {
             partial.insert(hash.clone(), m.len());
@@ -185,16 +114,16 @@ pub(crate) fn missing_blobs(
 /// After bytes were appended to a partial upload: whole and right (201), whole and wrong
 /// (422, discarded), too long (422, discarded), or still partial (204).
 pub(crate) fn finish_upload(
-    state: &State,
+    server: &Server,
     volume: &str,
     hash: &str,
     total: u64,
-) -> Result<u16, Failure> {
-    let partial = partial_path(state, volume, hash);
+) -> Result<u16, HttpError> {
+    let partial = partial_path(server, volume, hash);
     let size = fs::metadata(&partial).map_or(0, |m| m.len());
     if size > total {
         let _ = fs::remove_file(&partial);
-        return Err(Failure::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "the blob `{hash}` got {size} bytes, more than its total of {total}; the partial upload was discarded"
         )));
     }
@@ -206,50 +135,49 @@ pub(crate) fn finish_upload(
     let got = hasher.finalize().to_hex().to_string();
     if got != hash {
         let _ = fs::remove_file(&partial);
-        return Err(Failure::new(
-            422,
-            "hash_mismatch",
+        return Err(HttpError::new(
+            ErrorCode::HashMismatch,
             format!(
                 "the bytes sent for `{hash}` hash to `{got}`; the partial upload was discarded"
             ),
         )
         .with_details(json!({ "expected": hash, "actual": got })));
     }
-    fs::rename(&partial, blob_path(state, volume, hash))?;
-    state.store.add_blob(volume, hash, total)?;
+    fs::rename(&partial, blob_path(server, volume, hash))?;
+    server.store.add_blob(volume, hash, total)?;
     Ok(201)
 }
 
 pub(crate) fn commit_tree(
-    state: &State,
+    server: &Server,
     volume: &str,
     tree: &CommitTree,
-) -> Result<(u16, CommittedTree), Failure> {
-    require_volume(state, volume)?;
+) -> Result<(u16, CommittedTree), HttpError> {
+    require_volume(server, volume)?;
     if !valid_rel(&tree.path) {
-        return Err(Failure::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "`{}` is not a path inside the volume",
             tree.path
         )));
     }
-    deps::validate_entries(&tree.entries).map_err(Failure::invalid)?;
+    rules::validate_entries(&tree.entries).map_err(HttpError::invalid)?;
     let mut missing: Vec<String> = Vec::new();
     for entry in &tree.entries {
         if entry.kind != div_api::EntryKind::File {
             continue;
         }
         let Some(hash) = &entry.hash else {
-            return Err(Failure::invalid(format!(
+            return Err(HttpError::invalid(format!(
                 "the file `{}` has no hash",
                 entry.path
             )));
         };
-        if (!valid_hash(hash) || !state.store.has_blob(volume, hash)?) && !missing.contains(hash) {
+        if (!valid_hash(hash) || !server.store.has_blob(volume, hash)?) && !missing.contains(hash) {
             missing.push(hash.clone());
         }
     }
     if !missing.is_empty() {
-        return Err(Failure::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "{} blob(s) of the tree were not sent",
             missing.len()
         ))
@@ -258,37 +186,35 @@ pub(crate) fn commit_tree(
     let mut entries = tree.entries.clone();
     entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     if tree.path.is_empty() {
-        return add_to_root(state, volume, &entries);
+        return add_to_root(server, volume, &entries);
     }
     let digest =
-        blake3::hash(&serde_json::to_vec(&entries).map_err(|e| Failure::invalid(e.to_string()))?)
+        blake3::hash(&serde_json::to_vec(&entries).map_err(|e| HttpError::invalid(e.to_string()))?)
             .to_hex()
             .to_string();
     let committed = committed_tree(volume, &tree.path, &entries);
-    if let Some((existing, _, _)) = state.store.tree(volume, &tree.path)? {
+    if let Some((existing, _, _)) = server.store.tree(volume, &tree.path)? {
         if existing == digest {
             return Ok((200, committed));
         }
-        return Err(Failure::new(
-            409,
-            "conflict",
-            format!("`{}` in volume `{volume}` holds another tree", tree.path),
-        ));
+        return Err(HttpError::conflict(format!(
+            "`{}` in volume `{volume}` holds another tree",
+            tree.path
+        )));
     }
-    let dest = state.volume_dir(volume).join(&tree.path);
+    let dest = server.volume_dir(volume).join(&tree.path);
     if fs::symlink_metadata(&dest).is_ok() {
-        return Err(Failure::new(
-            409,
-            "conflict",
-            format!("`{}` already exists in volume `{volume}`", tree.path),
-        ));
+        return Err(HttpError::conflict(format!(
+            "`{}` already exists in volume `{volume}`",
+            tree.path
+        )));
     }
     if let Some(parent) = dest.parent() {
         fs::create_dir_all(parent)?;
     }
-    deps::materialise(&entries, |h| blob_path(state, volume, h), &dest)
-        .map_err(Failure::invalid)?;
-    state.store.add_tree(
+    rules::materialise(&entries, |h| blob_path(server, volume, h), &dest)
+        .map_err(HttpError::invalid)?;
+    server.store.add_tree(
         volume,
         &tree.path,
         &digest,
@@ -303,17 +229,15 @@ pub(crate) fn commit_tree(
 /// is, and one it holds with other content (or where a folder is a file) refuses the whole
 /// commit, 409, before anything is written: a put never replaces data.
 fn add_to_root(
-    state: &State,
+    server: &Server,
     volume: &str,
     entries: &[div_api::TreeEntry],
-) -> Result<(u16, CommittedTree), Failure> {
-    let root = state.volume_dir(volume);
+) -> Result<(u16, CommittedTree), HttpError> {
+    let root = server.volume_dir(volume);
     let conflict = |path: &str| {
-        Failure::new(
-            409,
-            "conflict",
-            format!("`{path}` in volume `{volume}` holds something else; a put never replaces it"),
-        )
+        HttpError::conflict(format!(
+            "`{path}` in volume `{volume}` holds something else; a put never replaces it"
+        ))
         .with_details(json!({ "path": path }))
     };
     let mut new = Vec::new();
@@ -355,7 +279,7 @@ fn add_to_root(
     }
     // Written whole beside the volume's files, then each moved into place.
     let tmp = root.join(format!(".tmp-put-{}-{}", std::process::id(), now_ms()));
-    deps::materialise(&new, |h| blob_path(state, volume, h), &tmp).map_err(Failure::invalid)?;
+    rules::materialise(&new, |h| blob_path(server, volume, h), &tmp).map_err(HttpError::invalid)?;
     let moved = (|| -> std::io::Result<()> {
         for entry in &new {
             let target = root.join(&entry.path);
@@ -427,20 +351,20 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
 }
 
 pub(crate) fn list_tree(
-    state: &State,
+    server: &Server,
     volume: &str,
     path: &str,
-) -> Result<Vec<VolumeEntry>, Failure> {
-    require_volume(state, volume)?;
+) -> Result<Vec<VolumeEntry>, HttpError> {
+    require_volume(server, volume)?;
     if !valid_rel(path) {
-        return Err(Failure::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "`{path}` is not a path inside the volume"
         )));
     }
-    let root = state.volume_dir(volume);
+    let root = server.volume_dir(volume);
     let at = root.join(path);
     let meta = fs::symlink_metadata(&at)
-        .map_err(|_| Failure::not_found(format!("no `{path}` in volume `{volume}`")))?;
+        .map_err(|_| HttpError::not_found(format!("no `{path}` in volume `{volume}`")))?;
     let mut out = Vec::new();
     if meta.is_dir() {
         walk(&root, &at, &mut out)?;
@@ -468,39 +392,18 @@ fn committed_tree(volume: &str, path: &str, entries: &[div_api::TreeEntry]) -> C
 }
 
 /// The host path of a file in a volume, refusing anything that leaves the volume.
-pub(crate) fn file_path(state: &State, volume: &str, path: &str) -> Result<PathBuf, Failure> {
-    require_volume(state, volume)?;
+pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<PathBuf, HttpError> {
+    require_volume(server, volume)?;
     if path.is_empty() || !valid_rel(path) {
-        return Err(Failure::invalid(format!(
+        return Err(HttpError::invalid(format!(
             "`{path}` is not a path inside the volume"
         )));
     }
-    let root = state.volume_dir(volume).canonicalize()?;
-    let not_found = || Failure::not_found(format!("no file `{path}` in volume `{volume}`"));
+    let root = server.volume_dir(volume).canonicalize()?;
+    let not_found = || HttpError::not_found(format!("no file `{path}` in volume `{volume}`"));
     let real = root.join(path).canonicalize().map_err(|_| not_found())?;
     if !real.starts_with(&root) || !real.is_file() {
         return Err(not_found());
     }
     Ok(real)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::UploadLocks;
-
-    #[tokio::test]
-    async fn upload_locks_serialise_one_blob_and_are_dropped_after() {
-        let locks = UploadLocks::default();
-        let first = locks.lock("v", "a").await;
-        let other = locks.lock("v", "b").await;
-        assert_eq!(locks.len(), 2);
-        let waiting =
-            tokio::time::timeout(std::time::Duration::from_millis(20), locks.lock("v", "a")).await;
-        assert!(waiting.is_err(), "a second upload of one blob must wait");
-        drop(first);
-        let again = locks.lock("v", "a").await;
-        drop(again);
-        drop(other);
-        assert_eq!(locks.len(), 0);
-    }
 }

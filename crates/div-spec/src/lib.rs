@@ -45,4 +45,9 @@ pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};
 pub use sku::{Sku, UnknownSku};
 pub use slug::{MAX_SLUG_LEN, Slug, SlugError};
-pub use volume::{VolumeName, VolumeNameError, volumes_named};
+pub use volume::{VolumeName, VolumeNameError, is_volume_path, volumes_named};
+
+/// The image a run gets when it names none (`div run --image` unset). One home: div-core
+/// places runs with it and div-server compares a run's image with it, so bumping it here
+/// changes both.
+pub const DEFAULT_IMAGE: &str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";

@@ -109,3 +109,32 @@ pub fn volumes_named(command: &str) -> Vec<VolumeName> {
     }
     found
 }
+
+/// Whether `path` names something inside a volume: relative, `/`-separated, with no empty,
+/// `.` or `..` part and no NUL (`code/9f31c2ab/train.py`; not `""`, `/etc`, `a//b`, `../x`).
+/// One rule for the server (commits, listings, file reads, a run's code) and the client
+/// (`volume:path` arguments).
+pub fn is_volume_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::is_volume_path;
+
+    #[test]
+    fn a_volume_path_stays_inside_the_volume() {
+        for good in ["a", "code/9f31c2ab/train.py", ".hidden/x", "a..b", "..."] {
+            assert!(is_volume_path(good), "{good:?} is inside");
+        }
+        for bad in [
+            "", "/", "/etc", "a/", "a//b", ".", "..", "../x", "a/../b", "a/./b", "a\0b",
+        ] {
+            assert!(!is_volume_path(bad), "{bad:?} is not inside");
+        }
+    }
+}

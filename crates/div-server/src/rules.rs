@@ -1,5 +1,6 @@
-//! The few calls div-server makes into div-spec, div-pricing and div-ship, in one place, in
-//! the shapes the server needs (API models in, API models out).
+//! The adapter to div-spec, div-pricing and div-ship: the few rules div-server borrows from
+//! them (SKUs and sizing, charging, checks, volume names, tree paths), in the shapes the server
+//! needs (API models in, API models out).
 
 use std::path::{Path, PathBuf};
 
@@ -145,19 +146,9 @@ fn manifest_entries(entries: &[TreeEntry]) -> Result<Vec<ManifestEntry>, String>
         .map_err(|e| format!("the tree's entries could not be read: {e}"))
 }
 
-fn describe(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    message
-}
-
 /// Refuses a tree whose paths are unsafe (div-ship's rules).
 pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
-    div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| describe(&e))
+    div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| div_api::error_chain(&e))
 }
 
 /// Writes the tree into `dest`, all or nothing (div-ship's `materialise`).
@@ -166,5 +157,6 @@ pub(crate) fn materialise(
     blob_path: impl Fn(&str) -> PathBuf,
     dest: &Path,
 ) -> Result<(), String> {
-    div_ship::materialise(&manifest_entries(entries)?, blob_path, dest).map_err(|e| describe(&e))
+    div_ship::materialise(&manifest_entries(entries)?, blob_path, dest)
+        .map_err(|e| div_api::error_chain(&e))
 }

@@ -1,0 +1,160 @@
+//! The executor: the seam between the server and where runs run.
+//!
+//! The invariant: **an executor decides only where a run runs.** The server decides what
+//! runs and when (validation, the queue, GPUs and cores); the supervisor next to the run
+//! (`div __supervise <run-dir>`) runs it and writes the truth on disk: `end.json` with its
+//! status, spend and verdicts, the log, the kept result and telemetry. An executor starts
+//! that supervisor somewhere, asks it to stop, and says whether it is still there; it never
+//! writes a run's status, and the server never reads a run's end from anywhere but its run
+//! directory.
+//!
+//! Today there is one: [`LocalExecutor`], a supervisor process on this machine. An image
+//! executor or a Slurm one plugs in here with its own [`Handle`].
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::SupervisorCommand;
+use crate::cgroup::{self, RunCgroups};
+use crate::sys;
+
+/// What the launcher hands an executor: a run directory already holding the supervisor's
+/// `spec.json`, with no `end.json` and no `stop`.
+#[derive(Debug)]
+pub(crate) struct Launch<'a> {
+    pub(crate) run_dir: &'a Path,
+}
+
+/// Where a started run's supervisor is, as its executor recorded it; kept in the run's
+/// record. For the local executor it is the supervisor's process id (stored as `pid`, the
+/// field older state directories have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Handle {
+    pub(crate) pid: u32,
+}
+
+/// Whether a run's supervisor is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// It runs: its end is still to come.
+    Alive,
+    /// It is gone: either it wrote `end.json`, or it was lost.
+    Gone,
+}
+
+/// Where runs run. See the module's invariant.
+pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
+    /// Starts the supervisor of the run prepared in `launch.run_dir`.
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String>;
+    /// Asks the run's supervisor to stop the run. It ends the run itself (with its grace
+    /// for the command, then a kill of its whole tree) and writes its end as usual.
+    fn stop(&self, run_dir: &Path, handle: &Handle) -> std::io::Result<()>;
+    /// Whether the run's supervisor is still there.
+    fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness;
+    /// Kills and removes whatever a lost run (its supervisor gone without an end) left where
+    /// it ran, so no orphan survives it.
+    fn reclaim(&self, run_id: &str);
+    /// One line for people: where this executor runs runs.
+    fn describe(&self) -> String;
+}
+
+/// Runs each run under a supervisor process on this machine, in its own session so that it
+/// outlives the server.
+#[derive(Debug)]
+pub(crate) struct LocalExecutor {
+    supervisor: SupervisorCommand,
+    cgroups: cgroup::Plan,
+}
+
+impl LocalExecutor {
+    pub(crate) fn new(supervisor: SupervisorCommand, cgroups: cgroup::Plan) -> LocalExecutor {
+        LocalExecutor {
+            supervisor,
+            cgroups,
+        }
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String> {
+        let mut child = Command::new(&self.supervisor.program)
+            .args(&self.supervisor.args)
+            .arg(launch.run_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "the supervisor `{}` could not start: {e}",
+                    self.supervisor.program.display()
+                )
+            })?;
+        let pid = child.id();
+        // Reap it when it exits, so a finished supervisor is not mistaken for a live one.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        Ok(Handle { pid })
+    }
+
+    fn stop(&self, run_dir: &Path, _handle: &Handle) -> std::io::Result<()> {
+        // The supervisor looks for this file every 20 ms. No signal is sent: one that
+        // arrived between the supervisor's exec and its handler being installed would kill
+        // it before it wrote the run's end, and the run would read as lost.
+        fs::write(run_dir.join("stop"), b"")
+    }
+
+    fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness {
+        match handle {
+            Some(h) if supervisor_alive(h.pid, run_dir) => Liveness::Alive,
+            _ => Liveness::Gone,
+        }
+    }
+
+    fn reclaim(&self, run_id: &str) {
+        let left = RunCgroups::left_by(&self.cgroups, run_id);
+        for pid in left.pids() {
+            sys::kill(pid, libc::SIGKILL);
+        }
+        left.remove();
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "local: a supervisor process on this machine (`{}`)",
+            command_line(&self.supervisor.program, &self.supervisor.args)
+        )
+    }
+}
+
+fn command_line(program: &Path, args: &[String]) -> String {
+    let mut line = PathBuf::from(program).display().to_string();
+    for arg in args {
+        line.push(' ');
+        line.push_str(arg);
+    }
+    line
+}
+
+/// Whether `pid` is the live supervisor of the run in `run_dir` (not a reused pid, not a
+/// zombie).
+fn supervisor_alive(pid: u32, run_dir: &Path) -> bool {
+    if !sys::alive(pid) {
+        return false;
+    }
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    {
+        return false;
+    }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let needle = run_dir.as_os_str().as_encoded_bytes();
+    cmdline.split(|b| *b == 0).any(|arg| arg == needle)
+}

@@ -1,0 +1,212 @@
+//! The HTTP side: authentication and routing. Each route calls one function that lives
+//! with its subject ([`crate::runs`], [`crate::volumes`], [`crate::secrets`]); the bodies
+//! are [`wire`]'s, the streams [`logstream`]'s and [`files`]'s, the blob upload
+//! [`upload`]'s, and the listeners [`listen`]'s.
+
+mod files;
+pub(crate) mod listen;
+mod logstream;
+mod upload;
+mod wire;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use div_api::{CommitTree, CreateVolume, ListRuns, MissingBlobsRequest, RunStatus, SetSecret};
+use hyper::body::Incoming;
+use hyper::{Method, Request};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::error::{ErrorCode, HttpError};
+use crate::server::{Server, blocking};
+use crate::{runs, secrets, volumes};
+use wire::{Resp, decode_segment, empty, fail, header, param, query, read_body, read_json};
+
+/// What every connection shares: the server, and what only the HTTP side needs.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) server: Arc<Server>,
+    /// Uploads of one blob take turns.
+    pub(crate) uploads: upload::UploadLocks,
+}
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    token: Option<Arc<String>>,
+    req: Request<Incoming>,
+) -> Result<Resp, Infallible> {
+    if let Some(token) = token {
+        let ok = header(&req, "authorization")
+            .as_deref()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| t == token.as_str());
+        if !ok {
+            return Ok(fail(HttpError::new(
+                ErrorCode::Unauthorized,
+                "a valid bearer token is required",
+            )));
+        }
+    }
+    Ok(route(&shared, req).await.unwrap_or_else(fail))
+}
+
+async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpError> {
+    let server = &shared.server;
+    let path = req.uri().path().to_owned();
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(decode_segment)
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let q = query(&req);
+    match (&method, seg.as_slice()) {
+        (&Method::GET, ["v1", "health"]) => Ok(wire::json(
+            200,
+            &json!({
+                "ok": true,
+                "version": env!("CARGO_PKG_VERSION"),
+                "executor": server.executor.describe(),
+            }),
+        )),
+        (&Method::GET, ["v1", "catalogue"]) => Ok(wire::json(200, &server.inventory.catalogue())),
+        (&Method::GET, ["v1", "volumes"]) => {
+            let list = blocking(server, volumes::list_volumes).await?;
+            Ok(wire::json(200, &json!({ "volumes": list })))
+        }
+        (&Method::POST, ["v1", "volumes"]) => {
+            let body: CreateVolume = read_json(req).await?;
+            let (status, v) =
+                blocking(server, move |s| volumes::create_volume(s, &body.name)).await?;
+            Ok(wire::json(status, &v))
+        }
+        (&Method::DELETE, ["v1", "volumes", name]) => {
+            let name = name.to_string();
+            blocking(server, move |s| volumes::delete_volume(s, &name)).await?;
+            Ok(empty(204))
+        }
+        (&Method::POST, ["v1", "volumes", name, "blobs", "missing"]) => {
+            let name = name.to_string();
+            let body: MissingBlobsRequest = read_json(req).await?;
+            let m = blocking(server, move |s| {
+                volumes::missing_blobs(s, &name, &body.hashes)
+            })
+            .await?;
+            Ok(wire::json(200, &m))
+        }
+        (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
+            let (name, hash) = (name.to_string(), hash.to_string());
+            upload::upload(Arc::clone(server), &shared.uploads, name, hash, &q, req).await
+        }
+        (&Method::POST, ["v1", "volumes", name, "trees"]) => {
+            let name = name.to_string();
+            let body: CommitTree = read_json(req).await?;
+            let (status, t) =
+                blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
+            Ok(wire::json(status, &t))
+        }
+        (&Method::GET, ["v1", "volumes", name, "tree"]) => {
+            let name = name.to_string();
+            let p = param(&q, "path").unwrap_or_default();
+            let entries = blocking(server, move |s| volumes::list_tree(s, &name, &p)).await?;
+            Ok(wire::json(200, &json!({ "entries": entries })))
+        }
+        (&Method::GET, ["v1", "volumes", name, "file"]) => {
+            let name = name.to_string();
+            let p = param(&q, "path").unwrap_or_default();
+            let file = blocking(server, move |s| volumes::file_path(s, &name, &p)).await?;
+            let range = header(&req, "range");
+            let if_range = header(&req, "if-range");
+            files::file_response(&file, range.as_deref(), if_range.as_deref()).await
+        }
+        (&Method::POST, ["v1", "runs"]) => {
+            let key = header(&req, "idempotency-key").unwrap_or_default();
+            let body = read_body(req).await?;
+            let (status, run) = blocking(server, move |s| runs::create_run(s, &key, &body)).await?;
+            // Start it now rather than at the next tick.
+            server.kick.notify_one();
+            Ok(wire::json(status, &run))
+        }
+        (&Method::GET, ["v1", "runs"]) => {
+            let query = list_query(&q)?;
+            let list = blocking(server, move |s| runs::list(s, &query)).await?;
+            Ok(wire::json(200, &list))
+        }
+        (&Method::GET, ["v1", "runs", run]) => {
+            let run = run.to_string();
+            let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
+            Ok(wire::json(200, &r))
+        }
+        (&Method::POST, ["v1", "runs", run, "stop"]) => {
+            let r = runs::stop_and_wait(server, run.to_string()).await?;
+            Ok(wire::json(200, &r))
+        }
+        (&Method::GET, ["v1", "runs", run, "log"]) => {
+            let run = run.to_string();
+            let offset: u64 = param(&q, "offset")
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(0);
+            let follow = param(&q, "follow").is_some_and(|f| f == "true" || f == "1");
+            let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(logstream::log_stream(
+                Arc::clone(server),
+                r.id,
+                offset,
+                follow,
+                tx,
+            ));
+            Ok(wire::stream(div_api::logframe::MEDIA_TYPE, rx))
+        }
+        (&Method::GET, ["v1", "runs", run, "result"]) => {
+            let run = run.to_string();
+            let result = blocking(server, move |s| runs::result(s, &run)).await?;
+            Ok(wire::json(200, &result))
+        }
+        (&Method::GET, ["v1", "runs", run, "telemetry"]) => {
+            let run = run.to_string();
+            let after: u64 = param(&q, "after").and_then(|o| o.parse().ok()).unwrap_or(0);
+            let t = blocking(server, move |s| runs::telemetry(s, &run, after)).await?;
+            Ok(wire::json(200, &t))
+        }
+        (&Method::GET, ["v1", "secrets"]) => {
+            let list = blocking(server, secrets::list).await?;
+            Ok(wire::json(200, &json!({ "secrets": list })))
+        }
+        (&Method::PUT, ["v1", "secrets", name]) => {
+            let name = name.to_string();
+            secrets::check_name(&name)?;
+            let body: SetSecret = read_json(req).await?;
+            let info = blocking(server, move |s| secrets::set(s, &name, &body.value)).await?;
+            Ok(wire::json(200, &info))
+        }
+        (&Method::DELETE, ["v1", "secrets", name]) => {
+            let name = name.to_string();
+            blocking(server, move |s| secrets::delete(s, &name)).await?;
+            Ok(empty(204))
+        }
+        _ => Err(HttpError::not_found(format!("no route `{method} {path}`"))),
+    }
+}
+
+/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor` (empty ones are absent).
+fn list_query(q: &[(String, String)]) -> Result<ListRuns, HttpError> {
+    let given = |key| param(q, key).filter(|v| !v.is_empty());
+    Ok(ListRuns {
+        project: given("project"),
+        status: match given("status") {
+            Some(s) => Some(s.parse::<RunStatus>().map_err(HttpError::malformed)?),
+            None => None,
+        },
+        limit: match given("limit") {
+            Some(l) => Some(
+                l.parse()
+                    .map_err(|_| HttpError::malformed(format!("`{l}` is not a limit")))?,
+            ),
+            None => None,
+        },
+        cursor: given("cursor"),
+    })
+}

@@ -1,0 +1,204 @@
+//! The launcher: prepares a run's directory (workspace, `/tmp`, volume mount points), writes
+//! the supervisor's `spec.json` (command line in its sandbox, environment, limits, checks)
+//! and hands the run to the [`Executor`](crate::executor::Executor), recording where it went.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use div_api::RunStatus;
+
+use crate::clock::{self, now_ms};
+use crate::executor::Launch;
+use crate::rules;
+use crate::sandbox::{self, SandboxInput};
+use crate::server::Server;
+use crate::store::{RunInternal, RunRecord};
+use crate::supervisor::{self, RunSpec};
+
+/// Starts `record` on `cores` and `gpus` and records it as running; an error says why it
+/// could not start.
+pub(crate) fn launch(
+    server: &Server,
+    record: &mut RunRecord,
+    cores: &[usize],
+    gpus: &[u32],
+) -> Result<(), String> {
+    let dir = server.run_dir(&record.run.id);
+    let spec = prepare(server, record, &dir, cores, gpus)?;
+    supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
+    let _ = fs::remove_file(dir.join("end.json"));
+    let _ = fs::remove_file(dir.join("stop"));
+    let handle = server.executor.start(&Launch { run_dir: &dir })?;
+    record.internal = RunInternal {
+        handle: Some(handle),
+        cores: cores.to_vec(),
+        gpus: gpus.to_vec(),
+        started_ms: Some(spec.started_ms),
+    };
+    record.run.status = RunStatus::Running;
+    record.run.started_at = Some(clock::rfc3339(spec.started_ms));
+    server.store.update_run(record).map_err(|e| e.to_string())
+}
+
+/// Makes the run's directories and says how its supervisor is to run it.
+fn prepare(
+    server: &Server,
+    record: &RunRecord,
+    dir: &Path,
+    cores: &[usize],
+    gpus: &[u32],
+) -> Result<RunSpec, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let run = &record.run;
+    fs::create_dir_all(dir).map_err(io)?;
+    let workspace = dir.join("workspace");
+    let _ = fs::remove_dir_all(&workspace);
+    match &run.code {
+        Some(code) => copy_tree(
+            &server.volume_dir(&code.volume).join(&code.path),
+            &workspace,
+        )
+        .map_err(io)?,
+        None => fs::create_dir_all(&workspace).map_err(io)?,
+    }
+    let tmp = dir.join("tmp");
+    fs::create_dir_all(tmp.join("divergent")).map_err(io)?;
+    let mnt = dir.join("mnt");
+    fs::create_dir_all(&mnt).map_err(io)?;
+    let volumes: Vec<(String, PathBuf)> = server
+        .store
+        .volumes()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|v| {
+            let path = server.volume_dir(&v.name);
+            (v.name, path)
+        })
+        .collect();
+    for (name, host) in &volumes {
+        fs::create_dir_all(mnt.join(name)).map_err(io)?;
+        fs::create_dir_all(host).map_err(io)?;
+    }
+    let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
+    let mut first_lines = Vec::new();
+    if sku.gpu && server.inventory.emulated {
+        first_lines.push(format!(
+            "div: emulated {} ×{} (DIVERGENT_EMULATE_GPUS): this run has no GPU",
+            sku.label, run.gpus
+        ));
+    }
+    // Locally the host is the image: any other named is not used.
+    if run.image != div_spec::DEFAULT_IMAGE {
+        first_lines.push(format!(
+            "div: the image {} is not used here: the local control plane runs on this machine's own system",
+            run.image
+        ));
+    }
+    if !server.sandboxed {
+        first_lines.push(
+            "div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt".to_owned(),
+        );
+    }
+    let in_tmp = if server.sandboxed {
+        PathBuf::from("/tmp")
+    } else {
+        tmp.clone()
+    };
+    // Environment, later entries win: a sane base, then runtime.md's table in order.
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("HOME".into(), in_tmp.display().to_string()),
+        ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
+    ];
+    env.extend(server.store.secret_values().map_err(|e| e.to_string())?);
+    env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
+    env.extend([
+        ("DIVERGENT_RUN_ID".into(), run.id.clone()),
+        ("DIVERGENT_RUN_NAME".into(), run.name.clone()),
+        (
+            "DIVERGENT_RESULT_PATH".into(),
+            in_tmp.join("divergent/result.json").display().to_string(),
+        ),
+        (
+            "DIVERGENT_TELEMETRY_PATH".into(),
+            in_tmp
+                .join("divergent/telemetry.jsonl")
+                .display()
+                .to_string(),
+        ),
+    ]);
+    let real_gpus = sku.gpu && !server.inventory.emulated;
+    if real_gpus {
+        let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
+    }
+    // A run that shipped nothing (`--no-upload`) runs "the image as it is" and starts in its
+    // working directory; here the image is this machine's own system, whose is `/`.
+    let shipped = run.code.is_some();
+    let argv = if server.sandboxed {
+        let devices = if real_gpus {
+            sandbox::gpu_devices(gpus)
+        } else {
+            Vec::new()
+        };
+        sandbox::bwrap_argv(&SandboxInput {
+            home: &server.home,
+            workspace: &workspace,
+            tmp: &tmp,
+            mnt: &mnt,
+            volumes: &volumes,
+            devices: &devices,
+            command: &run.command,
+            chdir: if shipped { "/workspace" } else { "/" },
+        })
+    } else {
+        sandbox::direct_argv(&run.command, &dir.join("bin"))
+    };
+    Ok(RunSpec {
+        run_id: run.id.clone(),
+        run_name: run.name.clone(),
+        argv,
+        cwd: if shipped {
+            workspace.clone()
+        } else {
+            PathBuf::from("/")
+        },
+        env,
+        first_lines,
+        cores: cores.to_vec(),
+        memory_bytes: u64::from(run.memory_gib) << 30,
+        cgroups: server.cgroups.clone(),
+        cents_per_hour: run.cents_per_hour,
+        max_spend_cents: run.max_spend_cents,
+        max_seconds: rules::MAX_RUN_SECONDS,
+        started_ms: now_ms(),
+        checks: run.checks.clone(),
+        result_path: tmp.join("divergent/result.json"),
+        telemetry_path: tmp.join("divergent/telemetry.jsonl"),
+        mnt_dir: server.sandboxed.then(|| mnt.clone()),
+        volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
+        workspace,
+    })
+}
+
+/// Copies a tree: directories, files (copy_file_range through `fs::copy`) and links.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &dest)?;
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if kind.is_file() {
+            fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! Runs: placing one (validated, idempotent), showing them (one, a page, its result, its
+//! telemetry) and stopping one. The queue and the launch are [`scheduler`]'s and
+//! [`launcher`]'s; where a run runs is the [`crate::executor`]'s.
+
+pub(crate) mod launcher;
+pub(crate) mod scheduler;
+mod validation;
+
+use std::fs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
+
+use crate::clock::{self, now_ms};
+use crate::error::HttpError;
+use crate::rules;
+use crate::server::{Server, blocking};
+use crate::store::{Placed, RunInternal, RunRecord};
+use crate::supervisor::{self, KeptResult, KeptTelemetry};
+
+/// Random lowercase base36 characters, from the kernel's generator.
+fn random_base36(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    if fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_err()
+    {
+        let seed = blake3::hash(
+            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+        );
+        bytes.copy_from_slice(&seed.as_bytes()[..n.min(32)]);
+    }
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % 36] as char)
+        .collect()
+}
+
+/// `POST /v1/runs`: 201 and the new run, 200 and the same run for a retry.
+pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16, Run), HttpError> {
+    if key.is_empty() {
+        return Err(HttpError::malformed(
+            "the `Idempotency-Key` header is required",
+        ));
+    }
+    let request: CreateRun = serde_json::from_slice(body)
+        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))?;
+    let canonical = serde_json::to_vec(&request).map_err(|e| HttpError::invalid(e.to_string()))?;
+    let body_hash = blake3::hash(&canonical).to_hex().to_string();
+    let valid = validation::validate(server, &request)?;
+
+    let _guard = server.lock();
+    let name = match &request.name {
+        Some(name) => name.clone(),
+        None => loop {
+            let name = format!("run-{}", random_base36(4));
+            if !server.store.name_taken(&name)? {
+                break name;
+            }
+        },
+    };
+    let now = now_ms();
+    let run = Run {
+        id: format!("r_{}", random_base36(16)),
+        name: name.clone(),
+        project: request.project.clone(),
+        status: RunStatus::Queued,
+        entrypoint: request.entrypoint.clone(),
+        command: request.command.clone(),
+        sku: valid.sku.name.to_owned(),
+        gpus: valid.gpus,
+        cores: valid.sizing.cores,
+        memory_gib: valid.sizing.memory_gib,
+        cents_per_hour: valid.sizing.cents_per_hour,
+        max_spend_cents: request.max_spend_cents,
+        spent_cents: 0,
+        image: request
+            .image
+            .clone()
+            .unwrap_or_else(|| div_spec::DEFAULT_IMAGE.to_owned()),
+        env: request.env.clone(),
+        checks: valid.checks,
+        verdicts: Vec::new(),
+        exit_code: None,
+        reason: None,
+        code: request.code.clone(),
+        telemetry_layout: request.telemetry_layout.clone(),
+        created_at: clock::rfc3339(now),
+        started_at: None,
+        ended_at: None,
+        duration_seconds: 0,
+        log_bytes: 0,
+        extra: Default::default(),
+    };
+    let record = RunRecord {
+        run,
+        internal: RunInternal::default(),
+    };
+    let placed = match server.store.place_run(key, &body_hash, &record) {
+        Ok(placed) => placed,
+        Err(e) if e.is_unique_violation() => {
+            return Err(HttpError::conflict(format!(
+                "a run named `{name}` already exists"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match placed {
+        Placed::New => {
+            // A volume the command names is made before the run is queued.
+            for volume in rules::volumes_named(&record.run.command) {
+                if server.store.create_volume(&volume, &clock::rfc3339(now))? {
+                    fs::create_dir_all(server.volume_dir(&volume))?;
+                }
+            }
+            Ok((201, view(server, &record)))
+        }
+        Placed::Again(existing) => Ok((200, view(server, &existing))),
+        Placed::Conflict => Err(HttpError::conflict(format!(
+            "the idempotency key `{key}` was used for another run"
+        ))),
+    }
+}
+
+/// The run as the API shows it: spend and duration live while it runs, the log's size.
+pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
+    let mut run = record.run.clone();
+    run.log_bytes = fs::metadata(server.run_dir(&run.id).join("log")).map_or(0, |m| m.len());
+    if run.status == RunStatus::Running
+        && let Some(started) = record.internal.started_ms
+    {
+        let seconds = now_ms().saturating_sub(started) / 1000;
+        run.duration_seconds = seconds;
+        run.spent_cents = rules::charge(run.cents_per_hour, seconds, run.max_spend_cents);
+    }
+    run
+}
+
+/// A run by id or name, as the API shows it.
+pub(crate) fn get_run(server: &Server, id_or_name: &str) -> Result<(Run, RunRecord), HttpError> {
+    let record = server
+        .store
+        .get_run(id_or_name)?
+        .ok_or_else(|| HttpError::not_found(format!("no run `{id_or_name}`")))?;
+    Ok((view(server, &record), record))
+}
+
+/// `GET /v1/runs`: a page of runs, newest first, each as [`view`] shows it.
+pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, HttpError> {
+    let cursor = match &query.cursor {
+        Some(c) => Some(
+            c.parse::<i64>()
+                .map_err(|_| HttpError::malformed(format!("`{c}` is not a cursor")))?,
+        ),
+        None => None,
+    };
+    let limit = query.limit.unwrap_or(50).clamp(1, 1000);
+    let (runs, next) =
+        server
+            .store
+            .list_runs(query.project.as_deref(), query.status, limit, cursor)?;
+    let runs = runs
+        .into_iter()
+        .map(|r| {
+            server
+                .store
+                .get_run(&r.id)
+                .ok()
+                .flatten()
+                .map_or(r, |rec| view(server, &rec))
+        })
+        .collect();
+    Ok(RunList {
+        runs,
+        next_cursor: next.map(|n| n.to_string()),
+        extra: Default::default(),
+    })
+}
+
+/// Asks a run to stop: a queued one is canceled at once; a running one's executor asks its
+/// supervisor, which kills its whole tree. Returns whether it was running.
+pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, HttpError> {
+    let _guard = server.lock();
+    let mut record = server
+        .store
+        .get_run(id_or_name)?
+        .ok_or_else(|| HttpError::not_found(format!("no run `{id_or_name}`")))?;
+    match record.run.status {
+        RunStatus::Queued => {
+            record.run.status = RunStatus::Canceled;
+            record.run.ended_at = Some(clock::now_rfc3339());
+            server.store.update_run(&record)?;
+            Ok(false)
+        }
+        RunStatus::Running => {
+            let dir = server.run_dir(&record.run.id);
+            if let Some(handle) = &record.internal.handle {
+                server.executor.stop(&dir, handle)?;
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// `POST /v1/runs/{run}/stop`: asks the run to stop, then waits (at most 15 s) for its
+/// supervisor to end it, so the answer is the ended run when it can be.
+pub(crate) async fn stop_and_wait(
+    server: &Arc<Server>,
+    id_or_name: String,
+) -> Result<Run, HttpError> {
+    let id = id_or_name.clone();
+    let was_running = blocking(server, move |s| request_stop(s, &id)).await?;
+    if was_running {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while tokio::time::Instant::now() < deadline {
+            let _ = blocking(server, |s| scheduler::tick(s).map_err(HttpError::from)).await;
+            let id = id_or_name.clone();
+            let (r, _) = blocking(server, move |s| get_run(s, &id)).await?;
+            if r.status.is_terminal() {
+                return Ok(r);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (r, _) = blocking(server, move |s| get_run(s, &id_or_name)).await?;
+    Ok(r)
+}
+
+/// `GET /v1/runs/{run}/result`: what the supervisor kept of the run's result, and its
+/// verdicts; a problem instead while there is none.
+pub(crate) fn result(server: &Server, id_or_name: &str) -> Result<RunResult, HttpError> {
+    let (r, _) = get_run(server, id_or_name)?;
+    let kept: Option<KeptResult> = fs::read(server.run_dir(&r.id).join("result.kept.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let (result, problem) = match kept {
+        Some(k) => (k.result, k.problem),
+        None if r.status.is_terminal() => (None, Some("the run wrote no result".to_owned())),
+        None => (None, Some("the run has not ended yet".to_owned())),
+    };
+    Ok(RunResult {
+        run: r.id,
+        result,
+        problem,
+        verdicts: r.verdicts,
+        extra: Default::default(),
+    })
+}
+
+/// `GET /v1/runs/{run}/telemetry?after=N`: the points and bad lines after line `after`;
+/// what the supervisor kept once it ended, the live file while it runs.
+pub(crate) fn telemetry(
+    server: &Server,
+    id_or_name: &str,
+    after: u64,
+) -> Result<Telemetry, HttpError> {
+    let (r, _) = get_run(server, id_or_name)?;
+    let dir = server.run_dir(&r.id);
+    let kept: KeptTelemetry = fs::read(dir.join("telemetry.kept.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| supervisor::read_telemetry(&dir.join("tmp/divergent/telemetry.jsonl")));
+    Ok(Telemetry {
+        run: r.id,
+        points: kept.points.into_iter().filter(|p| p.line > after).collect(),
+        bad_lines: kept
+            .bad_lines
+            .into_iter()
+            .filter(|b| b.line > after)
+            .collect(),
+        extra: Default::default(),
+    })
+}

@@ -1,0 +1,114 @@
+//! Validation of a run as placed (`POST /v1/runs`): everything refused before it is queued,
+//! each with a message that says what was wrong and what would be right.
+
+use div_api::CreateRun;
+use serde_json::json;
+
+use crate::error::{ErrorCode, HttpError};
+use crate::rules::{self, Sizing, SkuPrice};
+use crate::server::Server;
+
+/// A run that may be queued: its SKU, its size and price, and its checks in canonical form.
+#[derive(Debug)]
+pub(crate) struct Valid {
+    pub(crate) sku: SkuPrice,
+    pub(crate) sizing: Sizing,
+    /// The GPUs it takes (0 for a CPU SKU, whatever it asked).
+    pub(crate) gpus: u32,
+    pub(crate) checks: Vec<String>,
+}
+
+/// Checks `request` against this machine and div's rules.
+pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, HttpError> {
+    let accepted = server.inventory.accepted();
+    let sku = rules::sku(&request.sku)
+        .filter(|s| accepted.iter().any(|a| a == s.name))
+        .ok_or_else(|| {
+            HttpError::new(
+                ErrorCode::UnknownSku,
+                format!(
+                    "unknown SKU `{}`; this machine takes {}",
+                    request.sku,
+                    accepted.join(", ")
+                ),
+            )
+            .with_details(json!({ "accepted": accepted }))
+        })?;
+    let sizing = rules::size(&sku, request.gpus, request.cpu, request.memory_gib)
+        .map_err(HttpError::invalid)?;
+    let gpus = if sku.gpu { request.gpus } else { 0 };
+    if let Some(group) = server.inventory.group(sku.name) {
+        let have = group.indices.len() as u32;
+        if gpus > have {
+            return Err(HttpError::invalid(format!(
+                "this machine has {have} {}; the run asks for {gpus}",
+                sku.label
+            )));
+        }
+    }
+    let host = server.inventory.host_cores;
+    if sizing.cores > host {
+        return Err(HttpError::invalid(format!(
+            "this machine has {host} cores; the run asks for {}",
+            sizing.cores
+        ))
+        .with_details(json!({ "cores": host })));
+    }
+    if let Some(cents) = request.max_spend_cents
+        && cents <= 0
+    {
+        return Err(HttpError::invalid(format!(
+            "`max_spend_cents` must be more than 0, not `{cents}`"
+        )));
+    }
+    let checks = request
+        .checks
+        .iter()
+        .map(|c| rules::parse_check(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(HttpError::invalid)?;
+    if let Some(bad) = request.env.iter().find(|e| !div_spec::is_env_key(&e.key)) {
+        return Err(HttpError::invalid(format!(
+            "`{}` is not an environment variable name",
+            bad.key
+        )));
+    }
+    if request.project.trim().is_empty() {
+        return Err(HttpError::invalid("the run has no project"));
+    }
+    if let Some(name) = &request.name
+        && !valid_run_name(name)
+    {
+        return Err(HttpError::invalid(format!(
+            "`{name}` is not a run name; use lowercase letters, digits and `-`"
+        )));
+    }
+    if let Some(code) = &request.code {
+        let dir = server.volume_dir(&code.volume).join(&code.path);
+        if server.store.volume(&code.volume)?.is_none()
+            || !div_spec::is_volume_path(&code.path)
+            || !dir.is_dir()
+        {
+            return Err(HttpError::invalid(format!(
+                "the code `{}/{}` is not in a volume",
+                code.volume, code.path
+            )));
+        }
+    }
+    Ok(Valid {
+        sku,
+        sizing,
+        gpus,
+        checks,
+    })
+}
+
+fn valid_run_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        })
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && !name.starts_with("r_")
+}

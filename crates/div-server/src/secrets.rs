@@ -1,0 +1,46 @@
+//! Secrets: values given to every run's environment, listed by name only.
+
+use div_api::SecretInfo;
+
+use crate::clock;
+use crate::error::HttpError;
+use crate::server::Server;
+
+/// Refuses a secret name that is not an environment variable name.
+pub(crate) fn check_name(name: &str) -> Result<(), HttpError> {
+    if div_spec::is_env_key(name) {
+        Ok(())
+    } else {
+        Err(HttpError::invalid(format!(
+            "`{name}` is not an environment variable name"
+        )))
+    }
+}
+
+/// Every secret, by name.
+pub(crate) fn list(server: &Server) -> Result<Vec<SecretInfo>, HttpError> {
+    Ok(server.store.secrets()?)
+}
+
+/// Sets (or replaces) the secret `name`; what the listing now says of it.
+pub(crate) fn set(server: &Server, name: &str, value: &str) -> Result<SecretInfo, HttpError> {
+    check_name(name)?;
+    server
+        .store
+        .set_secret(name, value, &clock::now_rfc3339())?;
+    server
+        .store
+        .secrets()?
+        .into_iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| HttpError::internal("the secret vanished"))
+}
+
+/// Deletes the secret `name`.
+pub(crate) fn delete(server: &Server, name: &str) -> Result<(), HttpError> {
+    if server.store.delete_secret(name)? {
+        Ok(())
+    } else {
+        Err(HttpError::not_found(format!("no secret `{name}`")))
+    }
+}

@@ -1,0 +1,121 @@
+//! [`Server`]: the context every handler and the scheduler share (state directory, store,
+//! inventory, executor, the lock on runs' status), and how it is opened at start.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::HttpError;
+use crate::executor::{Executor, LocalExecutor};
+use crate::inventory::Inventory;
+use crate::store::Store;
+use crate::{ServerError, ServerOptions, cgroup, sandbox};
+
+/// Everything the server shares between requests and the scheduler.
+#[derive(Debug)]
+pub(crate) struct Server {
+    pub(crate) home: PathBuf,
+    pub(crate) store: Store,
+    pub(crate) inventory: Inventory,
+    pub(crate) sandboxed: bool,
+    /// Where runs' memory and CPU cgroups go (found once, at start).
+    pub(crate) cgroups: cgroup::Plan,
+    /// Where runs run: it starts, stops and watches their supervisors.
+    pub(crate) executor: Box<dyn Executor>,
+    /// Serializes changes of runs' status between handlers and the scheduler.
+    lock: Mutex<()>,
+    /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
+    pub(crate) kick: tokio::sync::Notify,
+}
+
+/// The state directory's lock file, `home/server.pid`: held while the server runs, so two
+/// never share a home.
+#[derive(Debug)]
+pub(crate) struct HomeLock {
+    _file: fs::File,
+}
+
+impl Server {
+    /// Prepares the state directory (0700, locked against a second server), finds the
+    /// inventory and the sandbox, and opens the store.
+    pub(crate) fn open(options: &ServerOptions) -> Result<(Server, HomeLock), ServerError> {
+        let home = options.home.clone();
+        let home_err = |source| ServerError::Home {
+            path: home.clone(),
+            source,
+        };
+        fs::create_dir_all(&home).map_err(home_err)?;
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).map_err(home_err)?;
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(home.join("server.pid"))
+            .map_err(home_err)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(ServerError::AlreadyRunning(home.clone()));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(home_err(e)),
+        }
+        lock.set_len(0).map_err(home_err)?;
+        std::io::Write::write_all(&mut &lock, format!("{}\n", std::process::id()).as_bytes())
+            .map_err(home_err)?;
+
+        let inventory = Inventory::load(&options.gpus)?;
+        let sandboxed = match options.sandbox {
+            crate::SandboxMode::None => false,
+            crate::SandboxMode::Auto => sandbox::bwrap_works(),
+            crate::SandboxMode::Bwrap => {
+                if !sandbox::bwrap_works() {
+                    return Err(ServerError::NoSandbox);
+                }
+                true
+            }
+        };
+        let store =
+            Store::open(&home.join("state.db")).map_err(|e| ServerError::Store(Box::new(e)))?;
+        for name in ["state.db", "state.db-wal", "state.db-shm"] {
+            let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
+        }
+        let cgroups = cgroup::detect();
+        let server = Server {
+            executor: Box::new(LocalExecutor::new(
+                options.supervisor.clone(),
+                cgroups.clone(),
+            )),
+            home,
+            store,
+            inventory,
+            sandboxed,
+            cgroups,
+            lock: Mutex::new(()),
+            kick: tokio::sync::Notify::new(),
+        };
+        Ok((server, HomeLock { _file: lock }))
+    }
+
+    /// Held while a run's status changes.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub(crate) fn run_dir(&self, id: &str) -> PathBuf {
+        self.home.join("runs").join(id)
+    }
+    pub(crate) fn volume_dir(&self, name: &str) -> PathBuf {
+        self.home.join("volumes").join(name)
+    }
+}
+
+/// Runs blocking work (SQLite, files) off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    server: &Arc<Server>,
+    f: impl FnOnce(&Server) -> Result<T, HttpError> + Send + 'static,
+) -> Result<T, HttpError> {
+    let server = Arc::clone(server);
+    tokio::task::spawn_blocking(move || f(&server))
+        .await
+        .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?
+}
