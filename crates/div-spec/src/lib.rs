@@ -39,7 +39,7 @@ mod volume;
 
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
 pub use entrypoint::{Entrypoint, EntrypointError, EntrypointKind, shell_quote};
-pub use env::{EnvError, EnvPair, is_env_key};
+pub use env::{EnvError, EnvPair, MAX_ENV_VALUE_BYTES, check_env_value, is_env_key};
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};

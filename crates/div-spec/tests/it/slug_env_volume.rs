@@ -1,4 +1,4 @@
-use div_spec::{EnvPair, Slug, VolumeName, volumes_named};
+use div_spec::{EnvPair, MAX_ENV_VALUE_BYTES, Slug, VolumeName, check_env_value, volumes_named};
 use insta::assert_snapshot;
 
 use crate::refused;
@@ -54,6 +54,22 @@ fn env_refusals() {
     assert_snapshot!(refused::<EnvPair>("1KEY=x"), @"`1KEY` is not a variable name: letters, digits and `_`, not starting with a digit");
     assert_snapshot!(refused::<EnvPair>("MY-KEY=x"), @"`MY-KEY` is not a variable name: letters, digits and `_`, not starting with a digit");
     assert_snapshot!(refused::<EnvPair>(""), @"the variable is empty; write `KEY=value`");
+}
+
+/// A NUL byte cannot travel in an environment, and a value past 128 KiB less 256 bytes cannot
+/// be passed to `execve`: both are refused when typed, naming the variable.
+#[test]
+fn env_values_with_a_nul_or_too_long_are_refused() {
+    assert_snapshot!(refused::<EnvPair>("KEY=a\0b"), @"the value of `KEY` holds a NUL byte (at byte 1), which an environment variable cannot carry");
+    let at_limit = format!("BIG={}", "x".repeat(MAX_ENV_VALUE_BYTES));
+    assert_eq!(
+        at_limit.parse::<EnvPair>().map(|p| p.value.len()),
+        Ok(MAX_ENV_VALUE_BYTES)
+    );
+    let past = format!("BIG={}", "x".repeat(200_000));
+    assert_snapshot!(refused::<EnvPair>(&past), @"the value of `BIG` is 200000 bytes; an environment variable holds at most 130816 bytes (128 KiB less 256); put larger data in a file or a volume");
+    assert_eq!(check_env_value("TOKEN", "secret"), Ok(()));
+    assert!(check_env_value("TOKEN", "se\0cret").is_err());
 }
 
 #[test]
