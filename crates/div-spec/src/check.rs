@@ -479,6 +479,9 @@ fn describe(value: &Value) -> String {
     match value {
         Value::Array(_) => "a list".to_owned(),
         Value::Object(_) => "an object".to_owned(),
+        // JSON escapes C0 controls; the rest a terminal acts on (C1, bidi) are escaped too,
+        // as this line goes into the log, which reaches terminals as it is.
+        Value::String(_) => crate::terminal::terminal_safe(&value.to_string()).into_owned(),
         scalar => scalar.to_string(),
     }
 }

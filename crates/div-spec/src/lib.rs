@@ -33,8 +33,10 @@ mod env;
 mod human;
 mod memory;
 mod money;
+mod run_name;
 mod sku;
 mod slug;
+mod terminal;
 mod volume;
 
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
@@ -43,6 +45,8 @@ pub use env::{EnvError, EnvPair, MAX_ENV_VALUE_BYTES, check_env_value, is_env_ke
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};
+pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};
 pub use sku::{Sku, UnknownSku};
 pub use slug::{MAX_SLUG_LEN, Slug, SlugError};
+pub use terminal::{is_terminal_control, terminal_safe};
 pub use volume::{VolumeName, VolumeNameError, volumes_named};
