@@ -312,6 +312,22 @@ fn numbers_compare_as_written_in_the_result_text() {
         "not json",
         "check unknown: x > 0 (the result is not JSON)",
     );
+    // Past an `f64`'s range: no `Value` holds it, and it is still compared exactly.
+    judge_text(
+        "huge>1e399",
+        r#"{"huge": 1e400}"#,
+        "check passed: huge > 1e399 (found 1e400)",
+    );
+    judge_text(
+        "huge<-1e399",
+        r#"{"huge": -1e400}"#,
+        "check passed: huge < -1e399 (found -1e400)",
+    );
+    judge_text(
+        "s==x",
+        r#"{"s": 1e400}"#,
+        "check failed: s == x (found 1e400)",
+    );
     // The last of two equal keys counts, as for a `Value`.
     judge_text(
         "d==2",
