@@ -100,6 +100,24 @@ proptest! {
         prop_assert_eq!(verdict.found_text.as_deref(), Some(a_text.as_str()));
     }
 
+    /// Escaped text holds nothing a terminal acts on; text without such characters is left
+    /// as it is; and a JSON document escaped is the same JSON value.
+    #[test]
+    fn proptest_terminal_safe_escapes_every_control(
+        text in "(\\PC|[\u{0}-\u{1f}\u{7f}-\u{9f}\u{202a}-\u{202e}\u{2066}-\u{2069}\\\\\"])*",
+    ) {
+        let safe = div_spec::terminal_safe(&text);
+        prop_assert!(!safe.chars().any(div_spec::is_terminal_control), "{:?}", safe);
+        if !text.chars().any(div_spec::is_terminal_control) {
+            prop_assert_eq!(&*safe, text.as_str());
+        }
+        let json = serde_json::to_string(&serde_json::json!({"s": text, "n": [1, text]}))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let back: serde_json::Value = serde_json::from_str(&div_spec::terminal_safe(&json))
+            .map_err(|e| TestCaseError::fail(format!("{e}: {json}")))?;
+        prop_assert_eq!(back, serde_json::json!({"s": text, "n": [1, text]}));
+    }
+
     /// No parser panics on any string, and whatever parses round-trips through Display.
     #[test]
     fn proptest_parsers_never_panic(typed in any::<String>()) {

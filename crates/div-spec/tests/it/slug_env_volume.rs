@@ -109,3 +109,16 @@ fn volume_names() {
     assert_snapshot!(refused::<VolumeName>("-x"), @"`-x` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
     assert!(!refused::<VolumeName>(&"a".repeat(64)).is_empty());
 }
+
+/// What a run planted, as a terminal is shown it.
+#[test]
+fn terminal_safe_escapes_what_a_terminal_acts_on() {
+    assert_eq!(
+        div_spec::terminal_safe("a\u{1b}]0;x\u{7}b\u{9b}2J\r\u{202e}c\td\ne"),
+        "a\\u001b]0;x\\u0007b\\u009b2J\\u000d\\u202ec\td\ne"
+    );
+    assert!(matches!(
+        div_spec::terminal_safe("plain ünïcode\ttab\n"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}
