@@ -100,6 +100,19 @@ proptest! {
         prop_assert_eq!(verdict.found_text.as_deref(), Some(a_text.as_str()));
     }
 
+    /// Judging any text, JSON or not, never panics; a number found is shown as written.
+    #[test]
+    fn proptest_evaluate_json_never_panics(
+        result in "[{}\\[\\]\":,a-c0-9.eE+\\- ntrufl]{0,40}",
+        check in prop::sample::select(vec!["a>0", "a.b==1e5", "a.0!=x", "a<=-0.5", "a==true"]),
+    ) {
+        let check: Check = check.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        let verdict = check.evaluate_json(&result);
+        if let Some(text) = &verdict.found_text {
+            prop_assert!(result.contains(text.as_str()), "{} not in {}", text, result);
+        }
+    }
+
     /// Escaped text holds nothing a terminal acts on; text without such characters is left
     /// as it is; and a JSON document escaped is the same JSON value.
     #[test]
