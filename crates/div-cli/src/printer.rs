@@ -8,6 +8,7 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use div_spec::terminal_safe;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A failure, ready to print: the error with its causes, a hint, and the exit code.
@@ -100,16 +101,20 @@ impl Printer {
     pub(crate) fn status(&mut self, line: &str) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{line}");
+        eprintln!("{}", terminal_safe(line));
     }
 
     /// `warning: …` and `hint: …` on stderr.
     pub(crate) fn warning(&mut self, message: &str, hint: Option<&str>) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{}: {message}", self.paint("warning", "33;1"));
+        eprintln!(
+            "{}: {}",
+            self.paint("warning", "33;1"),
+            terminal_safe(message)
+        );
         if let Some(hint) = hint {
-            eprintln!("{}: {hint}", self.paint("hint", "36;1"));
+            eprintln!("{}: {}", self.paint("hint", "36;1"), terminal_safe(hint));
         }
     }
 
@@ -163,11 +168,19 @@ impl Printer {
         }
     }
 
-    /// Data on stdout: a line of it.
+    /// Data on stdout: a line of it. Characters a terminal would act on are escaped
+    /// (`div_spec::terminal_safe`): names, paths and strings in data come from runs.
     pub(crate) fn data(&mut self, text: &str) -> io::Result<()> {
+        self.data_after_control("", text)
+    }
+
+    /// `control` (div's own terminal sequences, such as clearing the screen) as it is, then
+    /// `text` as [`Printer::data`] writes it.
+    pub(crate) fn data_after_control(&mut self, control: &str, text: &str) -> io::Result<()> {
         self.flush_log()?;
         let mut out = io::stdout().lock();
-        out.write_all(text.as_bytes())?;
+        out.write_all(control.as_bytes())?;
+        out.write_all(terminal_safe(text).as_bytes())?;
         if !text.ends_with('\n') {
             out.write_all(b"\n")?;
         }
@@ -227,12 +240,21 @@ impl Printer {
             return;
         }
         self.end_log_line();
-        eprintln!("{}: {}", self.paint("error", "31;1"), failure.error);
+        let safe = |text: String| terminal_safe(&text).into_owned();
+        eprintln!(
+            "{}: {}",
+            self.paint("error", "31;1"),
+            safe(failure.error.to_string())
+        );
         for cause in failure.error.chain().skip(1) {
-            eprintln!("{}: {cause}", self.paint("caused by", "31"));
+            eprintln!(
+                "{}: {}",
+                self.paint("caused by", "31"),
+                safe(cause.to_string())
+            );
         }
         if let Some(hint) = &failure.hint {
-            eprintln!("{}: {hint}", self.paint("hint", "36;1"));
+            eprintln!("{}: {}", self.paint("hint", "36;1"), terminal_safe(hint));
         }
     }
 

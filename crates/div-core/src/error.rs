@@ -41,8 +41,9 @@ pub enum RunError {
     /// The project cannot be resolved.
     #[error(transparent)]
     Project(#[from] ProjectError),
-    /// The code volume's name is not a volume name.
-    #[error("`{name}` is not a volume name: {message}")]
+    /// A volume's name (`--volume`, `div storage put NAME`) is not a volume name; `message`
+    /// (div-spec's) names it and says what would be.
+    #[error("{message}")]
     Volume { name: String, message: String },
     /// A file named on the command line could not be read.
     #[error("could not read `{}`", path.display())]
@@ -82,6 +83,16 @@ pub enum RunError {
     /// `div storage get` would overwrite a local file.
     #[error("`{}` already exists", path.display())]
     WouldOverwrite { path: PathBuf },
+    /// `div storage put` of something that is neither a file nor a folder.
+    #[error("`{}` is {kind}; `div storage put` sends files and folders", path.display())]
+    NotAFileOrFolder { path: PathBuf, kind: &'static str },
+    /// `div storage get` would write through a link.
+    #[error(
+        "`{}` is a link{}; `div storage get` never writes through a link",
+        link.display(),
+        if path == link { String::new() } else { format!(", and `{}` is under it", path.display()) }
+    )]
+    ThroughLink { path: PathBuf, link: PathBuf },
     /// A local file could not be written.
     #[error("could not write `{}`", path.display())]
     Write {
@@ -98,6 +109,22 @@ pub enum RunError {
     /// A telemetry layout cannot be read.
     #[error("the telemetry layout is not valid: {0}")]
     Layout(String),
+    /// The layout a run would be given (`--telemetry FILE`, or a shipped `telemetry.toml`)
+    /// cannot be read; found before anything is created.
+    #[error("`{}` is not a valid telemetry layout: {message}", path.display())]
+    LayoutFile { path: PathBuf, message: String },
+    /// `--name` is not a run name.
+    #[error(transparent)]
+    RunName(#[from] div_spec::RunNameError),
+    /// `--name` names a run that exists.
+    #[error("a run named `{0}` already exists")]
+    NameTaken(String),
+    /// More GPUs than the control plane has.
+    #[error("this control plane has {have} {sku}; the run asks for {asked}")]
+    TooManyGpus { sku: String, asked: u32, have: u32 },
+    /// A run named by an empty or unusable word (`div logs ''`).
+    #[error("`{typed}` does not name a run: {why}")]
+    BadRunRef { typed: String, why: &'static str },
     /// The control plane failed at a step.
     #[error("could not {during}")]
     Api {
@@ -161,10 +188,27 @@ impl RunError {
             RunError::PutConflict { .. } => Some(
                 "put it somewhere new in the volume with `--to DIR`, or into another volume".into(),
             ),
+            RunError::ThroughLink { .. } => Some(
+                "get it into a new directory, or remove the link from the destination first".into(),
+            ),
+            RunError::NotAFileOrFolder { .. } => {
+                Some("put the files it holds, or copy them into a folder first".into())
+            }
             RunError::WouldOverwrite { .. } => {
                 Some("get it into a new directory, or move the file away first".into())
             }
             RunError::SecretNotFound(_) => Some("`div secrets ls` lists them".into()),
+            RunError::NameTaken(_) => {
+                Some("choose another `--name`, or leave it out for a generated one".into())
+            }
+            RunError::BadRunRef { .. } => {
+                Some("name a run by its name (`run-k4t9`) or id; `div runs` lists them".into())
+            }
+            RunError::LayoutFile { .. } => Some(
+                "a layout is `[[chart]]` tables, each with `series = [\"loss\"]` and optional \
+                 `title` and `x` (docs/commands.md)"
+                    .into(),
+            ),
             RunError::SkuNotOffered { accepted, .. } => Some(format!(
                 "the local control plane offers the GPUs this machine has; run on its cores with \
                  `--gpu {}`, or declare emulated GPUs to try things out with \

@@ -131,11 +131,36 @@ pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunEr
 }
 
 pub(crate) async fn find_run(cp: &dyn ControlPlane, run: &str) -> Result<Run, RunError> {
+    check_run_ref(run)?;
     cp.get_run(run).await.map_err(|e| {
         if e.is_not_found() {
             RunError::RunNotFound(run.to_string())
         } else {
             RunError::api("find the run", e)
         }
+    })
+}
+
+/// Refuses a word that cannot name a run before it reaches the control plane, where `''`
+/// would read as the list of runs and `a/b` as another path.
+pub(crate) fn check_run_ref(run: &str) -> Result<(), RunError> {
+    let why = if run.is_empty() {
+        "it is empty"
+    } else if run.trim().is_empty() {
+        "it is only spaces"
+    } else if run.chars().any(char::is_whitespace) {
+        "run names and ids hold no spaces"
+    } else if run.chars().any(char::is_control) {
+        "run names and ids hold no control characters"
+    } else if run.contains(['/', '?', '#', '%', '\\']) {
+        "run names and ids hold no `/`, `?`, `#`, `%` or `\\`"
+    } else if run == "." || run == ".." {
+        "`.` and `..` are not names"
+    } else {
+        return Ok(());
+    };
+    Err(RunError::BadRunRef {
+        typed: run.to_string(),
+        why,
     })
 }

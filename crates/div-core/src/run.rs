@@ -155,7 +155,7 @@ pub async fn run(
     }
     let mut request = plan.request;
     if let Some((shipment, volume, path)) = &plan.shipment {
-        upload(cp, shipment, volume, path, "", sink).await?;
+        upload(cp, shipment, volume, (path, ""), &CODE_UPLOAD, sink).await?;
     }
     for name in &plan.new_volumes {
         cp.create_volume(name)
@@ -208,8 +208,11 @@ async fn prepare(
         name: volume.clone(),
         message: e.to_string(),
     })?;
+    if let Some(name) = &options.name {
+        div_spec::check_run_name(name)?;
+    }
     let mut telemetry_layout = match &options.telemetry {
-        Some(path) => Some(read_text(path)?),
+        Some(path) => Some(layout_text(path, read_bytes(path)?)?),
         None => None,
     };
 
@@ -238,7 +241,7 @@ async fn prepare(
                     path: shipment.local_path("telemetry.toml"),
                     source,
                 })?;
-            telemetry_layout = Some(String::from_utf8_lossy(&bytes).into_owned());
+            telemetry_layout = Some(layout_text(&shipment.local_path("telemetry.toml"), bytes)?);
         }
         Some(shipment)
     };
@@ -261,6 +264,27 @@ async fn prepare(
         }
         Err(_) => return Err(UnknownSku::with_accepted(&options.gpu, &accepted).into()),
     };
+    if sku.is_gpu()
+        && let Some(have) = api_catalogue
+            .skus
+            .iter()
+            .find(|s| s.name == sku.name())
+            .and_then(|s| s.capacity)
+        && options.gpus > have
+    {
+        return Err(RunError::TooManyGpus {
+            sku: sku.label().to_string(),
+            asked: options.gpus,
+            have,
+        });
+    }
+    if let Some(name) = &options.name {
+        match cp.get_run(name).await {
+            Ok(_) => return Err(RunError::NameTaken(name.clone())),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(RunError::api("look for a run of that name", e)),
+        }
+    }
     let catalogue = pricing_catalogue(&api_catalogue);
     let sizing = catalogue.size(&SizeRequest {
         sku,
@@ -399,20 +423,43 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
     events
 }
 
+/// What an upload's failures say it was doing, in the words of the command that ran it.
+#[derive(Debug)]
+pub(crate) struct UploadWords {
+    make: &'static str,
+    ask: &'static str,
+    send: &'static str,
+    commit: &'static str,
+}
+
+/// `div run`'s code upload.
+pub(crate) const CODE_UPLOAD: UploadWords = UploadWords {
+    make: "make the code volume",
+    ask: "ask which files the volume lacks",
+    send: "upload the code",
+    commit: "commit the code",
+};
+
+/// `div storage put`.
+pub(crate) const STORAGE_PUT: UploadWords = UploadWords {
+    make: "make the volume for `div storage put`",
+    ask: "ask which files the volume lacks for `div storage put`",
+    send: "send the files of `div storage put`",
+    commit: "add the files of `div storage put` to the volume",
+};
+
 /// Send what `volume` lacks of `shipment` (resuming partial blobs), then commit its tree at
 /// `path`, each entry's path under `prefix` when one is given (`div storage put --to`).
 pub(crate) async fn upload(
     cp: &dyn ControlPlane,
     shipment: &Shipment,
     volume: &str,
-    path: &str,
-    prefix: &str,
+    (path, prefix): (&str, &str),
+    words: &UploadWords,
     sink: &mut dyn EventSink,
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
-    cp.create_volume(volume)
-        .await
-        .map_err(api("make the code volume"))?;
+    cp.create_volume(volume).await.map_err(api(words.make))?;
     let mut hashes: Vec<String> = shipment
         .manifest
         .entries
@@ -424,7 +471,7 @@ pub(crate) async fn upload(
     let missing = cp
         .missing_blobs(volume, &hashes)
         .await
-        .map_err(api("ask which files the volume lacks"))?;
+        .map_err(api(words.ask))?;
     let plan = UploadPlan::new(shipment, &missing.missing, &missing.partial);
     sink.event(Event::UploadStarted {
         bytes: plan.total_bytes,
@@ -450,7 +497,7 @@ pub(crate) async fn upload(
             };
             div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
                 .await
-                .map_err(api("upload the code"))?;
+                .map_err(api(words.send))?;
         }
         sent += blob.len;
         sink.event(Event::UploadProgress { sent });
@@ -480,7 +527,7 @@ pub(crate) async fn upload(
     };
     cp.commit_tree(volume, &tree)
         .await
-        .map_err(api("commit the code"))?;
+        .map_err(api(words.commit))?;
     sink.event(Event::UploadFinished);
     Ok(())
 }
@@ -508,11 +555,31 @@ fn pricing_catalogue(c: &ApiCatalogue) -> Catalogue {
     }
 }
 
-fn read_text(path: &Path) -> Result<String, RunError> {
-    std::fs::read_to_string(path).map_err(|source| RunError::Read {
+fn read_bytes(path: &Path) -> Result<Vec<u8>, RunError> {
+    std::fs::read(path).map_err(|source| RunError::Read {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// A telemetry layout's text, once it reads as a layout: refused before anything is created
+/// rather than stored with the run and found wrong when its telemetry is plotted.
+fn layout_text(path: &Path, bytes: Vec<u8>) -> Result<String, RunError> {
+    let refused = |message: String| RunError::LayoutFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        refused(format!(
+            "it is not UTF-8 text (byte {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    match crate::telemetry::Layout::parse(&text) {
+        Ok(_) => Ok(text),
+        Err(RunError::Layout(message)) => Err(refused(message)),
+        Err(e) => Err(refused(e.to_string())),
+    }
 }
 
 /// A key unique to this attempt: the time, the process and a counter.

@@ -89,6 +89,14 @@ pub async fn storage_put(
     options: &PutOptions,
     sink: &mut dyn EventSink,
 ) -> Result<PutSummary, RunError> {
+    // The volume's name first: a bad one is named as such, not blamed on `--to`.
+    options
+        .volume
+        .parse::<VolumeName>()
+        .map_err(|e| RunError::Volume {
+            name: options.volume.clone(),
+            message: e.to_string(),
+        })?;
     let target: VolumePath = format!("{}/{}", options.volume, options.to.as_deref().unwrap_or(""))
         .parse()
         .map_err(|_| RunError::VolumePath {
@@ -97,13 +105,6 @@ pub async fn storage_put(
                 "`--to` is a relative path inside the volume, with no empty, `.` or `..` parts"
                     .into(),
         })?;
-    options
-        .volume
-        .parse::<VolumeName>()
-        .map_err(|e| RunError::VolumePath {
-            typed: options.volume.clone(),
-            message: e.to_string(),
-        })?;
     let (shipment, warnings) = local_tree(&options.local)?;
     let existed = cp
         .list_volumes()
@@ -111,7 +112,15 @@ pub async fn storage_put(
         .map_err(|e| RunError::api("list the volumes", e))?
         .iter()
         .any(|v| v.name == options.volume);
-    let put = crate::run::upload(cp, &shipment, &options.volume, "", &target.path, sink).await;
+    let put = crate::run::upload(
+        cp,
+        &shipment,
+        &options.volume,
+        ("", &target.path),
+        &crate::run::STORAGE_PUT,
+        sink,
+    )
+    .await;
     match put {
         Err(RunError::Api { source, .. }) if source.kind() == ErrorKind::Conflict => {
             let path = source
@@ -139,13 +148,24 @@ pub async fn storage_put(
 
 /// Every file under `local` (or `local` itself, named by its file name), hashed. Only `.git`
 /// folders are left out; links are left out with a warning (a volume holds data, and a link's
-/// target on this machine means nothing there).
+/// target on this machine means nothing there), and so are FIFOs, sockets and devices, which
+/// hold no data to send (reading a FIFO would wait forever).
+///
+/// `local` itself is followed when it is a link (the user named it), and must then be a
+/// regular file or a folder: anything else is refused at once, before the control plane is
+/// asked anything.
 fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
     let read = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RunError::Read { path, source }
     };
     let meta = std::fs::metadata(local).map_err(read(local))?;
+    if !meta.is_dir() && !meta.is_file() {
+        return Err(RunError::NotAFileOrFolder {
+            path: local.to_path_buf(),
+            kind: special_kind(&meta.file_type()),
+        });
+    }
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     let mut warnings = Vec::new();
     let root = if meta.is_dir() {
@@ -168,6 +188,11 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
                     files.push((rel, entry.path()));
                 } else if kind.is_symlink() {
                     warnings.push(format!("`{rel}` is a link, and was left out"));
+                } else {
+                    warnings.push(format!(
+                        "`{rel}` is {}, not a file, and was left out",
+                        special_kind(&kind)
+                    ));
                 }
             }
         }
@@ -188,6 +213,13 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
     let mut entries = Vec::with_capacity(files.len());
     for (rel, path) in &files {
         let meta = std::fs::metadata(path).map_err(read(path))?;
+        // Changed since it was listed: never open what could block (a FIFO) or never end.
+        if !meta.is_file() {
+            return Err(RunError::NotAFileOrFolder {
+                path: path.clone(),
+                kind: special_kind(&meta.file_type()),
+            });
+        }
         let hash = div_ship::hash_file(path).map_err(read(path))?;
         use std::os::unix::fs::PermissionsExt;
         entries.push(ManifestEntry {
@@ -210,6 +242,22 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
         stats: HashStats::default(),
     };
     Ok((shipment, warnings))
+}
+
+/// What a file that is neither a regular file nor a folder is, for people.
+fn special_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else if kind.is_symlink() {
+        "a link"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Where a [`storage_ls`] looked.
@@ -382,6 +430,27 @@ pub async fn storage_get(
             });
         }
     }
+    // Nothing is written through a link: not one already in the destination (`dest/data ->
+    // /etc`), nor one the volume itself holds (`data -> /etc` then `data/passwd`). Checked
+    // for the whole plan before anything is written, and again for each path as it is.
+    let links: Vec<&Path> = plan
+        .iter()
+        .filter(|(_, _, e)| e.kind == "symlink")
+        .map(|(_, local, _)| local.as_path())
+        .collect();
+    for (_, local, entry) in &plan {
+        let inner = if single_file { None } else { Some(&root_dest) };
+        folders_inside(inner, local, entry.kind == "dir", false)?;
+        if let Some(link) = links
+            .iter()
+            .find(|l| local.starts_with(l) && local.as_path() != **l)
+        {
+            return Err(RunError::ThroughLink {
+                path: local.clone(),
+                link: link.to_path_buf(),
+            });
+        }
+    }
     let write = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RunError::Write { path, source }
@@ -391,11 +460,15 @@ pub async fn storage_get(
     }
     let (mut files, mut bytes) = (0, 0);
     for (in_volume, local, entry) in plan {
-        if let Some(parent) = local.parent() {
-            std::fs::create_dir_all(parent).map_err(write(parent))?;
+        if single_file {
+            if let Some(parent) = local.parent() {
+                std::fs::create_dir_all(parent).map_err(write(parent))?;
+            }
+        } else {
+            folders_inside(Some(&root_dest), &local, entry.kind == "dir", true)?;
         }
         match entry.kind.as_str() {
-            "dir" => std::fs::create_dir_all(&local).map_err(write(&local))?,
+            "dir" => {}
             "symlink" => {
                 if let Some(target) = &entry.target {
                     std::os::unix::fs::symlink(target, &local).map_err(write(&local))?;
@@ -409,7 +482,15 @@ pub async fn storage_get(
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default()
                 ));
-                let mut file = tokio::fs::File::create(&partial)
+                // A leftover (or planted) partial goes; removing a link never follows it,
+                // and `create_new` never opens through one.
+                if std::fs::symlink_metadata(&partial).is_ok() {
+                    std::fs::remove_file(&partial).map_err(write(&partial))?;
+                }
+                let mut file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&partial)
                     .await
                     .map_err(write(&partial))?;
                 let got = cp
@@ -441,6 +522,52 @@ pub async fn storage_get(
         bytes,
         dest: root_dest,
     })
+}
+
+/// Checks that every folder between `root` and `local` (and `local` itself when `is_dir`) is
+/// a real folder, never a link nor a file; with `make`, makes the missing ones, one level at
+/// a time (never `create_dir_all`, which follows links). `root` itself is the user's: `None`
+/// (a single file's destination) checks nothing.
+fn folders_inside(
+    root: Option<&PathBuf>,
+    local: &Path,
+    is_dir: bool,
+    make: bool,
+) -> Result<(), RunError> {
+    let Some(root) = root else {
+        return Ok(());
+    };
+    let Ok(rel) = local.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut parts: Vec<_> = rel.components().collect();
+    if !is_dir {
+        parts.pop();
+    }
+    let mut here = root.clone();
+    for part in parts {
+        here.push(part);
+        match std::fs::symlink_metadata(&here) {
+            Ok(meta) if meta.file_type().is_dir() => {}
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(RunError::ThroughLink {
+                    path: local.to_path_buf(),
+                    link: here,
+                });
+            }
+            Ok(_) => return Err(RunError::WouldOverwrite { path: here }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if make {
+                    std::fs::create_dir(&here).map_err(|source| RunError::Write {
+                        path: here.clone(),
+                        source,
+                    })?;
+                }
+            }
+            Err(source) => return Err(RunError::Write { path: here, source }),
+        }
+    }
+    Ok(())
 }
 
 /// Remove a volume and everything in it.

@@ -8,7 +8,6 @@ use div_api::{CheckOutcome, CheckVerdict, TreeEntry};
 use div_pricing::{Catalogue, Rate, SizeRequest};
 use div_ship::ManifestEntry;
 use div_spec::{Check, MemoryGib, Money, Outcome, Sku, VolumeName};
-use serde_json::Value;
 
 pub(crate) use div_spec::{MAX_RUN_SECONDS, format_bytes_short};
 
@@ -101,15 +100,17 @@ pub(crate) fn parse_check(typed: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Judges `check` against the run's result (div-spec's rules); no result judges against
-/// `null`, so every check is unknown.
-pub(crate) fn judge(check: &str, result: Option<&Value>) -> CheckVerdict {
+/// Judges `check` against the run's result, its JSON text (div-spec's rules: numbers compare
+/// as written, never through `f64`); no result judges against `null`, so every check is
+/// unknown.
+pub(crate) fn judge(check: &str, result: Option<&str>) -> CheckVerdict {
     let verdict = match check.parse::<Check>() {
-        Ok(c) => c.evaluate(result.unwrap_or(&Value::Null)),
+        Ok(c) => c.evaluate_json(result.unwrap_or("null")),
         Err(e) => div_spec::Verdict {
             check: check.to_owned(),
             outcome: Outcome::Unknown,
             found: None,
+            found_text: None,
             reason: Some(e.to_string()),
         },
     };

@@ -85,6 +85,9 @@ pub(crate) struct EndRecord {
 pub(crate) struct KeptResult {
     pub(crate) result: Option<Value>,
     pub(crate) problem: Option<String>,
+    /// The result's JSON text, which checks judge: numbers compare as written, not as `f64`.
+    #[serde(skip)]
+    pub(crate) text: Option<String>,
 }
 
 /// The telemetry as kept after the run: `run-dir/telemetry.kept.json`.
@@ -305,7 +308,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     let verdicts: Vec<CheckVerdict> = spec
         .checks
         .iter()
-        .map(|c| rules::judge(c, kept.result.as_ref()))
+        .map(|c| rules::judge(c, kept.text.as_deref()))
         .collect();
     for v in &verdicts {
         let _ = writeln!(log, "{}", v.line);
@@ -443,19 +446,23 @@ fn read_result(path: &Path) -> KeptResult {
         Err(_) => KeptResult {
             result: None,
             problem: Some("the run wrote no result".to_owned()),
+            text: None,
         },
         Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
             Ok(v @ Value::Object(_)) => KeptResult {
                 result: Some(v),
                 problem: None,
+                text: String::from_utf8(bytes).ok(),
             },
             Ok(_) => KeptResult {
                 result: None,
                 problem: Some("the result is not a JSON object".to_owned()),
+                text: None,
             },
             Err(e) => KeptResult {
                 result: None,
                 problem: Some(format!("the result is not JSON: {e}")),
+                text: None,
             },
         },
     }

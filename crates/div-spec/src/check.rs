@@ -1,11 +1,13 @@
 //! Checks: what a run's result must say (`metrics.accuracy>=0.8`), and their verdicts.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::decimal::Decimal;
 
@@ -126,9 +128,17 @@ pub enum CheckError {
     NoValue { typed: String, op: String },
     /// A value that is not a number, bool or string.
     #[error(
-        "`{value}` in `{typed}` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'{value}'`"
+        "`{value}` in `{typed}` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes{}",
+        quoted.as_ref().map(|q| format!(" like `{q}`")).unwrap_or_default()
     )]
-    BadValue { typed: String, value: String },
+    BadValue {
+        typed: String,
+        value: String,
+        /// The value quoted so that it reads back as the string typed, when a quote can.
+        quoted: Option<String>,
+        /// The whole check with `quoted` in place: `status == 'two words'`.
+        suggestion: Option<String>,
+    },
     /// `True`, `null` and other spellings that look like something else.
     #[error(
         "`{value}` in `{typed}` is ambiguous; write `{instead}`, or quote it as a string: `'{value}'`"
@@ -137,6 +147,23 @@ pub enum CheckError {
         typed: String,
         value: String,
         instead: String,
+        /// The whole check with `instead` in place: `converged == true`.
+        suggestion: String,
+    },
+    /// An ordering (`>=`, `<`…) on a value that is not a number, nor a string or boolean
+    /// spelled as one.
+    #[error(
+        "`{value}` in `{typed}` is not a number, and `{op}` compares numbers; {}",
+        match instead { Some(n) => format!("write it `{n}`"), None => "write a number like `0.8` or `-1.5e-3`".to_owned() }
+    )]
+    NotANumber {
+        typed: String,
+        value: String,
+        op: &'static str,
+        /// The number meant, when the value is one written another way (`+1`, `.5`, `5.`).
+        instead: Option<String>,
+        /// The whole check with `instead` in place: `loss < 0.5`.
+        suggestion: Option<String>,
     },
     /// A quote not closed.
     #[error("the string in `{typed}` has no closing quote")]
@@ -148,6 +175,57 @@ pub enum CheckError {
         kind: &'static str,
         op: &'static str,
     },
+}
+
+impl CheckError {
+    /// The whole check the message proposes instead, when it proposes one: it always parses.
+    pub fn suggestion(&self) -> Option<&str> {
+        match self {
+            CheckError::BadValue { suggestion, .. } | CheckError::NotANumber { suggestion, .. } => {
+                suggestion.as_deref()
+            }
+            CheckError::Ambiguous { suggestion, .. } => Some(suggestion),
+            _ => None,
+        }
+    }
+}
+
+/// `s` quoted so that a check reads it back as `s`: in `'…'`, else in `"…"`; `None` when it
+/// holds both quotes.
+fn quote_for(s: &str) -> Option<String> {
+    if !s.contains('\'') {
+        Some(format!("'{s}'"))
+    } else if !s.contains('"') {
+        Some(format!("\"{s}\""))
+    } else {
+        None
+    }
+}
+
+/// The number `text` means when written in a way a check does not take: `+1`, `.5`, `-.5`,
+/// `5.`.
+fn number_meant(text: &str) -> Option<String> {
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let mantissa = mantissa.strip_suffix('.').unwrap_or(mantissa);
+    let mantissa = if mantissa.starts_with('.') {
+        format!("0{mantissa}")
+    } else {
+        mantissa.to_owned()
+    };
+    let number = format!("{sign}{mantissa}{exponent}");
+    Decimal::parse(&number).is_some().then_some(number)
+}
+
+/// `suggestion` when it parses as a check, so a message never proposes one that does not.
+fn valid(suggestion: String) -> Option<String> {
+    suggestion.parse::<Check>().is_ok().then_some(suggestion)
 }
 
 impl FromStr for Check {
@@ -207,7 +285,7 @@ impl FromStr for Check {
             });
         }
         let value_text = rest[len..].trim();
-        let value = parse_value(typed, op, value_text)?;
+        let value = parse_value(typed, path, op, value_text)?;
         let kind = match &value {
             CheckValue::String(_) => Some("string"),
             CheckValue::Bool(_) => Some("boolean"),
@@ -254,7 +332,7 @@ fn is_bare(s: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case(s))
 }
 
-fn parse_value(typed: &str, op: CheckOp, text: &str) -> Result<CheckValue, CheckError> {
+fn parse_value(typed: &str, path: &str, op: CheckOp, text: &str) -> Result<CheckValue, CheckError> {
     let owned = || typed.to_owned();
     if text.is_empty() {
         return Err(CheckError::NoValue {
@@ -268,15 +346,36 @@ fn parse_value(typed: &str, op: CheckOp, text: &str) -> Result<CheckValue, Check
         _ => {}
     }
     let first = text.as_bytes()[0];
+    let bad = || {
+        if op.is_ordering() {
+            let instead = number_meant(text);
+            return CheckError::NotANumber {
+                typed: owned(),
+                value: text.to_owned(),
+                op: op.symbol(),
+                suggestion: instead
+                    .as_ref()
+                    .and_then(|n| valid(format!("{path} {op} {n}"))),
+                instead,
+            };
+        }
+        let quoted = quote_for(text);
+        let suggestion = quoted
+            .as_ref()
+            .and_then(|q| valid(format!("{path} {op} {q}")));
+        CheckError::BadValue {
+            typed: owned(),
+            value: text.to_owned(),
+            quoted: suggestion.as_ref().and(quoted),
+            suggestion,
+        }
+    };
     if first == b'\'' || first == b'"' {
         let quote = char::from(first);
         let inner = &text[1..];
         return match inner.find(quote) {
             Some(end) if end + 1 == inner.len() => Ok(CheckValue::String(inner[..end].to_owned())),
-            Some(_) => Err(CheckError::BadValue {
-                typed: owned(),
-                value: text.to_owned(),
-            }),
+            Some(_) => Err(bad()),
             None => Err(CheckError::Unclosed { typed: owned() }),
         };
     }
@@ -284,26 +383,21 @@ fn parse_value(typed: &str, op: CheckOp, text: &str) -> Result<CheckValue, Check
         return Ok(CheckValue::Number(text.to_owned()));
     }
     let lower = text.to_ascii_lowercase();
-    if matches!(lower.as_str(), "true" | "false") {
+    if matches!(lower.as_str(), "true" | "false") && !op.is_ordering() {
         return Err(CheckError::Ambiguous {
             typed: owned(),
             value: text.to_owned(),
+            suggestion: format!("{path} {op} {lower}"),
             instead: lower,
         });
     }
     if lower == "null" || lower == "none" {
-        return Err(CheckError::BadValue {
-            typed: owned(),
-            value: text.to_owned(),
-        });
+        return Err(bad());
     }
     if is_bare(text) {
         return Ok(CheckValue::String(text.to_owned()));
     }
-    Err(CheckError::BadValue {
-        typed: owned(),
-        value: text.to_owned(),
-    })
+    Err(bad())
 }
 
 impl fmt::Display for Check {
@@ -346,6 +440,10 @@ pub struct Verdict {
     pub outcome: Outcome,
     /// The value found at the path, when there was one (`null` included).
     pub found: Option<Value>,
+    /// A number found, as the result wrote it (`0.30000000000000001`): `found` holds it as
+    /// an `f64`, which may have fewer digits. The verdict's line shows this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_text: Option<String>,
     /// Why the outcome is unknown: `the result has no metrics.accuracy`.
     pub reason: Option<String>,
 }
@@ -361,10 +459,11 @@ impl Verdict {
             Outcome::Failed => "failed",
             Outcome::Unknown => "unknown",
         };
-        let why = match (&self.reason, &self.found) {
-            (Some(reason), _) => reason.clone(),
-            (None, Some(found)) => format!("found {}", describe(found)),
-            (None, None) => "nothing found".to_owned(),
+        let why = match (&self.reason, &self.found_text, &self.found) {
+            (Some(reason), _, _) => reason.clone(),
+            (None, Some(text), _) => format!("found {text}"),
+            (None, None, Some(found)) => format!("found {}", describe(found)),
+            (None, None, None) => "nothing found".to_owned(),
         };
         format!("check {word}: {} ({why})", self.check)
     }
@@ -380,6 +479,9 @@ fn describe(value: &Value) -> String {
     match value {
         Value::Array(_) => "a list".to_owned(),
         Value::Object(_) => "an object".to_owned(),
+        // JSON escapes C0 controls; the rest a terminal acts on (C1, bidi) are escaped too,
+        // as this line goes into the log, which reaches terminals as it is.
+        Value::String(_) => crate::terminal::terminal_safe(&value.to_string()).into_owned(),
         scalar => scalar.to_string(),
     }
 }
@@ -403,47 +505,75 @@ impl Check {
     /// Judges the check against a run's result.
     ///
     /// A missing path or a `null` is [`Outcome::Unknown`]; a value of another type than the
-    /// check's is [`Outcome::Failed`]. Numbers compare exactly as decimals.
+    /// check's is [`Outcome::Failed`]. Numbers compare exactly as decimals. A `Value` holds
+    /// its numbers as `f64` (or integers), so a number written with more digits than an `f64`
+    /// keeps has lost them already: judge the result's JSON text with
+    /// [`Check::evaluate_json`] where it is at hand.
     pub fn evaluate(&self, result: &Value) -> Verdict {
+        self.evaluate_json(&result.to_string())
+    }
+
+    /// Judges the check against a run's result given as JSON text.
+    ///
+    /// Numbers are compared as the decimals written in the text, never through `f64`:
+    /// `{"x":0.30000000000000001}` passes `x > 0.3`, and the verdict's line shows the number
+    /// as written. Text that is not JSON judges as unknown.
+    pub fn evaluate_json(&self, result: &str) -> Verdict {
         let check = self.to_string();
-        let mut here = result;
+        let unknown = |found: Option<Value>, reason: String| Verdict {
+            check: check.clone(),
+            outcome: Outcome::Unknown,
+            found,
+            found_text: None,
+            reason: Some(reason),
+        };
+        let Ok(mut here) = serde_json::from_str::<&RawValue>(result) else {
+            return unknown(None, "the result is not JSON".to_owned());
+        };
         for seg in self.path.split('.') {
-            let next = match here {
-                Value::Object(map) => map.get(seg),
-                Value::Array(items) => seg.parse::<usize>().ok().and_then(|i| items.get(i)),
+            let next = match here.get().trim_start().as_bytes().first() {
+                Some(b'{') => serde_json::from_str::<HashMap<String, &RawValue>>(here.get())
+                    .ok()
+                    .and_then(|mut map| map.remove(seg)),
+                Some(b'[') => serde_json::from_str::<Vec<&RawValue>>(here.get())
+                    .ok()
+                    .and_then(|items| {
+                        seg.parse::<usize>()
+                            .ok()
+                            .and_then(|i| items.get(i).copied())
+                    }),
                 _ => None,
             };
             let Some(next) = next else {
-                return Verdict {
-                    check,
-                    outcome: Outcome::Unknown,
-                    found: None,
-                    reason: Some(format!("the result has no {}", self.path)),
-                };
+                return unknown(None, format!("the result has no {}", self.path));
             };
             here = next;
         }
-        if here.is_null() {
-            return Verdict {
-                check,
-                outcome: Outcome::Unknown,
-                found: Some(Value::Null),
-                reason: Some(format!("the result's {} is null", self.path)),
-            };
+        let text = here.get().trim();
+        // A number is told by its text, not by what `Value` makes of it: `1e400` is past an
+        // `f64` (no `Value` holds it) and still a number, compared exactly.
+        let is_number = text.starts_with(|c: char| c == '-' || c.is_ascii_digit());
+        let found: Option<Value> = serde_json::from_str(text).ok();
+        if text == "null" {
+            return unknown(
+                Some(Value::Null),
+                format!("the result's {} is null", self.path),
+            );
         }
-        let passed = match (&self.value, here) {
-            (CheckValue::Number(want), Value::Number(got)) => {
-                match (Decimal::parse(&got.to_string()), Decimal::parse(want)) {
+        let passed = match (&self.value, &found) {
+            (CheckValue::Number(want), _) if is_number => {
+                match (Decimal::parse(text), Decimal::parse(want)) {
                     (Some(got), Some(want)) => self.op.holds(got.cmp(&want)),
                     _ => false,
                 }
             }
-            (CheckValue::Bool(want), Value::Bool(got)) => self.op.holds(got.cmp(want)),
-            (CheckValue::String(want), Value::String(got)) => {
+            (CheckValue::Bool(want), Some(Value::Bool(got))) => self.op.holds(got.cmp(want)),
+            (CheckValue::String(want), Some(Value::String(got))) => {
                 self.op.holds(got.as_str().cmp(want.as_str()))
             }
             _ => false,
         };
+        let found_text = is_number.then(|| text.to_owned());
         Verdict {
             check,
             outcome: if passed {
@@ -451,7 +581,8 @@ impl Check {
             } else {
                 Outcome::Failed
             },
-            found: Some(here.clone()),
+            found,
+            found_text,
             reason: None,
         }
     }

@@ -33,18 +33,22 @@ mod env;
 mod human;
 mod memory;
 mod money;
+mod run_name;
 mod sku;
 mod slug;
+mod terminal;
 mod volume;
 
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
 pub use entrypoint::{Entrypoint, EntrypointError, EntrypointKind, shell_quote};
-pub use env::{EnvError, EnvPair, is_env_key};
+pub use env::{EnvError, EnvPair, MAX_ENV_VALUE_BYTES, check_env_value, is_env_key};
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};
+pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};
 pub use sku::{Sku, UnknownSku};
 pub use slug::{MAX_SLUG_LEN, Slug, SlugError};
+pub use terminal::{is_terminal_control, terminal_safe};
 pub use volume::{VolumeName, VolumeNameError, is_volume_path, volumes_named};
 
 /// The image a run gets when it names none (`div run --image` unset). One home: div-core

@@ -28,6 +28,9 @@ pub(crate) async fn secrets(
                     .map(|f| settings.cwd.join(f))
                     .as_deref(),
             )?;
+            // Refused here, before the control plane is asked: no NUL, at most 128 KiB.
+            div_spec::check_env_value(&name, &value)
+                .map_err(|e| Failure::new(exit_codes::REFUSED, anyhow!(e)))?;
             let cp = super::connect(settings).await?;
             div_core::secret_set(&*cp, &name, &value)
                 .await
@@ -65,13 +68,22 @@ pub(crate) async fn secrets(
     Ok(exit_codes::SUCCESS)
 }
 
+/// Past this, a value is refused anyway (`div_spec::MAX_ENV_VALUE_BYTES`): reading stops
+/// there rather than hold an endless stdin in memory.
+const READ_AT_MOST: u64 = div_spec::MAX_ENV_VALUE_BYTES as u64 + 3;
+
 /// A secret value: the file's bytes as they are; else a prompt that does not echo when stdin
 /// is a terminal; else all of stdin, less one trailing newline. An empty value is refused.
 pub(crate) fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<String, Failure> {
     let value = match from_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("could not read `{}`", path.display()))
-            .map_err(|e| Failure::new(exit_codes::REFUSED, e))?,
+        Some(path) => {
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|f| f.take(READ_AT_MOST).read_to_string(&mut text))
+                .with_context(|| format!("could not read `{}`", path.display()))
+                .map_err(|e| Failure::new(exit_codes::REFUSED, e))?;
+            text
+        }
         None if std::io::stdin().is_terminal() => prompt_hidden(prompt).map_err(|e| {
             Failure::new(
                 exit_codes::LOCAL,
@@ -81,6 +93,7 @@ pub(crate) fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<Strin
         None => {
             let mut text = String::new();
             std::io::stdin()
+                .take(READ_AT_MOST)
                 .read_to_string(&mut text)
                 .context("could not read the value from stdin")
                 .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;

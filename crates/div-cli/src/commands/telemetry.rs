@@ -83,7 +83,7 @@ pub(crate) async fn telemetry(
         while !run.status.is_terminal() {
             if terminal && !args.json {
                 printer
-                    .data(&format!("\x1b[H\x1b[2J{}", draw(&points)))
+                    .data_after_control("\x1b[H\x1b[2J", &draw(&points))
                     .map_err(super::run::output_failure)?;
                 printer.status(&div_core::last_line(&run));
             }
@@ -100,7 +100,7 @@ pub(crate) async fn telemetry(
         }
         if terminal && !args.json {
             printer
-                .data("\x1b[H\x1b[2J")
+                .data_after_control("\x1b[H\x1b[2J", "")
                 .map_err(super::run::output_failure)?;
         }
     }

@@ -278,7 +278,12 @@ async fn detach_prints_the_name_once_placed() {
 #[tokio::test]
 async fn the_request_carries_every_flag() {
     let world = World::new().await;
-    std::fs::write(world.project().join("telemetry.toml"), "[chart]\n").expect("write");
+    // A layout, as `div run` now reads it before anything is created.
+    std::fs::write(
+        world.project().join("telemetry.toml"),
+        "[[chart]]\nseries = [\"loss\"]\n",
+    )
+    .expect("write");
     world
         .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
         .await;
@@ -345,7 +350,7 @@ async fn the_request_carries_every_flag() {
         "volume": "codevol",
         "path": "code/[ID]"
       },
-      "telemetry_layout": "[chart]\n"
+      "telemetry_layout": "[[chart]]\nseries = [\"loss\"]\n"
     }
     "#);
 }
@@ -621,7 +626,11 @@ async fn the_output_comes_in_order_shipping_header_log_last_line() {
 async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
     let world = World::new().await;
     std::fs::write(world.project().join("telemetry.toml"), "[shipped]\n").expect("write");
-    std::fs::write(world.project().join("charts.toml"), "[named]\n").expect("write");
+    std::fs::write(
+        world.project().join("charts.toml"),
+        "[[chart]]\nseries = [\"named\"]\n",
+    )
+    .expect("write");
     world
         .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
         .await;
@@ -645,7 +654,7 @@ async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
         "volume": "very-cool-classifier-code",
         "path": "code/[ID]"
       },
-      "telemetry_layout": "[named]\n"
+      "telemetry_layout": "[[chart]]\nseries = [\"named\"]\n"
     }
     "#);
 }

@@ -246,9 +246,127 @@ fn refusals() {
     assert_snapshot!(refused::<Check>("converged==True"), @"`True` in `converged==True` is ambiguous; write `true`, or quote it as a string: `'True'`");
     assert_snapshot!(refused::<Check>("result==null"), @"`null` in `result==null` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'null'`");
     assert_snapshot!(refused::<Check>("status=='done"), @"the string in `status=='done` has no closing quote");
-    assert_snapshot!(refused::<Check>("status=='a'b'"), @"`'a'b'` in `status=='a'b'` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `''a'b''`");
-    assert_snapshot!(refused::<Check>("a>=0.8>=1"), @"`0.8>=1` in `a>=0.8>=1` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'0.8>=1'`");
-    assert_snapshot!(refused::<Check>("a>=+1"), @"`+1` in `a>=+1` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'+1'`");
-    assert_snapshot!(refused::<Check>("a>=.5"), @"`.5` in `a>=.5` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'.5'`");
+    assert_snapshot!(refused::<Check>("status=='a'b'"), @r#"`'a'b'` in `status=='a'b'` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `"'a'b'"`"#);
+    assert_snapshot!(refused::<Check>("a>=0.8>=1"), @"`0.8>=1` in `a>=0.8>=1` is not a number, and `>=` compares numbers; write a number like `0.8` or `-1.5e-3`");
+    assert_snapshot!(refused::<Check>("a>=+1"), @"`+1` in `a>=+1` is not a number, and `>=` compares numbers; write it `1`");
+    assert_snapshot!(refused::<Check>("a>=.5"), @"`.5` in `a>=.5` is not a number, and `>=` compares numbers; write it `0.5`");
     assert_snapshot!(refused::<Check>("status==two words"), @"`two words` in `status==two words` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes like `'two words'`");
+}
+
+/// `judge`, on the result's JSON text rather than a `Value`.
+fn judge_text(check: &str, result: &str, line: &str) {
+    let check: Check = check.parse().unwrap_or_else(|e| panic!("`{check}`: {e}"));
+    let verdict = check.evaluate_json(result);
+    assert_eq!(verdict.line(), line);
+    assert_eq!(verdict.passed(), line.starts_with("check passed"));
+}
+
+/// A number with more digits than an `f64` keeps compares as the decimal written, and the
+/// verdict shows it as written: through `f64`, `0.30000000000000001` is `0.3` and fails.
+#[test]
+fn numbers_compare_as_written_in_the_result_text() {
+    let result = r#"{"x": 0.30000000000000001, "m": {"runs": [{"acc": 1e-400}, 2.50]},
+        "big": 123456789012345678901234567890, "tiny": -0.000000000000000000001}"#;
+    judge_text(
+        "x>0.3",
+        result,
+        "check passed: x > 0.3 (found 0.30000000000000001)",
+    );
+    judge_text(
+        "x!=0.3",
+        result,
+        "check passed: x != 0.3 (found 0.30000000000000001)",
+    );
+    judge_text(
+        "x<=0.3",
+        result,
+        "check failed: x <= 0.3 (found 0.30000000000000001)",
+    );
+    judge_text(
+        "m.runs.0.acc>0",
+        result,
+        "check passed: m.runs.0.acc > 0 (found 1e-400)",
+    );
+    judge_text(
+        "m.runs.1==2.5",
+        result,
+        "check passed: m.runs.1 == 2.5 (found 2.50)",
+    );
+    judge_text(
+        "big>123456789012345678901234567889",
+        result,
+        "check passed: big > 123456789012345678901234567889 (found 123456789012345678901234567890)",
+    );
+    judge_text(
+        "tiny<0",
+        result,
+        "check passed: tiny < 0 (found -0.000000000000000000001)",
+    );
+    judge_text(
+        "m.runs.2>0",
+        result,
+        "check unknown: m.runs.2 > 0 (the result has no m.runs.2)",
+    );
+    judge_text(
+        "x>0",
+        "not json",
+        "check unknown: x > 0 (the result is not JSON)",
+    );
+    // Past an `f64`'s range: no `Value` holds it, and it is still compared exactly.
+    judge_text(
+        "huge>1e399",
+        r#"{"huge": 1e400}"#,
+        "check passed: huge > 1e399 (found 1e400)",
+    );
+    judge_text(
+        "huge<-1e399",
+        r#"{"huge": -1e400}"#,
+        "check passed: huge < -1e399 (found -1e400)",
+    );
+    judge_text(
+        "s==x",
+        r#"{"s": 1e400}"#,
+        "check failed: s == x (found 1e400)",
+    );
+    // The last of two equal keys counts, as for a `Value`.
+    judge_text(
+        "d==2",
+        r#"{"d": 1, "d": 2}"#,
+        "check passed: d == 2 (found 2)",
+    );
+}
+
+/// Every whole check a refusal proposes parses, and the message shows what it proposes.
+#[test]
+fn suggestions_are_valid_checks() {
+    for typed in [
+        "status=='a'b'",
+        "status==two words",
+        "status==\"it's\" x",
+        "converged==True",
+        "converged!=FALSE",
+        "a>=+1",
+        "a<.5",
+        "a>-.5",
+        "a>5.",
+        "a>=True",
+        "result==null",
+    ] {
+        let e = typed.parse::<Check>().expect_err(typed);
+        if let Some(suggestion) = e.suggestion() {
+            assert!(
+                suggestion.parse::<Check>().is_ok(),
+                "`{typed}` suggests `{suggestion}`"
+            );
+        }
+    }
+    let e = "a>5.".parse::<Check>().unwrap_err();
+    assert_eq!(e.suggestion(), Some("a > 5"));
+    let e = "a>-.5".parse::<Check>().unwrap_err();
+    assert_eq!(e.suggestion(), Some("a > -0.5"));
+    // Quoting a string for an ordering would only trade one refusal for another.
+    assert_snapshot!(refused::<Check>("a>=True"), @"`True` in `a>=True` is not a number, and `>=` compares numbers; write a number like `0.8` or `-1.5e-3`");
+    assert_eq!("a>=True".parse::<Check>().unwrap_err().suggestion(), None);
+    // A string holding both quotes cannot be quoted: no quoted form is proposed.
+    assert_snapshot!(refused::<Check>(r#"s=='a"b'c'"#), @r#"`'a"b'c'` in `s=='a"b'c'` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes"#);
 }

@@ -55,6 +55,82 @@ proptest! {
         prop_assert_eq!(check.to_string().parse::<Check>(), Ok(check));
     }
 
+    /// Whatever a refused check proposes instead is itself a valid check.
+    #[test]
+    fn proptest_check_suggestions_parse(
+        typed in "[a-z.]{1,4}[<>=!]{1,2}[ a-zA-Z0-9.+\\-'\"=<>]{0,10}",
+    ) {
+        if let Err(e) = typed.parse::<Check>()
+            && let Some(suggestion) = e.suggestion()
+        {
+            prop_assert!(suggestion.parse::<Check>().is_ok(), "`{}` suggests `{}`", typed, suggestion);
+        }
+    }
+
+    /// Checks on a number compare the decimals written: the same as comparing integers
+    /// scaled by a power of ten, for any spelling (exponents, trailing zeros) of either side.
+    #[test]
+    fn proptest_checks_compare_numbers_exactly(
+        a in -10_000_000i64..10_000_000, a_scale in 0u32..25, a_zeros in 0usize..3,
+        b in -10_000_000i64..10_000_000, b_scale in 0u32..25,
+        op in prop::sample::select(vec![">=", "<=", ">", "<", "==", "!="]),
+        exp_form in any::<bool>(),
+    ) {
+        // `a / 10^a_scale`, written plainly (with trailing zeros) or as `<a>e-<a_scale>`.
+        let plain = |n: i64, scale: u32, zeros: usize| {
+            let digits = format!("{:0>width$}", n.unsigned_abs(), width = scale as usize + 1);
+            let (whole, frac) = digits.split_at(digits.len() - scale as usize);
+            let sign = if n < 0 { "-" } else { "" };
+            if frac.is_empty() && zeros == 0 {
+                format!("{sign}{whole}")
+            } else {
+                format!("{sign}{whole}.{frac}{}", "0".repeat(zeros))
+            }
+        };
+        let a_text = if exp_form { format!("{a}e-{a_scale}") } else { plain(a, a_scale, a_zeros) };
+        let b_text = plain(b, b_scale, 0);
+        // Exact: a·10^(s−a_scale) vs b·10^(s−b_scale), in i128.
+        let s = a_scale.max(b_scale);
+        let x = i128::from(a) * 10i128.pow(s - a_scale);
+        let y = i128::from(b) * 10i128.pow(s - b_scale);
+        let holds = match op { ">=" => x >= y, "<=" => x <= y, ">" => x > y, "<" => x < y, "==" => x == y, _ => x != y };
+        let check: Check = format!("v{op}{b_text}").parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        let verdict = check.evaluate_json(&format!("{{\"v\": {a_text}}}"));
+        prop_assert_eq!(verdict.passed(), holds, "{} {} {}", a_text, op, b_text);
+        prop_assert_eq!(verdict.found_text.as_deref(), Some(a_text.as_str()));
+    }
+
+    /// Judging any text, JSON or not, never panics; a number found is shown as written.
+    #[test]
+    fn proptest_evaluate_json_never_panics(
+        result in "[{}\\[\\]\":,a-c0-9.eE+\\- ntrufl]{0,40}",
+        check in prop::sample::select(vec!["a>0", "a.b==1e5", "a.0!=x", "a<=-0.5", "a==true"]),
+    ) {
+        let check: Check = check.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        let verdict = check.evaluate_json(&result);
+        if let Some(text) = &verdict.found_text {
+            prop_assert!(result.contains(text.as_str()), "{} not in {}", text, result);
+        }
+    }
+
+    /// Escaped text holds nothing a terminal acts on; text without such characters is left
+    /// as it is; and a JSON document escaped is the same JSON value.
+    #[test]
+    fn proptest_terminal_safe_escapes_every_control(
+        text in "(\\PC|[\u{0}-\u{1f}\u{7f}-\u{9f}\u{202a}-\u{202e}\u{2066}-\u{2069}\\\\\"])*",
+    ) {
+        let safe = div_spec::terminal_safe(&text);
+        prop_assert!(!safe.chars().any(div_spec::is_terminal_control), "{:?}", safe);
+        if !text.chars().any(div_spec::is_terminal_control) {
+            prop_assert_eq!(&*safe, text.as_str());
+        }
+        let json = serde_json::to_string(&serde_json::json!({"s": text, "n": [1, text]}))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let back: serde_json::Value = serde_json::from_str(&div_spec::terminal_safe(&json))
+            .map_err(|e| TestCaseError::fail(format!("{e}: {json}")))?;
+        prop_assert_eq!(back, serde_json::json!({"s": text, "n": [1, text]}));
+    }
+
     /// No parser panics on any string, and whatever parses round-trips through Display.
     #[test]
     fn proptest_parsers_never_panic(typed in any::<String>()) {

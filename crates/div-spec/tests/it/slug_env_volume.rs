@@ -1,4 +1,4 @@
-use div_spec::{EnvPair, Slug, VolumeName, volumes_named};
+use div_spec::{EnvPair, MAX_ENV_VALUE_BYTES, Slug, VolumeName, check_env_value, volumes_named};
 use insta::assert_snapshot;
 
 use crate::refused;
@@ -56,6 +56,22 @@ fn env_refusals() {
     assert_snapshot!(refused::<EnvPair>(""), @"the variable is empty; write `KEY=value`");
 }
 
+/// A NUL byte cannot travel in an environment, and a value past 128 KiB less 256 bytes cannot
+/// be passed to `execve`: both are refused when typed, naming the variable.
+#[test]
+fn env_values_with_a_nul_or_too_long_are_refused() {
+    assert_snapshot!(refused::<EnvPair>("KEY=a\0b"), @"the value of `KEY` holds a NUL byte (at byte 1), which an environment variable cannot carry");
+    let at_limit = format!("BIG={}", "x".repeat(MAX_ENV_VALUE_BYTES));
+    assert_eq!(
+        at_limit.parse::<EnvPair>().map(|p| p.value.len()),
+        Ok(MAX_ENV_VALUE_BYTES)
+    );
+    let past = format!("BIG={}", "x".repeat(200_000));
+    assert_snapshot!(refused::<EnvPair>(&past), @"the value of `BIG` is 200000 bytes; an environment variable holds at most 130816 bytes (128 KiB less 256); put larger data in a file or a volume");
+    assert_eq!(check_env_value("TOKEN", "secret"), Ok(()));
+    assert!(check_env_value("TOKEN", "se\0cret").is_err());
+}
+
 #[test]
 fn volume_names_in_commands() {
     let check = |command: &str, expect: &[&str]| {
@@ -92,4 +108,17 @@ fn volume_names() {
     assert_snapshot!(refused::<VolumeName>(""), @"`` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
     assert_snapshot!(refused::<VolumeName>("-x"), @"`-x` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit");
     assert!(!refused::<VolumeName>(&"a".repeat(64)).is_empty());
+}
+
+/// What a run planted, as a terminal is shown it.
+#[test]
+fn terminal_safe_escapes_what_a_terminal_acts_on() {
+    assert_eq!(
+        div_spec::terminal_safe("a\u{1b}]0;x\u{7}b\u{9b}2J\r\u{202e}c\td\ne"),
+        "a\\u001b]0;x\\u0007b\\u009b2J\\u000d\\u202ec\td\ne"
+    );
+    assert!(matches!(
+        div_spec::terminal_safe("plain ünïcode\ttab\n"),
+        std::borrow::Cow::Borrowed(_)
+    ));
 }

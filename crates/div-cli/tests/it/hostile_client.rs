@@ -1,0 +1,519 @@
+//! The client's side of issue 13, each test performing the attack or the mistake it is about:
+//! storage that stays inside its lines, refusals that leave the control plane as it was,
+//! checks that compare exactly, and run-provided text that never drives the terminal. Against
+//! the real local control plane where one is needed, else against wiremock.
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+
+use div_test_support::mock::{error_response, json_response};
+use serde_json::json;
+use wiremock::Mock;
+use wiremock::matchers::{method, path};
+
+use crate::support::{DIV, World};
+
+/// A temp home and project on the local control plane; stops the server when dropped.
+struct Local {
+    tmp: tempfile::TempDir,
+}
+
+impl Local {
+    fn new() -> Local {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir_all(tmp.path().join("proj")).expect("mkdir");
+        std::fs::write(tmp.path().join("proj/train.py"), "print('hi')\n").expect("write");
+        Local { tmp }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.tmp.path().join("proj")
+    }
+
+    fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(DIV);
+        c.args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.tmp.path().join("div-home"))
+            .env("DIVERGENT_EMULATE_GPUS", "h100:2")
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    fn div(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("div runs")
+    }
+
+    /// `div args…`, killed if it has not ended after a (generous) while: for commands that
+    /// used to hang. A kill fails the test; the time is a guard, not a measurement.
+    fn div_or_hang(&self, args: &[&str]) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("div starts");
+        let guard = std::time::Instant::now();
+        loop {
+            if child.try_wait().expect("wait").is_some() {
+                return child.wait_with_output().expect("output");
+            }
+            if guard.elapsed() > std::time::Duration::from_secs(120) {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!("`div {}` hung: {}", args.join(" "), text(&out.stderr));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// What the control plane holds, as `div` lists it: the volumes, everything in each,
+    /// and the runs.
+    fn state(&self) -> String {
+        let volumes = text(&self.div(&["storage", "ls", "--json"]).stdout);
+        let mut state = format!("volumes: {volumes}\n");
+        let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&volumes)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect();
+        for name in names {
+            let inside = self.div(&["storage", "ls", "-r", &name]);
+            state.push_str(&format!("{name}: {}\n", text(&inside.stdout)));
+        }
+        let runs = self.div(&["runs", "--all", "--json"]);
+        state.push_str(&format!("runs: {}\n", text(&runs.stdout)));
+        state
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every refusal of `div run` leaves the control plane as it was: no code volume, no tree,
+/// no volume the command names. Each one's state is compared before and after.
+#[test]
+fn every_refusal_of_div_run_leaves_the_control_plane_unchanged() {
+    let local = Local::new();
+    std::fs::write(local.project().join("bad.toml"), "[chart]\n").expect("write");
+    std::fs::write(local.project().join("bad-utf8.toml"), b"\xff\xfe").expect("write");
+    // One run that is there, so that its name is taken.
+    let first = local.div(&["run", "--gpu", "cpu", "--name", "taken", "train.py"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let before = local.state();
+    assert!(before.contains("proj-code"), "{before}");
+
+    let names_a_volume = "python train.py && ls /mnt/newvol";
+    let refusals: &[(&[&str], &str)] = &[
+        (&["--name", "A/B"], "`A/B` is not a run name"),
+        (&["--name", "r_abc"], "`r_abc` is not a run name"),
+        (&["--name", "taken"], "a run named `taken` already exists"),
+        (
+            &["--telemetry", "bad.toml"],
+            "bad.toml` is not a valid telemetry layout",
+        ),
+        (
+            &["--telemetry", "bad-utf8.toml"],
+            "bad-utf8.toml` is not a valid telemetry layout: it is not UTF-8",
+        ),
+        (
+            &["--gpu", "h100", "--gpus", "3"],
+            "this control plane has 2 H100; the run asks for 3",
+        ),
+        (&["--volume", "Code"], "`Code` is not a volume name"),
+    ];
+    for (flags, says) in refusals {
+        let mut args = vec!["run"];
+        if !flags.contains(&"--gpu") {
+            args.extend_from_slice(&["--gpu", "cpu"]);
+        }
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", names_a_volume]);
+        let out = local.div(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(200), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(local.state(), before, "{args:?} left something behind");
+    }
+
+    // A shipped `telemetry.toml` that is not a layout: refused before anything is made.
+    std::fs::write(local.project().join("telemetry.toml"), "[[chart]]\n").expect("write");
+    std::fs::write(local.project().join("new.py"), "print(2)\n").expect("write");
+    let out = local.div(&["run", "--gpu", "cpu", "--", names_a_volume]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(200), "{stderr}");
+    assert!(
+        stderr.contains("telemetry.toml` is not a valid telemetry layout"),
+        "{stderr}"
+    );
+    assert_eq!(local.state(), before, "a bad shipped telemetry.toml");
+}
+
+/// `div storage get` into a destination holding a link to a folder elsewhere, under the name
+/// of a folder the volume holds: the get is refused, and nothing lands where the link points.
+#[test]
+fn storage_get_never_writes_through_a_link_in_the_destination() {
+    let local = Local::new();
+    let data = local.project().join("data");
+    std::fs::create_dir_all(data.join("sub")).expect("mkdir");
+    std::fs::write(data.join("sub/planted.txt"), "x\n").expect("write");
+    let put = local.div(&["storage", "put", "ds", "data"]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+
+    let elsewhere = local.tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let out_dir = local.project().join("out");
+    std::fs::create_dir_all(&out_dir).expect("mkdir");
+    std::os::unix::fs::symlink(&elsewhere, out_dir.join("sub")).expect("symlink");
+
+    let got = local.div(&["storage", "get", "ds", "out"]);
+    let stderr = text(&got.stderr);
+    assert_eq!(got.status.code(), Some(200), "{stderr}");
+    assert!(
+        stderr.contains("is a link") && stderr.contains("never writes through a link"),
+        "{stderr}"
+    );
+    assert!(
+        !elsewhere.join("planted.txt").exists(),
+        "the get wrote through the link"
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).expect("read").count(),
+        0,
+        "nothing may land where the link points"
+    );
+
+    // A planted partial-download link is never written through either.
+    let victim = local.tmp.path().join("victim.txt");
+    std::fs::write(&victim, "keep\n").expect("write");
+    let fresh = local.project().join("fresh");
+    std::fs::create_dir_all(fresh.join("sub")).expect("mkdir");
+    std::os::unix::fs::symlink(&victim, fresh.join("sub/.planted.txt.div-partial"))
+        .expect("symlink");
+    let got = local.div(&["storage", "get", "ds", "fresh"]);
+    assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&victim).ok().as_deref(),
+        Some("keep\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(fresh.join("sub/planted.txt"))
+            .ok()
+            .as_deref(),
+        Some("x\n")
+    );
+}
+
+/// A volume that holds a link and a file "under" it (a hostile control plane, or a tree a run
+/// made): the get is refused before anything is written.
+#[tokio::test]
+async fn storage_get_never_writes_through_a_link_the_volume_holds() {
+    let world = World::new().await;
+    let outside = world.tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let entries = json!({"entries": [
+        {"path": "evil", "kind": "symlink", "size": 0, "target": outside.display().to_string()},
+        {"path": "evil/passwd", "kind": "file", "size": 5},
+    ]});
+    Mock::given(method("GET"))
+        .and(path("/v1/volumes/ds/tree"))
+        .respond_with(json_response(200, &entries))
+        .mount(&world.server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/volumes/ds/file"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_bytes("owned"))
+        .mount(&world.server)
+        .await;
+    let done = world.div(&["storage", "get", "ds", "out"]).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(done.stderr.contains("is a link"), "{}", done.stderr);
+    assert!(!outside.join("passwd").exists(), "wrote through the link");
+    assert!(
+        std::fs::symlink_metadata(world.project().join("out/evil")).is_err(),
+        "nothing is written when the plan is refused"
+    );
+}
+
+/// `div storage put` of a FIFO or a device is refused at once (reading either never ends);
+/// one inside a folder is left out with a warning.
+#[test]
+fn storage_put_of_a_fifo_or_a_device_is_refused_at_once() {
+    let local = Local::new();
+    let fifo = local.project().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let out = local.div_or_hang(&["storage", "put", "ds", "fifo"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(200), "{stderr}");
+    assert!(
+        stderr.contains("fifo` is a FIFO; `div storage put` sends files and folders"),
+        "{stderr}"
+    );
+    let out = local.div_or_hang(&["storage", "put", "ds", "/dev/zero"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(200), "{stderr}");
+    assert!(stderr.contains("`/dev/zero` is a device"), "{stderr}");
+    assert!(!local.state().contains("\"ds\""), "nothing was made");
+
+    let folder = local.project().join("folder");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    std::fs::write(folder.join("a.txt"), "a\n").expect("write");
+    std::fs::rename(&fifo, folder.join("pipe")).expect("move the fifo");
+    let out = local.div_or_hang(&["storage", "put", "ds", "folder"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: `pipe` is a FIFO, not a file, and was left out"),
+        "{stderr}"
+    );
+}
+
+/// A link named on the command line is followed (the user named it); the volume gets the
+/// link's name and the target's content. Links inside a folder are left out.
+#[test]
+fn storage_put_follows_a_link_named_on_the_command_line() {
+    let local = Local::new();
+    std::fs::write(local.project().join("model-v3.bin"), "weights\n").expect("write");
+    std::os::unix::fs::symlink("model-v3.bin", local.project().join("latest.bin"))
+        .expect("symlink");
+    let out = local.div(&["storage", "put", "ds", "latest.bin"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dest = local.project().join("back");
+    let got = local.div(&["storage", "get", "ds/latest.bin", "back"]);
+    assert_eq!(got.status.code(), Some(0), "{}", text(&got.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&dest).ok().as_deref(),
+        Some("weights\n")
+    );
+}
+
+/// A bad volume name is named as such, not blamed on `--to`.
+#[test]
+fn storage_put_names_the_bad_volume_name() {
+    let local = Local::new();
+    let out = local.div(&["storage", "put", "UPPER", "train.py", "--to", "x"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(200), "{stderr}");
+    assert_eq!(
+        stderr.lines().next().unwrap_or_default(),
+        "error: `UPPER` is not a volume name: 1 to 63 lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit",
+    );
+}
+
+/// A failing step of `div storage put` names `div storage put`, not the code upload.
+#[tokio::test]
+async fn storage_put_errors_name_the_command_that_ran() {
+    let world = World::new().await;
+    std::fs::write(world.project().join("a.txt"), "a\n").expect("write");
+    Mock::given(method("GET"))
+        .and(path("/v1/volumes"))
+        .respond_with(json_response(200, &json!({"volumes": []})))
+        .mount(&world.server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/volumes"))
+        .respond_with(error_response(
+            422,
+            "invalid",
+            "the disk is full",
+            json!({}),
+        ))
+        .mount(&world.server)
+        .await;
+    let done = world.div(&["storage", "put", "ds", "a.txt"]).await;
+    assert_ne!(done.code, 0);
+    assert!(
+        done.stderr
+            .starts_with("error: could not make the volume for `div storage put`\n"),
+        "{}",
+        done.stderr
+    );
+    assert!(!done.stderr.contains("code"), "{}", done.stderr);
+}
+
+/// `div logs ''` (and `stop`, `result`, `telemetry`) says what is wrong with the word, and
+/// asks the control plane nothing.
+#[tokio::test]
+async fn an_empty_run_name_is_refused_with_what_is_wrong() {
+    let world = World::new().await;
+    for command in ["logs", "stop", "result", "telemetry"] {
+        for word in ["", " ", "a/b"] {
+            let done = world.div(&[command, word]).await;
+            assert_eq!(done.code, 200, "{command} {word:?}: {}", done.stderr);
+            assert!(
+                done.stderr
+                    .starts_with(&format!("error: `{word}` does not name a run: ")),
+                "{command} {word:?}: {}",
+                done.stderr
+            );
+            assert!(!done.stderr.contains("missing field"), "{}", done.stderr);
+        }
+    }
+    assert!(world.requests().await.is_empty());
+}
+
+/// `--volume` errors say it once.
+#[tokio::test]
+async fn a_bad_volume_is_named_once() {
+    let world = World::new().await;
+    let done = world.div(&["run", "--volume", "A", "train.py"]).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert_eq!(
+        done.stderr.matches("is not a volume name").count(),
+        1,
+        "{}",
+        done.stderr
+    );
+}
+
+/// A value past 128 KiB less 256 bytes is refused as `--env` is parsed (one argument cannot be
+/// much longer: the kernel refuses arguments past 128 KiB).
+#[tokio::test]
+async fn an_env_value_past_the_limit_is_refused_when_typed() {
+    let world = World::new().await;
+    let big = format!("BIG={}", "x".repeat(131_000));
+    let done = world.div(&["run", "--env", &big, "train.py"]).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(
+            "the value of `BIG` is 131000 bytes; an environment variable holds at most 130816 bytes"
+        ),
+        "{}",
+        done.stderr
+    );
+    assert!(world.requests().await.is_empty());
+}
+
+/// A secret's value with a NUL byte is refused before the control plane is asked.
+#[tokio::test]
+async fn a_secret_with_a_nul_is_refused_when_set() {
+    let world = World::new().await;
+    std::fs::write(world.project().join("token"), b"ab\0cd").expect("write");
+    let done = world
+        .div(&["secrets", "set", "TOKEN", "--from-file", "token"])
+        .await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("the value of `TOKEN` holds a NUL byte (at byte 2)"),
+        "{}",
+        done.stderr
+    );
+    assert!(world.requests().await.is_empty());
+}
+
+/// `{"x":0.30000000000000001}` passes `x>0.3`: the number is compared as written, and shown
+/// as written. Through `f64` it would be `0.3` and fail.
+#[test]
+fn checks_compare_the_result_as_written() {
+    let local = Local::new();
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--no-upload",
+        "--check",
+        "x>0.3",
+        "--check",
+        "big>=123456789012345678901234567890",
+        "--",
+        r#"printf '{"x":0.30000000000000001,"big":123456789012345678901234567890}' > "$DIVERGENT_RESULT_PATH""#,
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("check passed: x > 0.3 (found 0.30000000000000001)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "check passed: big >= 123456789012345678901234567890 (found 123456789012345678901234567890)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stderr.contains("passed 2 of 2 checks"), "{stderr}");
+}
+
+/// Whether `s` holds a character a terminal acts on: ESC, C1 controls (CSI is U+009B), BEL,
+/// a carriage return, or a bidi override.
+fn drives_a_terminal(s: &str) -> bool {
+    s.chars()
+        .any(|c| matches!(c, '\u{1b}' | '\u{7}' | '\r' | '\u{9b}' | '\u{202e}'))
+}
+
+/// A run that plants escape sequences in its failure reason, its result's strings and the
+/// names of files it leaves in a volume: none reach the terminal as they are.
+#[test]
+fn run_provided_text_is_escaped_before_the_terminal() {
+    let local = Local::new();
+    let script = r#"printf '{"s":"a\u001b]0;owned\u0007b\u009b2Jc\u202eevil"}' > "$DIVERGENT_RESULT_PATH"; mkdir -p /mnt/vol; : > "/mnt/vol/$(printf 'f\033[2Jg')"; printf 'boom \033]0;title\007 \302\233 1J\r\n'; exit 4"#;
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--no-upload",
+        "--check",
+        "s==x",
+        "--",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(!drives_a_terminal(&stderr), "{stderr:?}");
+    assert!(
+        stderr.contains("boom \\u001b]0;title\\u0007 \\u009b 1J"),
+        "{stderr}"
+    );
+    // The verdict line goes into the log, which is the run's own bytes and printed as they
+    // are: the found string in it is escaped where it is written.
+    let stdout = text(&out.stdout);
+    let verdict = stdout
+        .lines()
+        .find(|l| l.starts_with("check failed: s == x"))
+        .unwrap_or_default();
+    assert!(!drives_a_terminal(verdict), "{verdict:?}");
+    assert!(verdict.contains(r"\u009b2Jc\u202eevil"), "{verdict}");
+
+    let runs = local.div(&["runs", "--all", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("JSON");
+    let name = listed[0]["name"].as_str().expect("a name").to_owned();
+    for args in [
+        vec!["result", name.as_str()],
+        vec!["result", name.as_str(), "--json"],
+        vec!["runs", "--all"],
+        vec!["logs", name.as_str(), "--json"],
+        vec!["storage", "ls", "-r", "vol"],
+        vec!["storage", "ls", "-r", "vol", "--json"],
+    ] {
+        let out = local.div(&args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        // `logs` prints the log itself on stderr with --json: that is the run's own bytes.
+        if args[0] != "logs" {
+            assert!(!drives_a_terminal(&stderr), "{args:?}: {stderr:?}");
+        }
+        assert!(!drives_a_terminal(&stdout), "{args:?}: {stdout:?}");
+        if args.ends_with(&["--json"]) {
+            serde_json::from_str::<serde_json::Value>(&stdout)
+                .unwrap_or_else(|e| panic!("{args:?}: still JSON: {e}: {stdout}"));
+        }
+    }
+    let ls = text(&local.div(&["storage", "ls", "-r", "vol"]).stdout);
+    assert!(ls.contains(r"f\u001b[2Jg"), "{ls}");
+}
