@@ -77,6 +77,11 @@ pub(crate) fn shows_progress(stderr_is_terminal: bool, bytes: u64) -> bool {
     stderr_is_terminal && bytes > 0
 }
 
+const WARNING: anstyle::Style = anstyle::AnsiColor::Yellow.on_default().bold();
+const HINT: anstyle::Style = anstyle::AnsiColor::Cyan.on_default().bold();
+const ERROR: anstyle::Style = anstyle::AnsiColor::Red.on_default().bold();
+const CAUSE: anstyle::Style = anstyle::AnsiColor::Red.on_default();
+
 /// An upload shorter than this shows no progress bar.
 const PROGRESS_AFTER: Duration = Duration::from_millis(700);
 
@@ -107,9 +112,9 @@ impl Printer {
     pub(crate) fn warning(&mut self, message: &str, hint: Option<&str>) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{}: {message}", self.paint("warning", "33;1"));
+        eprintln!("{}: {message}", self.paint("warning", WARNING));
         if let Some(hint) = hint {
-            eprintln!("{}: {hint}", self.paint("hint", "36;1"));
+            eprintln!("{}: {hint}", self.paint("hint", HINT));
         }
     }
 
@@ -227,12 +232,12 @@ impl Printer {
             return;
         }
         self.end_log_line();
-        eprintln!("{}: {}", self.paint("error", "31;1"), failure.error);
+        eprintln!("{}: {}", self.paint("error", ERROR), failure.error);
         for cause in failure.error.chain().skip(1) {
-            eprintln!("{}: {cause}", self.paint("caused by", "31"));
+            eprintln!("{}: {cause}", self.paint("caused by", CAUSE));
         }
         if let Some(hint) = &failure.hint {
-            eprintln!("{}: {hint}", self.paint("hint", "36;1"));
+            eprintln!("{}: {hint}", self.paint("hint", HINT));
         }
     }
 
@@ -247,9 +252,9 @@ impl Printer {
         }
     }
 
-    fn paint(&self, text: &str, sgr: &str) -> String {
+    fn paint(&self, text: &str, style: anstyle::Style) -> String {
         if self.color {
-            format!("\x1b[{sgr}m{text}\x1b[0m")
+            format!("{style}{text}{style:#}")
         } else {
             text.to_string()
         }

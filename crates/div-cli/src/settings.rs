@@ -37,7 +37,8 @@ pub(crate) struct Settings {
     /// `DIVERGENT_API_TIMEOUT` (seconds): how long one call to the control plane may take,
     /// retries included.
     pub(crate) deadline: Option<std::time::Duration>,
-    /// Whether stderr may be coloured: it is a terminal and `NO_COLOR` is unset.
+    /// Whether stderr may be coloured: `NO_COLOR` unset, and `CLICOLOR_FORCE` set or stderr a
+    /// terminal that takes colour.
     pub(crate) color: bool,
     /// `$XDG_CONFIG_HOME/div/config.json`, where `div login` writes.
     pub(crate) user_config: Option<PathBuf>,
@@ -94,8 +95,10 @@ impl Settings {
             project_file.as_ref().map(|(p, m)| (p.as_path(), m)),
             user_config.as_ref().map(|(p, m)| (p.as_path(), m)),
         )?;
+        // anstream's reading of the conventions: `NO_COLOR` wins, then `CLICOLOR_FORCE`, then
+        // `CLICOLOR=0`, then whether stderr is a terminal that takes colour.
         let color =
-            env("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
         let deadline = match env("DIVERGENT_API_TIMEOUT") {
             Some(t) => Some(std::time::Duration::from_secs(t.parse().with_context(
                 || format!("DIVERGENT_API_TIMEOUT is `{t}`, not a whole number of seconds"),
@@ -181,6 +184,10 @@ impl Settings {
             if color { "on" } else { "off" }.into(),
             if env("NO_COLOR").is_some() {
                 "NO_COLOR".into()
+            } else if env("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+                "CLICOLOR_FORCE".into()
+            } else if env("CLICOLOR").is_some_and(|v| v == "0") {
+                "CLICOLOR".into()
             } else {
                 "default: on when stderr is a terminal".into()
             },

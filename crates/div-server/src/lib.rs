@@ -37,6 +37,9 @@ mod supervisor;
 mod sys;
 mod volumes;
 
+pub mod local;
+pub use local::{LocalControlPlane, StartError};
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

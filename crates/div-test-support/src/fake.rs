@@ -8,10 +8,12 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
-    ApiError, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane, CreateRun,
+    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane, CreateRun,
     EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList, RunResult,
-    RunStatus, SecretInfo, SkuOffer, Telemetry, Volume, VolumeEntry,
+    RunStatus, SecretInfo, SkuOffer, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
+use div_pricing::{SizeRequest, SkuPrice};
+use div_spec::{MemoryGib, UnknownSku};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
@@ -64,6 +66,8 @@ struct State {
     /// Oldest first.
     runs: Vec<Run>,
     logs: HashMap<String, Vec<u8>>,
+    /// Each run's telemetry file, as the run wrote it.
+    telemetry: HashMap<String, String>,
     keys: HashMap<String, (Value, String)>,
     secrets: BTreeMap<String, (String, SecretInfo)>,
     next: u64,
@@ -126,6 +130,68 @@ impl FakeControlPlane {
         r.ended_at = Some(FAKE_TIME.to_owned());
         r.log_bytes = log.len() as u64;
         Ok(r.clone())
+    }
+}
+
+impl FakeControlPlane {
+    /// The run's telemetry file (`DIVERGENT_TELEMETRY_PATH`) now holds `jsonl`, as if the run
+    /// had written it: read back the way the local control plane reads it, one JSON object a
+    /// line, blank lines skipped, any other line a bad line.
+    pub fn write_telemetry(&self, run: &str, jsonl: &str) -> Result<(), ApiError> {
+        let mut state = self.state();
+        let found = find_run(&state.runs, run)?;
+        let id = state.runs[found].id.clone();
+        state.telemetry.insert(id, jsonl.to_owned());
+        Ok(())
+    }
+}
+
+/// Points and bad lines of a telemetry file past line `after`, as div-server reads them.
+fn read_telemetry(jsonl: &str, after: u64) -> (Vec<TelemetryPoint>, Vec<BadLine>) {
+    let (mut points, mut bad) = (Vec::new(), Vec::new());
+    for (i, line) in jsonl.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        if line_no <= after || line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(point @ Value::Object(_)) => points.push(TelemetryPoint {
+                line: line_no,
+                point,
+            }),
+            Ok(_) => bad.push(BadLine {
+                line: line_no,
+                error: "not a JSON object".to_owned(),
+            }),
+            Err(e) => bad.push(BadLine {
+                line: line_no,
+                error: e.to_string(),
+            }),
+        }
+    }
+    (points, bad)
+}
+
+/// div-pricing's catalogue from the API's: the SKUs div-pricing knows how to size.
+fn pricing_catalogue(c: &Catalogue) -> div_pricing::Catalogue {
+    div_pricing::Catalogue {
+        skus: c
+            .skus
+            .iter()
+            .filter_map(|s| {
+                Some(SkuPrice {
+                    sku: s.name.parse().ok()?,
+                    cents_per_hour: s.cents_per_hour,
+                    cores_per_unit: s.cores_per_unit,
+                    memory_gib_per_unit: s.memory_gib_per_unit,
+                })
+            })
+            .collect(),
+        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
+        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
+        max_cores: c.max_cores,
+        max_memory_gib: c.max_memory_gib,
+        max_run_seconds: c.max_run_seconds,
     }
 }
 
@@ -294,7 +360,7 @@ impl ControlPlane for FakeControlPlane {
             .volumes
             .get_mut(volume)
             .ok_or_else(|| not_found("volume", volume))?;
-        if !good_path(&tree.path) {
+        if !tree.path.is_empty() && !good_path(&tree.path) {
             return Err(invalid(
                 format!("bad tree path `{}`", tree.path),
                 Value::Null,
@@ -338,6 +404,9 @@ impl ControlPlane for FakeControlPlane {
             bytes,
             extra: Default::default(),
         };
+        if tree.path.is_empty() {
+            return add_to_root(v, volume, tree, committed);
+        }
         if let Some(existing) = v.trees.get(&tree.path) {
             if *existing == tree.entries {
                 return Ok(committed);
@@ -421,7 +490,7 @@ impl ControlPlane for FakeControlPlane {
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
         let catalogue = self.catalogue().await?;
-        let Some(offer) = catalogue.skus.iter().find(|s| s.name == run.sku) else {
+        if !catalogue.skus.iter().any(|s| s.name == run.sku) {
             let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
             return Err(ApiError::from_server(
                 ErrorKind::Refused,
@@ -429,7 +498,18 @@ impl ControlPlane for FakeControlPlane {
                 format!("unknown SKU `{}`", run.sku),
                 json!({ "accepted": accepted }),
             ));
-        };
+        }
+        // Sized and priced by div-pricing's rules, as div-server sizes them.
+        let sizing = pricing_catalogue(&catalogue)
+            .size(&SizeRequest {
+                sku: run.sku.parse().map_err(|e: UnknownSku| {
+                    invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
+                })?,
+                gpus: run.gpus,
+                cpu: run.cpu,
+                memory: run.memory_gib.map(MemoryGib::new),
+            })
+            .map_err(|e| invalid(e.to_string(), Value::Null))?;
         let body = serde_json::to_value(run).expect("a CreateRun serializes");
         let mut state = self.state();
         if let Some((seen, id)) = state.keys.get(idempotency_key) {
@@ -457,7 +537,6 @@ impl ControlPlane for FakeControlPlane {
         }
         state.next += 1;
         let n = state.next;
-        let units = i64::from(run.gpus.max(1));
         let created = Run {
             id: format!("r_fake{n:04}"),
             name: run.name.clone().unwrap_or_else(|| format!("run-f{n:03}")),
@@ -466,12 +545,10 @@ impl ControlPlane for FakeControlPlane {
             entrypoint: run.entrypoint.clone(),
             command: run.command.clone(),
             sku: run.sku.clone(),
-            gpus: run.gpus,
-            cores: run.cpu.unwrap_or(offer.cores_per_unit * run.gpus.max(1)),
-            memory_gib: run
-                .memory_gib
-                .unwrap_or(offer.memory_gib_per_unit * run.gpus.max(1)),
-            cents_per_hour: offer.cents_per_hour * units,
+            gpus: sizing.gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+            cents_per_hour: sizing.rate.cents_per_hour(),
             max_spend_cents: run.max_spend_cents,
             spent_cents: 0,
             image: run.image.clone().unwrap_or_else(|| "default".to_owned()),
@@ -586,12 +663,17 @@ impl ControlPlane for FakeControlPlane {
         })
     }
 
-    async fn telemetry(&self, run: &str, _after: u64) -> Result<Telemetry, ApiError> {
-        let r = self.get_run(run).await?;
+    async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
+        let state = self.state();
+        let r = &state.runs[find_run(&state.runs, run)?];
+        let (points, bad_lines) = read_telemetry(
+            state.telemetry.get(&r.id).map_or("", String::as_str),
+            after,
+        );
         Ok(Telemetry {
-            run: r.id,
-            points: Vec::new(),
-            bad_lines: Vec::new(),
+            run: r.id.clone(),
+            points,
+            bad_lines,
             extra: Default::default(),
         })
     }
@@ -627,6 +709,69 @@ impl ControlPlane for FakeControlPlane {
             .map(drop)
             .ok_or_else(|| not_found("secret", name))
     }
+}
+
+/// A tree committed at `""` (what `div storage put` sends), as div-server adds it to the
+/// volume's root: each path the volume lacks is written, one it holds with the same content
+/// is left as it is, and one it holds with other content (or a file where the tree needs a
+/// folder) refuses the whole commit with a conflict naming the path, before anything is
+/// written.
+fn add_to_root(
+    v: &mut FakeVolume,
+    volume: &str,
+    tree: &CommitTree,
+    committed: CommittedTree,
+) -> Result<CommittedTree, ApiError> {
+    let conflict = |path: &str| {
+        ApiError::from_server(
+            ErrorKind::Conflict,
+            "conflict".to_owned(),
+            format!("`{path}` in volume `{volume}` holds something else; a put never replaces it"),
+            json!({ "path": path }),
+        )
+    };
+    let is_folder = |p: &str| v.files.keys().any(|k| k.starts_with(&format!("{p}/")));
+    let mut new = Vec::new();
+    for e in &tree.entries {
+        let parts: Vec<&str> = e.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            if v.files.contains_key(&above) {
+                return Err(conflict(&above));
+            }
+        }
+        let data = e
+            .hash
+            .as_ref()
+            .and_then(|h| v.blobs.get(h).cloned())
+            .unwrap_or_default();
+        match v.files.get(&e.path) {
+            None if is_folder(&e.path) => return Err(conflict(&e.path)),
+            None => new.push((e, data)),
+            Some(f) => {
+                let same = f.kind == e.kind
+                    && match e.kind {
+                        EntryKind::File => f.data == data,
+                        EntryKind::Symlink => f.target == e.target,
+                    };
+                if !same {
+                    return Err(conflict(&e.path));
+                }
+            }
+        }
+    }
+    for (e, data) in new {
+        v.files.insert(
+            e.path.clone(),
+            FakeFile {
+                kind: e.kind,
+                data,
+                executable: e.executable,
+                target: e.target.clone(),
+            },
+        );
+    }
+    Ok(committed)
 }
 
 /// Events handed out back to front.
