@@ -1,6 +1,6 @@
 //! [`FakeControlPlane`]: an in-memory [`ControlPlane`], no HTTP, that passes the
 //! conformance suite. Runs do not execute: they stay `queued` until stopped or finished
-//! with [`FakeControlPlane::finish_run`].
+//! with [`FakeControlPlane::finish_run`]; a followed log waits for that, as the server's does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
-    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane, CreateRun,
-    EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList, RunResult,
-    RunStatus, SecretInfo, SkuOffer, Telemetry, TelemetryPoint, Volume, VolumeEntry,
+    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
+    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList,
+    RunResult, RunStatus, SecretInfo, SkuOffer, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
 use div_pricing::{SizeRequest, SkuPrice};
 use div_spec::{MemoryGib, UnknownSku};
@@ -78,6 +78,8 @@ struct State {
 pub struct FakeControlPlane {
     catalogue: Option<Catalogue>,
     state: Mutex<State>,
+    /// Told whenever a run ends or its log grows, for followed logs waiting on it.
+    changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for FakeControlPlane {
@@ -105,6 +107,7 @@ impl FakeControlPlane {
         FakeControlPlane {
             catalogue: Some(sample_catalogue()),
             state: Mutex::new(State::default()),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -112,6 +115,26 @@ impl FakeControlPlane {
         self.state
             .lock()
             .expect("no test panicked while holding the fake's lock")
+    }
+
+    /// A run writes `bytes` to its log: it is `running` from its first bytes on.
+    pub fn append_log(&self, run: &str, bytes: &[u8]) -> Result<(), ApiError> {
+        {
+            let mut state = self.state();
+            let found = find_run(&state.runs, run)?;
+            let id = state.runs[found].id.clone();
+            let log = state.logs.entry(id).or_default();
+            log.extend_from_slice(bytes);
+            let len = log.len() as u64;
+            let r = &mut state.runs[found];
+            if r.status == RunStatus::Queued {
+                r.status = RunStatus::Running;
+                r.started_at = Some(FAKE_TIME.to_owned());
+            }
+            r.log_bytes = len;
+        }
+        self.changed.notify_waiters();
+        Ok(())
     }
 
     /// End a run as if it had run: `log` is its whole log.
@@ -129,7 +152,10 @@ impl FakeControlPlane {
         r.exit_code = Some(exit_code);
         r.ended_at = Some(FAKE_TIME.to_owned());
         r.log_bytes = log.len() as u64;
-        Ok(r.clone())
+        let ended = r.clone();
+        drop(state);
+        self.changed.notify_waiters();
+        Ok(ended)
     }
 }
 
@@ -610,46 +636,61 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
-        let mut state = self.state();
-        let i = find_run(&state.runs, run)?;
-        let r = &mut state.runs[i];
-        if !r.status.is_terminal() {
-            r.status = RunStatus::Canceled;
-            r.ended_at = Some(FAKE_TIME.to_owned());
-            r.reason = Some("stopped".to_owned());
-        }
-        Ok(r.clone())
+        let stopped = {
+            let mut state = self.state();
+            let i = find_run(&state.runs, run)?;
+            let r = &mut state.runs[i];
+            if !r.status.is_terminal() {
+                r.status = RunStatus::Canceled;
+                r.ended_at = Some(FAKE_TIME.to_owned());
+                r.reason = Some("stopped".to_owned());
+            }
+            r.clone()
+        };
+        self.changed.notify_waiters();
+        Ok(stopped)
     }
 
     async fn log(
         &self,
         run: &str,
         offset: u64,
-        _follow: bool,
+        follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
-        let state = self.state();
-        let i = find_run(&state.runs, run)?;
-        let r = &state.runs[i];
-        let log = state.logs.get(&r.id).cloned().unwrap_or_default();
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(log.len());
-        let mut events = Vec::new();
-        if start < log.len() {
-            events.push(LogEvent::Chunk {
-                offset: start as u64,
-                data: Bytes::copy_from_slice(&log[start..]),
-            });
-        }
-        events.push(if r.status.is_terminal() {
-            LogEvent::End(Box::new(r.clone()))
-        } else {
-            // The fake cannot wait for bytes that never come: it always answers as if
-            // `follow` were false.
-            LogEvent::Tail {
-                offset: log.len() as u64,
+        loop {
+            // Armed before the look, so an end between the look and the wait is not missed.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let state = self.state();
+                let i = find_run(&state.runs, run)?;
+                let r = &state.runs[i];
+                let log = state.logs.get(&r.id).cloned().unwrap_or_default();
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(log.len());
+                let mut events = Vec::new();
+                if start < log.len() {
+                    events.push(LogEvent::Chunk {
+                        offset: start as u64,
+                        data: Bytes::copy_from_slice(&log[start..]),
+                    });
+                }
+                // A followed log of a run still going waits for bytes or its end, as the
+                // server's does; otherwise it says where the log stands.
+                if !events.is_empty() || r.status.is_terminal() || !follow {
+                    events.push(if r.status.is_terminal() {
+                        LogEvent::End(Box::new(r.clone()))
+                    } else {
+                        LogEvent::Tail {
+                            offset: log.len() as u64,
+                        }
+                    });
+                    events.reverse();
+                    return Ok(Box::new(FakeLog(events)));
+                }
             }
-        });
-        events.reverse();
-        Ok(Box::new(FakeLog(events)))
+            changed.await;
+        }
     }
 
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
@@ -666,10 +707,8 @@ impl ControlPlane for FakeControlPlane {
     async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
         let state = self.state();
         let r = &state.runs[find_run(&state.runs, run)?];
-        let (points, bad_lines) = read_telemetry(
-            state.telemetry.get(&r.id).map_or("", String::as_str),
-            after,
-        );
+        let (points, bad_lines) =
+            read_telemetry(state.telemetry.get(&r.id).map_or("", String::as_str), after);
         Ok(Telemetry {
             run: r.id.clone(),
             points,
