@@ -9,21 +9,23 @@
 //! With no `KEY=VALUE`, it sweeps the quickstart's learning rate: `LR=0.05`, `LR=0.5`,
 //! `LR=2.0`, each checked with `metrics.accuracy>=0.8`.
 //!
-//! Which control plane: `DIVERGENT_API_URL` (and `DIVERGENT_TOKEN`) when set; otherwise the
-//! local one in `DIVERGENT_HOME` (default `$XDG_DATA_HOME/div`), started on demand with
-//! [`div_server::LocalControlPlane`] as `div` starts it, by the `div` executable given with
-//! `--div` (default: the `div` beside this program, else `div` on `PATH`). Like `div`, this
-//! program reads its environment here, in `main`; the libraries read none of it.
+//! Which control plane: the one `div` would use from the quickstart's folder
+//! ([`div_core::resolve_target`]: `DIVERGENT_API_URL` and `DIVERGENT_TOKEN`, `divergent.json`,
+//! the user's config file); with none configured, the local one in `DIVERGENT_HOME` (default
+//! `$XDG_DATA_HOME/div`), started on demand with [`div_server::LocalControlPlane`] as `div`
+//! starts it, by the `div` executable given with `--div` (default: the `div` beside this
+//! program, else `div` on `PATH`). Like `div`, this program reads its environment itself; the
+//! libraries read none of it.
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use div_api::{
     CheckOutcome, ControlPlane, Endpoint, HttpControlPlane, Options, Run, RunStatus, Token,
 };
-use div_core::{Event, LogsOptions, RunOptions, RunOutcome};
+use div_core::{Event, LogsOptions, RunOptions, RunOutcome, Target};
 use div_server::LocalControlPlane;
 use div_spec::{Check, EnvPair, Money};
 
@@ -88,25 +90,42 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// The control plane `div` would use (less its config files): `DIVERGENT_API_URL`, else the
-/// local one, started when it is not answering.
-async fn connect(div: Option<PathBuf>) -> Result<Arc<dyn ControlPlane>> {
-    if let Some(url) = env("DIVERGENT_API_URL") {
+/// The control plane `div` would use from `dir`: `DIVERGENT_API_URL`, else `api_url` in the
+/// nearest `divergent.json`, else in the user's config file ([`div_core::resolve_target`]);
+/// none of them, the local one, started when it is not answering.
+async fn connect(dir: &Path, div: Option<PathBuf>) -> Result<Arc<dyn ControlPlane>> {
+    let home_dir = env("HOME").map(PathBuf::from);
+    let user_config = div_core::user_config_path(
+        env("XDG_CONFIG_HOME").map(PathBuf::from).as_deref(),
+        home_dir.as_deref(),
+    );
+    let user_config = match &user_config {
+        Some(path) => div_core::read_config_file(path)?,
+        None => None,
+    };
+    let project_file = div_core::find_project_file(dir)?;
+    let target = div_core::resolve_target(
+        env("DIVERGENT_API_URL"),
+        env("DIVERGENT_TOKEN"),
+        project_file.as_ref().map(|(p, m)| (p.as_path(), m)),
+        user_config.as_ref().map(|(p, m)| (p.as_path(), m)),
+    )?;
+    if let Target::Remote { url, token, from } = target {
         let endpoint = Endpoint::parse(&url)
-            .with_context(|| format!("DIVERGENT_API_URL `{url}` is not a control plane address"))?;
+            .with_context(|| format!("`{url}` ({from}) is not a control plane address"))?;
         let options = Options {
-            token: env("DIVERGENT_TOKEN").map(Token::new),
+            token: token.map(Token::new),
             ..Options::default()
         };
         return Ok(Arc::new(HttpControlPlane::new(endpoint, options)?));
     }
     let home = match env("DIVERGENT_HOME") {
         Some(home) => PathBuf::from(home),
-        None => env("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .context("neither DIVERGENT_HOME nor HOME is set: where is the local control plane?")?
-            .join("div"),
+        None => div_core::default_local_home(
+            env("XDG_DATA_HOME").map(PathBuf::from).as_deref(),
+            home_dir.as_deref(),
+        )
+        .context("neither DIVERGENT_HOME nor HOME is set: where is the local control plane?")?,
     };
     let div = match div {
         Some(div) => div,
@@ -171,7 +190,7 @@ async fn main() -> std::process::ExitCode {
 /// Places, follows and reports; whether every run succeeded and passed its checks.
 async fn sweep() -> Result<bool> {
     let sweep = parse(std::env::args().skip(1))?;
-    let cp = connect(sweep.div.clone()).await?;
+    let cp = connect(&sweep.dir, sweep.div.clone()).await?;
     let project_env = env("DIVERGENT_PROJECT");
 
     // Place every run first (detached), so they run side by side.
