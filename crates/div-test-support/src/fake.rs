@@ -257,7 +257,8 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
-        if !good_path(name) || name.contains('/') {
+        // The server's rule: a volume name (div-spec's).
+        if name.parse::<div_spec::VolumeName>().is_err() {
             return Err(invalid(format!("bad volume name `{name}`"), Value::Null));
         }
         let mut state = self.state();
@@ -718,8 +719,12 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(invalid(format!("bad secret name `{name}`"), Value::Null));
+        // The server's rule: an environment variable name (div-spec's).
+        if !div_spec::is_env_key(name) {
+            return Err(invalid(
+                format!("`{name}` is not an environment variable name"),
+                Value::Null,
+            ));
         }
         let info = SecretInfo {
             name: name.to_owned(),
