@@ -145,5 +145,16 @@ async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
     };
     drop(restore);
     eprintln!();
+    // Tokio's handlers stay installed for the rest of the process: from here on a Ctrl-C (or a
+    // SIGTERM, SIGHUP) ends `div` at once, as it would have without them, rather than being
+    // swallowed while the value is sent.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+            _ = hangup.recv() => {}
+        }
+        std::process::exit(crate::exit_codes::INTERRUPTED);
+    });
     Ok(line.map(|l| l.trim_end_matches(['\r', '\n']).to_string()))
 }

@@ -58,6 +58,14 @@ fn a_pipe_is_not_coloured_unless_forced() {
 /// how it exited and how the terminal is set (`stty -a`). The shell traps SIGINT so that a
 /// Ctrl-C meant for `div` does not end it before `stty` speaks. Returns the running `script`.
 fn on_a_terminal(tmp: &tempfile::TempDir, args: &str) -> tokio::process::Child {
+    on_a_terminal_with(tmp, args, &[])
+}
+
+fn on_a_terminal_with(
+    tmp: &tempfile::TempDir,
+    args: &str,
+    vars: &[(&str, &str)],
+) -> tokio::process::Child {
     let line = format!("trap : INT; '{DIV}' {args}; echo \"div exited $?\"; stty -a");
     let mut c = tokio::process::Command::new("script");
     c.args(["-q", "-e", "-c", &line, "/dev/null"])
@@ -70,6 +78,7 @@ fn on_a_terminal(tmp: &tempfile::TempDir, args: &str) -> tokio::process::Child {
         .env("XDG_CONFIG_HOME", tmp.path().join("config"))
         .env("DIVERGENT_HOME", tmp.path().join("div-home"))
         .env("NO_COLOR", "1")
+        .envs(vars.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -162,4 +171,57 @@ async fn a_token_typed_at_the_prompt_is_not_shown_and_echo_comes_back() {
     let config = std::fs::read_to_string(tmp.path().join("config/div/config.json"))
         .expect("div login wrote the user config");
     assert!(config.contains("\"token\": \"hunter2\""), "{config}");
+}
+
+#[tokio::test]
+async fn ctrl_c_after_the_prompt_still_ends_div_while_the_value_is_sent() {
+    // A control plane that takes the value and never answers.
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("PUT"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200).set_delay(std::time::Duration::from_secs(3600)),
+        )
+        .mount(&server)
+        .await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let uri = server.uri();
+    let mut script = on_a_terminal_with(
+        &tmp,
+        "secrets set HF_TOKEN",
+        &[
+            ("DIVERGENT_API_URL", uri.as_str()),
+            ("DIVERGENT_API_TIMEOUT", "3600"),
+        ],
+    );
+    let mut out = script.stdout.take().expect("piped");
+    let mut input = script.stdin.take().expect("piped");
+    let mut seen = String::new();
+    let work = async {
+        read_until(&mut out, &mut seen, "value for HF_TOKEN (not shown): ").await;
+        input.write_all(b"hunter2\r").await.expect("types");
+        input.flush().await.expect("types");
+        // The value is on its way: the control plane has the request and sits on it.
+        while server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty()
+        {
+            tokio::task::yield_now().await;
+        }
+        input.write_all(b"\x03").await.expect("types");
+        input.flush().await.expect("types");
+        read_until(&mut out, &mut seen, "div exited").await;
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).await.expect("reads");
+        seen.push_str(&rest);
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), work)
+        .await
+        .unwrap_or_else(|_| panic!("Ctrl-C did not end div: {seen:?}"));
+    drop(input);
+    script.wait().await.expect("script ends");
+    assert!(seen.contains("div exited 208"), "interrupted: {seen:?}");
+    let stty = &seen[seen.find("div exited").unwrap_or(0)..];
+    assert!(echo_is_on(stty), "echo is on: {stty:?}");
 }
