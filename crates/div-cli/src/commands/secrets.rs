@@ -107,7 +107,7 @@ pub(crate) async fn read_value(prompt: &str, from_file: Option<&Path>) -> Result
 /// Ask on stderr and read a line from the terminal with echo off; `None` when a Ctrl-C (or a
 /// SIGTERM or SIGHUP) came first. The terminal's settings are put back however it ends: the
 /// signals are caught for the prompt's lifetime, so none of them kills `div` with echo off
-/// (`it::prompt::ctrl_c_at_the_secret_prompt_leaves_echo_on`).
+/// (`tests/it/terminal.rs`: `ctrl_c_at_the_secret_prompt_leaves_echo_on`).
 #[allow(clippy::print_stderr)]
 async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
     use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
