@@ -35,7 +35,8 @@ def evaluate(w, b, data):
 def main():
     rng = random.Random(7)
     train, test = make_data(2000, rng), make_data(500, rng)
-    w, b, lr = [0.0, 0.0], 0.0, 0.5
+    # The learning rate: `LR` when set (`div run --env LR=0.1 …`, or the sweep example).
+    w, b, lr = [0.0, 0.0], 0.0, float(os.environ.get("LR", "0.5"))
     telemetry_path = os.environ.get("DIVERGENT_TELEMETRY_PATH", "telemetry.jsonl")
     with open(telemetry_path, "a") as telemetry:
         for step in range(1, 301):

@@ -1,11 +1,12 @@
 //! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz [SECONDS]`,
-//! `cargo xtask schemathesis [SECONDS]`.
+//! `cargo xtask schemathesis [SECONDS]`, `cargo xtask deny`, `cargo xtask advisory-db [CLONE]`.
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 use std::process::Command;
 
 mod bench_run;
 mod bench_ship;
+mod deny;
 mod schemathesis;
 mod timing;
 
@@ -14,7 +15,9 @@ use anyhow::{Context, Result, bail, ensure};
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(task) = args.first() else {
-        bail!("usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]|schemathesis [SECONDS]>");
+        bail!(
+            "usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]|schemathesis [SECONDS]|deny|advisory-db [CLONE]>"
+        );
     };
     let rest = &args[1..];
     match task.as_str() {
@@ -22,7 +25,11 @@ fn main() -> Result<()> {
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
         "schemathesis" => schemathesis::run(rest),
-        other => bail!("unknown task `{other}`; expected ci, bench, fuzz or schemathesis"),
+        "deny" => deny::deny(),
+        "advisory-db" => deny::refresh(rest),
+        other => bail!(
+            "unknown task `{other}`; expected ci, bench, fuzz, schemathesis, deny or advisory-db"
+        ),
     }
 }
 
@@ -39,7 +46,7 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
-/// fmt, clippy, tests, and cargo deny when it is installed.
+/// fmt, clippy, tests, and every cargo deny check (`deny::deny`).
 fn ci() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
@@ -51,23 +58,9 @@ fn ci() -> Result<()> {
         "warnings",
     ]))?;
     run(cargo().args(["test", "--workspace", "--locked"]))?;
-    if Command::new("cargo-deny").arg("--version").output().is_ok() {
-        // Advisories need the advisory database from the network; the rest is local.
-        run(cargo().args(["deny", "check", "bans", "licenses", "sources"]))?;
-        for krate in ["div-spec", "div-pricing"] {
-            run(cargo().args([
-                "deny",
-                "--manifest-path",
-                &format!("crates/{krate}/Cargo.toml"),
-                "--config",
-                &format!("crates/{krate}/deny.toml"),
-                "check",
-                "bans",
-            ]))?;
-        }
-    } else {
-        eprintln!("cargo-deny is not installed (cargo install cargo-deny): skipping its checks");
-    }
+    // Every cargo-deny check, advisories included, against the vendored advisory database;
+    // cargo-deny is installed when missing.
+    deny::deny()?;
     Ok(())
 }
 

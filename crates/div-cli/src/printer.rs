@@ -78,6 +78,11 @@ pub(crate) fn shows_progress(stderr_is_terminal: bool, bytes: u64) -> bool {
     stderr_is_terminal && bytes > 0
 }
 
+const WARNING: anstyle::Style = anstyle::AnsiColor::Yellow.on_default().bold();
+const HINT: anstyle::Style = anstyle::AnsiColor::Cyan.on_default().bold();
+const ERROR: anstyle::Style = anstyle::AnsiColor::Red.on_default().bold();
+const CAUSE: anstyle::Style = anstyle::AnsiColor::Red.on_default();
+
 /// An upload shorter than this shows no progress bar.
 const PROGRESS_AFTER: Duration = Duration::from_millis(700);
 
@@ -110,11 +115,11 @@ impl Printer {
         self.end_log_line();
         eprintln!(
             "{}: {}",
-            self.paint("warning", "33;1"),
+            self.paint("warning", WARNING),
             terminal_safe(message)
         );
         if let Some(hint) = hint {
-            eprintln!("{}: {}", self.paint("hint", "36;1"), terminal_safe(hint));
+            eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
         }
     }
 
@@ -243,18 +248,18 @@ impl Printer {
         let safe = |text: String| terminal_safe(&text).into_owned();
         eprintln!(
             "{}: {}",
-            self.paint("error", "31;1"),
+            self.paint("error", ERROR),
             safe(failure.error.to_string())
         );
         for cause in failure.error.chain().skip(1) {
             eprintln!(
                 "{}: {}",
-                self.paint("caused by", "31"),
+                self.paint("caused by", CAUSE),
                 safe(cause.to_string())
             );
         }
         if let Some(hint) = &failure.hint {
-            eprintln!("{}: {}", self.paint("hint", "36;1"), terminal_safe(hint));
+            eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
         }
     }
 
@@ -269,9 +274,9 @@ impl Printer {
         }
     }
 
-    fn paint(&self, text: &str, sgr: &str) -> String {
+    fn paint(&self, text: &str, style: anstyle::Style) -> String {
         if self.color {
-            format!("\x1b[{sgr}m{text}\x1b[0m")
+            format!("{style}{text}{style:#}")
         } else {
             text.to_string()
         }

@@ -6,19 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// Which control plane `div` talks to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A remote one (`DIVERGENT_API_URL`, or `api_url` in a config file), with its token.
-    Remote {
-        url: String,
-        token: Option<String>,
-        /// Where the URL came from, for error messages.
-        from: String,
-    },
-    /// The local control plane, on a Unix socket in `home`, started on demand.
-    Local,
-}
+/// Which control plane `div` talks to: div-core's resolution, shared with any program that
+/// embeds it.
+pub(crate) use div_core::Target;
 
 /// What `div` resolved from its environment and config files.
 #[derive(Debug, Clone)]
@@ -37,7 +27,8 @@ pub(crate) struct Settings {
     /// `DIVERGENT_API_TIMEOUT` (seconds): how long one call to the control plane may take,
     /// retries included.
     pub(crate) deadline: Option<std::time::Duration>,
-    /// Whether stderr may be coloured: it is a terminal and `NO_COLOR` is unset.
+    /// Whether stderr may be coloured: `NO_COLOR` unset, and `CLICOLOR_FORCE` set or stderr a
+    /// terminal that takes colour.
     pub(crate) color: bool,
     /// `$XDG_CONFIG_HOME/div/config.json`, where `div login` writes.
     pub(crate) user_config: Option<PathBuf>,
@@ -73,18 +64,24 @@ impl Settings {
                 .map(PathBuf::from)
                 .or_else(|| home_dir.as_ref().map(|h| h.join(fallback)))
         };
-        let data = xdg("XDG_DATA_HOME", ".local/share");
-        let config = xdg("XDG_CONFIG_HOME", ".config");
         let cache = xdg("XDG_CACHE_HOME", ".cache");
+        let user_config_path = div_core::user_config_path(
+            env("XDG_CONFIG_HOME").map(PathBuf::from).as_deref(),
+            home_dir.as_deref(),
+        );
 
         let home = match env("DIVERGENT_HOME") {
             Some(h) => PathBuf::from(h),
-            None => data.map(|d| d.join("div")).context(
+            None => div_core::default_local_home(
+                env("XDG_DATA_HOME").map(PathBuf::from).as_deref(),
+                home_dir.as_deref(),
+            )
+            .context(
                 "neither DIVERGENT_HOME nor HOME is set, so div has nowhere to keep its state",
             )?,
         };
-        let user_config = match &config {
-            Some(c) => read_json(&c.join("div/config.json"))?,
+        let user_config = match &user_config_path {
+            Some(path) => read_json(path)?,
             None => None,
         };
         let project_file = div_core::find_project_file(&cwd)?;
@@ -94,15 +91,16 @@ impl Settings {
             project_file.as_ref().map(|(p, m)| (p.as_path(), m)),
             user_config.as_ref().map(|(p, m)| (p.as_path(), m)),
         )?;
+        // anstream's reading of the conventions: `NO_COLOR` wins, then `CLICOLOR_FORCE`, then
+        // `CLICOLOR=0`, then whether stderr is a terminal that takes colour.
         let color =
-            env("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
         let deadline = match env("DIVERGENT_API_TIMEOUT") {
             Some(t) => Some(std::time::Duration::from_secs(t.parse().with_context(
                 || format!("DIVERGENT_API_TIMEOUT is `{t}`, not a whole number of seconds"),
             )?)),
             None => None,
         };
-        let user_config_path = config.as_ref().map(|c| c.join("div/config.json"));
         let mut sources = Vec::new();
         let mut add =
             |name, value: String, from: String| sources.push(Source { name, value, from });
@@ -181,6 +179,10 @@ impl Settings {
             if color { "on" } else { "off" }.into(),
             if env("NO_COLOR").is_some() {
                 "NO_COLOR".into()
+            } else if env("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+                "CLICOLOR_FORCE".into()
+            } else if env("CLICOLOR").is_some_and(|v| v == "0") {
+                "CLICOLOR".into()
             } else {
                 "default: on when stderr is a terminal".into()
             },
@@ -247,54 +249,12 @@ pub(crate) fn write_credentials(path: &Path, api_url: &str, token: &str) -> Resu
     Ok(())
 }
 
-type JsonFile<'a> = (&'a Path, &'a serde_json::Map<String, serde_json::Value>);
-
-/// `DIVERGENT_API_URL`, else `api_url` in the nearest `divergent.json`, else in the user's
-/// config; the token from `DIVERGENT_TOKEN`, else the user's config. None of them: local.
-fn resolve_target(
-    env_url: Option<String>,
-    env_token: Option<String>,
-    project_file: Option<JsonFile<'_>>,
-    user_config: Option<JsonFile<'_>>,
-) -> Result<Target> {
-    let field = |file: Option<JsonFile<'_>>, key: &str| -> Result<Option<(String, String)>> {
-        let Some((path, map)) = file else {
-            return Ok(None);
-        };
-        match map.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) => Ok(Some((s.clone(), path.display().to_string()))),
-            Some(_) => anyhow::bail!("`{key}` in `{}` is not a string", path.display()),
-        }
-    };
-    let url = match env_url {
-        Some(url) => Some((url, "DIVERGENT_API_URL".to_string())),
-        None => match field(project_file, "api_url")? {
-            Some(found) => Some(found),
-            None => field(user_config, "api_url")?,
-        },
-    };
-    let token = match env_token {
-        Some(t) => Some(t),
-        None => field(user_config, "token")?.map(|(t, _)| t),
-    };
-    Ok(match url {
-        Some((url, from)) => Target::Remote { url, token, from },
-        None => Target::Local,
-    })
-}
+// `DIVERGENT_API_URL`, else `api_url` in the nearest `divergent.json`, else in the user's
+// config; the token from `DIVERGENT_TOKEN`, else the user's config. None of them: local.
+use div_core::resolve_target;
 
 fn read_json(path: &Path) -> Result<Option<(PathBuf, serde_json::Map<String, serde_json::Value>)>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("could not read `{}`", path.display())),
-    };
-    match serde_json::from_str(&text) {
-        Ok(serde_json::Value::Object(map)) => Ok(Some((path.to_path_buf(), map))),
-        Ok(_) => anyhow::bail!("`{}` is not a JSON object", path.display()),
-        Err(e) => Err(e).with_context(|| format!("`{}` is not valid JSON", path.display())),
-    }
+    Ok(div_core::read_config_file(path)?)
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //! div-core does the work and tells an [`EventSink`] what happens ([`Event`]): it never
 //! prints, reads the environment or touches a terminal, so any program can embed it. The
 //! `div` command is one such program; [`last_line`] is the sentence every one of its commands
-//! ends with.
+//! ends with. Which control plane to talk to is [`resolve_target`]'s answer, from values the
+//! program read; `div_server::LocalControlPlane` reaches the local one, starting it on
+//! demand, and `examples/sweep` is a whole program built this way.
 //!
 //! ```no_run
 //! use div_core::{Event, RunOptions, RunOutcome, last_line};
@@ -38,6 +40,7 @@ mod run;
 mod runs;
 mod secrets;
 mod storage;
+mod target;
 mod telemetry;
 
 pub use div_api::ControlPlane;
@@ -59,6 +62,10 @@ pub use secrets::{secret_list, secret_remove, secret_set};
 pub use storage::{
     GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,
     storage_rm,
+};
+pub use target::{
+    ConfigError, ConfigFileRef, Target, default_local_home, read_config_file, resolve_target,
+    user_config_path,
 };
 pub use telemetry::{
     Chart, ChartSpec, Layout, Series, TelemetryRead, X_LINE, X_STEP, charts, number_at, telemetry,

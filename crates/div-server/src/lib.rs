@@ -44,6 +44,9 @@ mod supervisor;
 mod sys;
 mod volumes;
 
+pub mod local;
+pub use local::{LocalControlPlane, StartError};
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

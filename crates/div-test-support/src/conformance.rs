@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use div_api::{
     ApiError, BlobSource, CommitTree, ControlPlane, CreateRun, EntryKind, ErrorKind, ListRuns,
-    LogEvent, Run, TreeEntry,
+    LogEvent, Run, TreeEntry, VolumeEntry,
 };
 
 /// What the suite needs to know about the control plane under test.
@@ -148,6 +148,10 @@ pub async fn conformance(cp: &dyn ControlPlane, ctx: &ConformanceContext) -> Con
     check!(
         "commit_missing_blob_refused",
         commit_missing_blob_refused(cp, ctx)
+    );
+    check!(
+        "commit_at_root_adds_never_replaces",
+        commit_at_root_adds_never_replaces(cp, ctx)
     );
     check!("bad_paths_refused", bad_paths_refused(cp, ctx));
     check!("secrets_without_values", secrets_without_values(cp, ctx));
@@ -542,6 +546,90 @@ async fn commit_missing_blob_refused(
         "details {} do not list the missing blob",
         e.details()
     );
+    Ok(())
+}
+
+/// A tree committed at `""` (what `div storage put` sends) is added to the volume's root:
+/// a path it lacks is written, the same content again is fine, and other content at a path it
+/// holds refuses the whole commit with a conflict naming that path, before anything is
+/// written.
+async fn commit_at_root_adds_never_replaces(
+    cp: &dyn ControlPlane,
+    ctx: &ConformanceContext,
+) -> CheckResult {
+    let volume = format!("{}-put", ctx.prefix);
+    cp.create_volume(&volume)
+        .await
+        .map_err(api("create_volume"))?;
+    let first = Bytes::from(format!("first {}\n", key(ctx, "put")).into_bytes());
+    let other = Bytes::from(format!("other {}\n", key(ctx, "put")).into_bytes());
+    for data in [&first, &other] {
+        cp.upload_blob(
+            &volume,
+            &hash(data),
+            0,
+            data.len() as u64,
+            BlobSource::Bytes(data.clone()),
+        )
+        .await
+        .map_err(api("upload_blob"))?;
+    }
+    let file = |path: &str, data: &Bytes| TreeEntry {
+        path: path.to_owned(),
+        kind: EntryKind::File,
+        executable: false,
+        size: data.len() as u64,
+        hash: Some(hash(data)),
+        target: None,
+    };
+    let at_root = |entries| CommitTree {
+        path: String::new(),
+        entries,
+    };
+    let paths = |entries: Vec<VolumeEntry>| -> Vec<String> {
+        let mut p: Vec<String> = entries
+            .into_iter()
+            .filter(|e| e.kind != "dir")
+            .map(|e| e.path)
+            .collect();
+        p.sort();
+        p
+    };
+    let tree = at_root(vec![file("data/a.txt", &first)]);
+    let committed = cp
+        .commit_tree(&volume, &tree)
+        .await
+        .map_err(api("commit at the root"))?;
+    ensure!(
+        committed.path.is_empty() && committed.files == 1,
+        "committed {committed:?}"
+    );
+    cp.commit_tree(&volume, &tree)
+        .await
+        .map_err(api("the same commit at the root again"))?;
+    let e = expect_error(
+        "other content at a path the root holds",
+        cp.commit_tree(
+            &volume,
+            &at_root(vec![file("data/a.txt", &other), file("data/b.txt", &other)]),
+        )
+        .await,
+        ErrorKind::Conflict,
+        Some("conflict"),
+    )?;
+    ensure!(
+        e.details().get("path").and_then(|p| p.as_str()) == Some("data/a.txt"),
+        "the conflict names `data/a.txt`: {}",
+        e.details()
+    );
+    let listed = paths(cp.list_tree(&volume, "").await.map_err(api("list_tree"))?);
+    ensure!(
+        listed == ["data/a.txt"],
+        "the volume's root holds {listed:?}, not only `data/a.txt` (a refused commit wrote nothing)"
+    );
+    cp.delete_volume(&volume)
+        .await
+        .map_err(api("delete_volume"))?;
     Ok(())
 }
 

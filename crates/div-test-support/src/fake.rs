@@ -1,6 +1,6 @@
 //! [`FakeControlPlane`]: an in-memory [`ControlPlane`], no HTTP, that passes the
 //! conformance suite. Runs do not execute: they stay `queued` until stopped or finished
-//! with [`FakeControlPlane::finish_run`].
+//! with [`FakeControlPlane::finish_run`]; a followed log waits for that, as the server's does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -8,10 +8,12 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
-    ApiError, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane, CreateRun,
-    EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList, RunResult,
-    RunStatus, SecretInfo, SkuOffer, Telemetry, Volume, VolumeEntry,
+    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
+    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList,
+    RunResult, RunStatus, SecretInfo, SkuOffer, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
+use div_pricing::{SizeRequest, SkuPrice};
+use div_spec::{MemoryGib, UnknownSku};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
@@ -64,6 +66,8 @@ struct State {
     /// Oldest first.
     runs: Vec<Run>,
     logs: HashMap<String, Vec<u8>>,
+    /// Each run's telemetry file, as the run wrote it.
+    telemetry: HashMap<String, String>,
     keys: HashMap<String, (Value, String)>,
     secrets: BTreeMap<String, (String, SecretInfo)>,
     next: u64,
@@ -74,6 +78,8 @@ struct State {
 pub struct FakeControlPlane {
     catalogue: Option<Catalogue>,
     state: Mutex<State>,
+    /// Told whenever a run ends or its log grows, for followed logs waiting on it.
+    changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for FakeControlPlane {
@@ -101,6 +107,7 @@ impl FakeControlPlane {
         FakeControlPlane {
             catalogue: Some(sample_catalogue()),
             state: Mutex::new(State::default()),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -108,6 +115,26 @@ impl FakeControlPlane {
         self.state
             .lock()
             .expect("no test panicked while holding the fake's lock")
+    }
+
+    /// A run writes `bytes` to its log: it is `running` from its first bytes on.
+    pub fn append_log(&self, run: &str, bytes: &[u8]) -> Result<(), ApiError> {
+        {
+            let mut state = self.state();
+            let found = find_run(&state.runs, run)?;
+            let id = state.runs[found].id.clone();
+            let log = state.logs.entry(id).or_default();
+            log.extend_from_slice(bytes);
+            let len = log.len() as u64;
+            let r = &mut state.runs[found];
+            if r.status == RunStatus::Queued {
+                r.status = RunStatus::Running;
+                r.started_at = Some(FAKE_TIME.to_owned());
+            }
+            r.log_bytes = len;
+        }
+        self.changed.notify_waiters();
+        Ok(())
     }
 
     /// End a run as if it had run: `log` is its whole log.
@@ -125,7 +152,72 @@ impl FakeControlPlane {
         r.exit_code = Some(exit_code);
         r.ended_at = Some(FAKE_TIME.to_owned());
         r.log_bytes = log.len() as u64;
-        Ok(r.clone())
+        let ended = r.clone();
+        drop(state);
+        self.changed.notify_waiters();
+        Ok(ended)
+    }
+}
+
+impl FakeControlPlane {
+    /// The run's telemetry file (`DIVERGENT_TELEMETRY_PATH`) now holds `jsonl`, as if the run
+    /// had written it: read back the way the local control plane reads it, one JSON object a
+    /// line, blank lines skipped, any other line a bad line.
+    pub fn write_telemetry(&self, run: &str, jsonl: &str) -> Result<(), ApiError> {
+        let mut state = self.state();
+        let found = find_run(&state.runs, run)?;
+        let id = state.runs[found].id.clone();
+        state.telemetry.insert(id, jsonl.to_owned());
+        Ok(())
+    }
+}
+
+/// Points and bad lines of a telemetry file past line `after`, as div-server reads them.
+fn read_telemetry(jsonl: &str, after: u64) -> (Vec<TelemetryPoint>, Vec<BadLine>) {
+    let (mut points, mut bad) = (Vec::new(), Vec::new());
+    for (i, line) in jsonl.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        if line_no <= after || line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(point @ Value::Object(_)) => points.push(TelemetryPoint {
+                line: line_no,
+                point,
+            }),
+            Ok(_) => bad.push(BadLine {
+                line: line_no,
+                error: "not a JSON object".to_owned(),
+            }),
+            Err(e) => bad.push(BadLine {
+                line: line_no,
+                error: e.to_string(),
+            }),
+        }
+    }
+    (points, bad)
+}
+
+/// div-pricing's catalogue from the API's: the SKUs div-pricing knows how to size.
+fn pricing_catalogue(c: &Catalogue) -> div_pricing::Catalogue {
+    div_pricing::Catalogue {
+        skus: c
+            .skus
+            .iter()
+            .filter_map(|s| {
+                Some(SkuPrice {
+                    sku: s.name.parse().ok()?,
+                    cents_per_hour: s.cents_per_hour,
+                    cores_per_unit: s.cores_per_unit,
+                    memory_gib_per_unit: s.memory_gib_per_unit,
+                })
+            })
+            .collect(),
+        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
+        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
+        max_cores: c.max_cores,
+        max_memory_gib: c.max_memory_gib,
+        max_run_seconds: c.max_run_seconds,
     }
 }
 
@@ -165,7 +257,8 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
-        if !good_path(name) || name.contains('/') {
+        // The server's rule: a volume name (div-spec's).
+        if name.parse::<div_spec::VolumeName>().is_err() {
             return Err(invalid(format!("bad volume name `{name}`"), Value::Null));
         }
         let mut state = self.state();
@@ -294,7 +387,7 @@ impl ControlPlane for FakeControlPlane {
             .volumes
             .get_mut(volume)
             .ok_or_else(|| not_found("volume", volume))?;
-        if !good_path(&tree.path) {
+        if !tree.path.is_empty() && !good_path(&tree.path) {
             return Err(invalid(
                 format!("bad tree path `{}`", tree.path),
                 Value::Null,
@@ -338,6 +431,9 @@ impl ControlPlane for FakeControlPlane {
             bytes,
             extra: Default::default(),
         };
+        if tree.path.is_empty() {
+            return add_to_root(v, volume, tree, committed);
+        }
         if let Some(existing) = v.trees.get(&tree.path) {
             if *existing == tree.entries {
                 return Ok(committed);
@@ -421,7 +517,7 @@ impl ControlPlane for FakeControlPlane {
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
         let catalogue = self.catalogue().await?;
-        let Some(offer) = catalogue.skus.iter().find(|s| s.name == run.sku) else {
+        if !catalogue.skus.iter().any(|s| s.name == run.sku) {
             let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
             return Err(ApiError::from_server(
                 ErrorKind::Refused,
@@ -429,7 +525,18 @@ impl ControlPlane for FakeControlPlane {
                 format!("unknown SKU `{}`", run.sku),
                 json!({ "accepted": accepted }),
             ));
-        };
+        }
+        // Sized and priced by div-pricing's rules, as div-server sizes them.
+        let sizing = pricing_catalogue(&catalogue)
+            .size(&SizeRequest {
+                sku: run.sku.parse().map_err(|e: UnknownSku| {
+                    invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
+                })?,
+                gpus: run.gpus,
+                cpu: run.cpu,
+                memory: run.memory_gib.map(MemoryGib::new),
+            })
+            .map_err(|e| invalid(e.to_string(), Value::Null))?;
         let body = serde_json::to_value(run).expect("a CreateRun serializes");
         let mut state = self.state();
         if let Some((seen, id)) = state.keys.get(idempotency_key) {
@@ -457,7 +564,6 @@ impl ControlPlane for FakeControlPlane {
         }
         state.next += 1;
         let n = state.next;
-        let units = i64::from(run.gpus.max(1));
         let created = Run {
             id: format!("r_fake{n:04}"),
             name: run.name.clone().unwrap_or_else(|| format!("run-f{n:03}")),
@@ -466,12 +572,10 @@ impl ControlPlane for FakeControlPlane {
             entrypoint: run.entrypoint.clone(),
             command: run.command.clone(),
             sku: run.sku.clone(),
-            gpus: run.gpus,
-            cores: run.cpu.unwrap_or(offer.cores_per_unit * run.gpus.max(1)),
-            memory_gib: run
-                .memory_gib
-                .unwrap_or(offer.memory_gib_per_unit * run.gpus.max(1)),
-            cents_per_hour: offer.cents_per_hour * units,
+            gpus: sizing.gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+            cents_per_hour: sizing.rate.cents_per_hour(),
             max_spend_cents: run.max_spend_cents,
             spent_cents: 0,
             image: run.image.clone().unwrap_or_else(|| "default".to_owned()),
@@ -533,46 +637,61 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
-        let mut state = self.state();
-        let i = find_run(&state.runs, run)?;
-        let r = &mut state.runs[i];
-        if !r.status.is_terminal() {
-            r.status = RunStatus::Canceled;
-            r.ended_at = Some(FAKE_TIME.to_owned());
-            r.reason = Some("stopped".to_owned());
-        }
-        Ok(r.clone())
+        let stopped = {
+            let mut state = self.state();
+            let i = find_run(&state.runs, run)?;
+            let r = &mut state.runs[i];
+            if !r.status.is_terminal() {
+                r.status = RunStatus::Canceled;
+                r.ended_at = Some(FAKE_TIME.to_owned());
+                r.reason = Some("stopped".to_owned());
+            }
+            r.clone()
+        };
+        self.changed.notify_waiters();
+        Ok(stopped)
     }
 
     async fn log(
         &self,
         run: &str,
         offset: u64,
-        _follow: bool,
+        follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
-        let state = self.state();
-        let i = find_run(&state.runs, run)?;
-        let r = &state.runs[i];
-        let log = state.logs.get(&r.id).cloned().unwrap_or_default();
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(log.len());
-        let mut events = Vec::new();
-        if start < log.len() {
-            events.push(LogEvent::Chunk {
-                offset: start as u64,
-                data: Bytes::copy_from_slice(&log[start..]),
-            });
-        }
-        events.push(if r.status.is_terminal() {
-            LogEvent::End(Box::new(r.clone()))
-        } else {
-            // The fake cannot wait for bytes that never come: it always answers as if
-            // `follow` were false.
-            LogEvent::Tail {
-                offset: log.len() as u64,
+        loop {
+            // Armed before the look, so an end between the look and the wait is not missed.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let state = self.state();
+                let i = find_run(&state.runs, run)?;
+                let r = &state.runs[i];
+                let log = state.logs.get(&r.id).cloned().unwrap_or_default();
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(log.len());
+                let mut events = Vec::new();
+                if start < log.len() {
+                    events.push(LogEvent::Chunk {
+                        offset: start as u64,
+                        data: Bytes::copy_from_slice(&log[start..]),
+                    });
+                }
+                // A followed log of a run still going waits for bytes or its end, as the
+                // server's does; otherwise it says where the log stands.
+                if !events.is_empty() || r.status.is_terminal() || !follow {
+                    events.push(if r.status.is_terminal() {
+                        LogEvent::End(Box::new(r.clone()))
+                    } else {
+                        LogEvent::Tail {
+                            offset: log.len() as u64,
+                        }
+                    });
+                    events.reverse();
+                    return Ok(Box::new(FakeLog(events)));
+                }
             }
-        });
-        events.reverse();
-        Ok(Box::new(FakeLog(events)))
+            changed.await;
+        }
     }
 
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
@@ -586,19 +705,26 @@ impl ControlPlane for FakeControlPlane {
         })
     }
 
-    async fn telemetry(&self, run: &str, _after: u64) -> Result<Telemetry, ApiError> {
-        let r = self.get_run(run).await?;
+    async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
+        let state = self.state();
+        let r = &state.runs[find_run(&state.runs, run)?];
+        let (points, bad_lines) =
+            read_telemetry(state.telemetry.get(&r.id).map_or("", String::as_str), after);
         Ok(Telemetry {
-            run: r.id,
-            points: Vec::new(),
-            bad_lines: Vec::new(),
+            run: r.id.clone(),
+            points,
+            bad_lines,
             extra: Default::default(),
         })
     }
 
     async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(invalid(format!("bad secret name `{name}`"), Value::Null));
+        // The server's rule: an environment variable name (div-spec's).
+        if !div_spec::is_env_key(name) {
+            return Err(invalid(
+                format!("`{name}` is not an environment variable name"),
+                Value::Null,
+            ));
         }
         let info = SecretInfo {
             name: name.to_owned(),
@@ -627,6 +753,69 @@ impl ControlPlane for FakeControlPlane {
             .map(drop)
             .ok_or_else(|| not_found("secret", name))
     }
+}
+
+/// A tree committed at `""` (what `div storage put` sends), as div-server adds it to the
+/// volume's root: each path the volume lacks is written, one it holds with the same content
+/// is left as it is, and one it holds with other content (or a file where the tree needs a
+/// folder) refuses the whole commit with a conflict naming the path, before anything is
+/// written.
+fn add_to_root(
+    v: &mut FakeVolume,
+    volume: &str,
+    tree: &CommitTree,
+    committed: CommittedTree,
+) -> Result<CommittedTree, ApiError> {
+    let conflict = |path: &str| {
+        ApiError::from_server(
+            ErrorKind::Conflict,
+            "conflict".to_owned(),
+            format!("`{path}` in volume `{volume}` holds something else; a put never replaces it"),
+            json!({ "path": path }),
+        )
+    };
+    let is_folder = |p: &str| v.files.keys().any(|k| k.starts_with(&format!("{p}/")));
+    let mut new = Vec::new();
+    for e in &tree.entries {
+        let parts: Vec<&str> = e.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            if v.files.contains_key(&above) {
+                return Err(conflict(&above));
+            }
+        }
+        let data = e
+            .hash
+            .as_ref()
+            .and_then(|h| v.blobs.get(h).cloned())
+            .unwrap_or_default();
+        match v.files.get(&e.path) {
+            None if is_folder(&e.path) => return Err(conflict(&e.path)),
+            None => new.push((e, data)),
+            Some(f) => {
+                let same = f.kind == e.kind
+                    && match e.kind {
+                        EntryKind::File => f.data == data,
+                        EntryKind::Symlink => f.target == e.target,
+                    };
+                if !same {
+                    return Err(conflict(&e.path));
+                }
+            }
+        }
+    }
+    for (e, data) in new {
+        v.files.insert(
+            e.path.clone(),
+            FakeFile {
+                kind: e.kind,
+                data,
+                executable: e.executable,
+                target: e.target.clone(),
+            },
+        );
+    }
+    Ok(committed)
 }
 
 /// Events handed out back to front.

@@ -30,7 +30,7 @@ pub(crate) fn config(
 
 /// Store the control plane's address and a token (from stdin or a hidden prompt) in the user
 /// config file, owner-only.
-pub(crate) fn login(
+pub(crate) async fn login(
     args: LoginArgs,
     settings: &Settings,
     printer: &mut Printer,
@@ -48,7 +48,7 @@ pub(crate) fn login(
             anyhow!("neither XDG_CONFIG_HOME nor HOME is set, so there is no user config file"),
         )
     })?;
-    let token = super::secrets::read_value("token (not shown): ", None)?;
+    let token = super::secrets::read_value("token (not shown): ", None).await?;
     write_credentials(&path, &args.api_url, &token)
         .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
     printer.status(&format!(

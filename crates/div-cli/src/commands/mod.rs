@@ -45,7 +45,6 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Box<dyn ControlPlane>
     }
 }
 
-/// A div-core failure, with its hint and exit code.
 /// When `main` began, for `DIVERGENT_TIMINGS`.
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -59,6 +58,7 @@ pub(crate) fn started() -> std::time::Instant {
     *STARTED.get_or_init(std::time::Instant::now)
 }
 
+/// A div-core failure, with its hint and exit code.
 pub(crate) fn failure(e: RunError) -> Failure {
     let code = exit_codes::for_failure(e.kind());
     let hint = e.hint();
@@ -129,7 +129,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Result(args) => result::result(args, &settings, &mut printer).await,
             Command::Telemetry(args) => telemetry::telemetry(args, &settings, &mut printer).await,
             Command::Config(args) => config::config(args, &settings, &mut printer),
-            Command::Login(args) => config::login(args, &settings, &mut printer),
+            Command::Login(args) => config::login(args, &settings, &mut printer).await,
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
             Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),
         }

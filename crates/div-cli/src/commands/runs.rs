@@ -174,28 +174,10 @@ pub(crate) fn now_unix() -> Option<i64> {
         .and_then(|d| i64::try_from(d.as_secs()).ok())
 }
 
-/// Seconds since the epoch of an RFC 3339 UTC time, `2025-01-01T00:00:00Z` (fractions and a
-/// `+00:00` offset accepted).
+/// Seconds since the epoch of an RFC 3339 time, `2025-01-01T00:00:00Z`, fractions and any
+/// offset (`+02:00`) taken as written; `None` for anything else.
 pub(crate) fn unix_seconds(t: &str) -> Option<i64> {
-    let b = t.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+    t.parse::<jiff::Timestamp>().ok().map(|ts| ts.as_second())
 }
 
 #[cfg(test)]
@@ -213,6 +195,16 @@ mod tests {
         check("2024-02-29T12:30:15.123Z", Some(1_709_209_815));
         check("2025-13-01T00:00:00Z", None);
         check("yesterday", None);
+    }
+
+    #[test]
+    fn an_offset_is_read_as_written_not_as_utc() {
+        // Midnight UTC, written from two hours east and five and a half hours west.
+        check("2025-01-01T02:00:00+02:00", Some(1_735_689_600));
+        check("2024-12-31T18:30:00-05:30", Some(1_735_689_600));
+        check("2025-01-01T00:00:00+00:00", Some(1_735_689_600));
+        // No offset at all: a civil time is not an instant.
+        check("2025-01-01T00:00:00", None);
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub(crate) async fn secrets(
                     .as_deref()
                     .map(|f| settings.cwd.join(f))
                     .as_deref(),
-            )?;
+            )
+            .await?;
             // Refused here, before the control plane is asked: no NUL, at most 128 KiB.
             div_spec::check_env_value(&name, &value)
                 .map_err(|e| Failure::new(exit_codes::REFUSED, anyhow!(e)))?;
@@ -74,7 +75,7 @@ const READ_AT_MOST: u64 = div_spec::MAX_ENV_VALUE_BYTES as u64 + 3;
 
 /// A secret value: the file's bytes as they are; else a prompt that does not echo when stdin
 /// is a terminal; else all of stdin, less one trailing newline. An empty value is refused.
-pub(crate) fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<String, Failure> {
+pub(crate) async fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<String, Failure> {
     let value = match from_file {
         Some(path) => {
             let mut text = String::new();
@@ -84,12 +85,16 @@ pub(crate) fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<Strin
                 .map_err(|e| Failure::new(exit_codes::REFUSED, e))?;
             text
         }
-        None if std::io::stdin().is_terminal() => prompt_hidden(prompt).map_err(|e| {
-            Failure::new(
-                exit_codes::LOCAL,
-                anyhow!(e).context("could not read the value"),
-            )
-        })?,
+        None if std::io::stdin().is_terminal() => match prompt_hidden(prompt).await {
+            Ok(Some(value)) => value,
+            Ok(None) => return Err(Failure::quiet(exit_codes::INTERRUPTED)),
+            Err(e) => {
+                return Err(Failure::new(
+                    exit_codes::LOCAL,
+                    anyhow!(e).context("could not read the value"),
+                ));
+            }
+        },
         None => {
             let mut text = String::new();
             std::io::stdin()
@@ -112,24 +117,57 @@ pub(crate) fn read_value(prompt: &str, from_file: Option<&Path>) -> Result<Strin
     Ok(value)
 }
 
-/// Ask on stderr and read a line from the terminal with echo off (`stty -echo`), restoring it
-/// afterwards.
+/// Ask on stderr and read a line from the terminal with echo off; `None` when a Ctrl-C (or a
+/// SIGTERM or SIGHUP) came first. The terminal's settings are put back however it ends: the
+/// signals are caught for the prompt's lifetime, so none of them kills `div` with echo off
+/// (`tests/it/terminal.rs`: `ctrl_c_at_the_secret_prompt_leaves_echo_on`).
 #[allow(clippy::print_stderr)]
-fn prompt_hidden(prompt: &str) -> std::io::Result<String> {
-    let stty = |arg: &str| {
-        std::process::Command::new("stty")
-            .arg(arg)
-            .stdin(std::process::Stdio::inherit())
-            .status()
-    };
-    eprint!("{prompt}");
-    let hidden = stty("-echo").is_ok_and(|s| s.success());
-    let mut line = String::new();
-    let read = std::io::stdin().read_line(&mut line);
-    if hidden {
-        let _ = stty("echo");
+async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    use tokio::signal::unix::{SignalKind, signal};
+
+    /// Puts the terminal's settings back when dropped.
+    struct Restore(rustix::termios::Termios);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // Nothing more can be done for a terminal that refuses its own settings back.
+            tcsetattr(std::io::stdin(), OptionalActions::Now, &self.0).ok();
+        }
     }
+
+    // The handlers first, so that no moment has echo off and the default action armed.
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let saved = tcgetattr(std::io::stdin())?;
+    let mut quiet = saved.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    let restore = Restore(saved);
+    tcsetattr(std::io::stdin(), OptionalActions::Now, &quiet)?;
+    eprint!("{prompt}");
+    // A blocking read on its own thread; one left behind by a signal ends with the process.
+    let read = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    });
+    let line = tokio::select! {
+        line = read => Some(line.map_err(std::io::Error::other)??),
+        _ = interrupt.recv() => None,
+        _ = terminate.recv() => None,
+        _ = hangup.recv() => None,
+    };
+    drop(restore);
     eprintln!();
-    read?;
-    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+    // Tokio's handlers stay installed for the rest of the process: from here on a Ctrl-C (or a
+    // SIGTERM, SIGHUP) ends `div` at once, as it would have without them, rather than being
+    // swallowed while the value is sent.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+            _ = hangup.recv() => {}
+        }
+        std::process::exit(crate::exit_codes::INTERRUPTED);
+    });
+    Ok(line.map(|l| l.trim_end_matches(['\r', '\n']).to_string()))
 }

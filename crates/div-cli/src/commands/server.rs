@@ -5,17 +5,25 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use div_api::{ControlPlane, Endpoint, HttpControlPlane, ListRuns, Options, RunStatus};
-use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
+use div_server::{
+    GpuSource, LocalControlPlane, SandboxMode, ServerOptions, StartError, SupervisorCommand,
+};
 
 use crate::args::ServerCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
 use crate::settings::Settings;
 
-/// How long a local control plane started on demand has to answer.
-const START_DEADLINE: Duration = Duration::from_secs(10);
 /// How long `div server stop` waits for it to go.
 const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The local control plane of the settings' home, served by this `div`.
+fn local(settings: &Settings) -> Result<LocalControlPlane, Failure> {
+    let exe = std::env::current_exe()
+        .context("could not find the div executable to start the local control plane")
+        .map_err(|e| Failure::new(exit_codes::UNREACHABLE, e))?;
+    Ok(LocalControlPlane::new(&settings.home, exe).emulate_gpus(settings.emulate_gpus.clone()))
+}
 
 fn client(settings: &Settings, options: Options) -> Result<HttpControlPlane, Failure> {
     let socket = div_server::socket_path(&settings.home);
@@ -25,14 +33,15 @@ fn client(settings: &Settings, options: Options) -> Result<HttpControlPlane, Fai
 
 /// Whether the local control plane answers `/v1/health` now.
 async fn answering(settings: &Settings) -> bool {
-    let probe = Options {
-        deadline: Duration::from_millis(300),
-        ..Options::default()
-    };
-    match client(settings, probe) {
-        Ok(cp) => cp.health().await.is_ok(),
+    match local(settings) {
+        Ok(local) => local.answering().await,
         Err(_) => false,
     }
+}
+
+fn start_failure(e: StartError) -> Failure {
+    let hint = e.hint();
+    Failure::new(exit_codes::UNREACHABLE, e).hint(hint)
 }
 
 /// The local control plane, started in the background when it is not answering.
@@ -40,81 +49,17 @@ pub(crate) async fn connect_local(
     settings: &Settings,
     options: Options,
 ) -> Result<Box<dyn ControlPlane>, Failure> {
-    if !answering(settings).await {
-        start(settings).await?;
-    }
-    Ok(Box::new(client(settings, options)?))
+    let cp = local(settings)?
+        .connect(options)
+        .await
+        .map_err(start_failure)?;
+    Ok(Box::new(cp))
 }
 
 /// Start `<this exe> server run` in its own session, its output in `home/server.log`, and
 /// wait for it to answer.
 async fn start(settings: &Settings) -> Result<u32, Failure> {
-    let local = |e: anyhow::Error| Failure::new(exit_codes::UNREACHABLE, e);
-    let home = &settings.home;
-    std::fs::create_dir_all(home)
-        .with_context(|| format!("could not make the state directory `{}`", home.display()))
-        .map_err(local)?;
-    let log_path = home.join("server.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("could not open `{}`", log_path.display()))
-        .map_err(local)?;
-    let exe = std::env::current_exe()
-        .context("could not find the div executable to start the local control plane")
-        .map_err(local)?;
-    let mut command = std::process::Command::new(exe);
-    command
-        .args(["server", "run"])
-        .env("DIVERGENT_HOME", home)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().map_err(|e| local(e.into()))?)
-        .stderr(log);
-    if let Some(gpus) = &settings.emulate_gpus {
-        command.env("DIVERGENT_EMULATE_GPUS", gpus);
-    }
-    // Its own process group, so a Ctrl-C meant for this `div` does not reach it.
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut child = command
-        .spawn()
-        .context("could not start the local control plane")
-        .map_err(local)?;
-    let pid = child.id();
-    let deadline = Instant::now() + START_DEADLINE;
-    loop {
-        if answering(settings).await {
-            return Ok(pid);
-        }
-        // Reap it if it exited: another div may have started one first, and that one
-        // answering is as good.
-        let _ = child.try_wait();
-        if Instant::now() > deadline {
-            let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let last = tail
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            return Err(Failure::new(
-                exit_codes::UNREACHABLE,
-                anyhow!(
-                    "the local control plane did not answer within {}s of starting",
-                    START_DEADLINE.as_secs()
-                ),
-            )
-            .hint(Some(format!(
-                "its log is `{}`{}",
-                log_path.display(),
-                if last.is_empty() {
-                    String::new()
-                } else {
-                    format!("; it ends: {last}")
-                }
-            ))));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    local(settings)?.start().await.map_err(start_failure)
 }
 
 pub(crate) async fn server(
@@ -225,11 +170,10 @@ async fn stop(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure
     Ok(exit_codes::SUCCESS)
 }
 
-/// SIGTERM to `pid`.
-#[allow(unsafe_code)]
+/// SIGTERM to `pid` (which `pid()` already checked is positive).
 fn signal_terminate(pid: i32) -> bool {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    unsafe { libc::kill(pid, libc::SIGTERM) == 0 }
+    use rustix::process::{Pid, Signal, kill_process};
+    Pid::from_raw(pid).is_some_and(|pid| kill_process(pid, Signal::TERM).is_ok())
 }
 
 async fn status(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {

@@ -13,3 +13,4 @@ mod json_nulls;
 mod local;
 mod run;
 mod support;
+mod terminal;

@@ -464,10 +464,8 @@ async fn ctrl_c_detaches_and_says_how_to_follow_and_stop() {
         }
     }
     let pid = child.id().expect("running") as i32;
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) with a plain pid and signal number.
-    let sent = unsafe { libc::kill(pid, libc::SIGINT) };
-    assert_eq!(sent, 0);
+    let pid = rustix::process::Pid::from_raw(pid).expect("a positive pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT sent");
     while let Some(line) = stderr.next_line().await.expect("reads") {
         seen.push(line);
     }

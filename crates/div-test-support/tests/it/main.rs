@@ -9,7 +9,7 @@ use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 15);
+    assert_eq!(report.passed.len(), 16);
 }
 
 /// The fake, but creating a run twice for one key.

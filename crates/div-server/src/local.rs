@@ -1,0 +1,218 @@
+//! Reaching the local control plane from any program, and starting it on demand the way `div`
+//! does: [`LocalControlPlane`].
+//!
+//! The control plane runs as its own background process (`<div> server run`, in its own
+//! process group, its output appended to `home/server.log`), so it outlives the program that
+//! started it, and every program on the machine that names the same home shares it. Nothing
+//! here reads the environment: the home, the `div` executable and the emulated GPUs are the
+//! caller's to say.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use div_api::{ApiError, Endpoint, HttpControlPlane, Options};
+
+/// How long a local control plane started on demand has to answer: 10 s.
+pub const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The local control plane of one state directory, and how to start it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), div_server::StartError> {
+/// use div_server::LocalControlPlane;
+/// let local = LocalControlPlane::new("/home/me/.local/share/div", "/usr/local/bin/div");
+/// let cp = local.connect(div_api::Options::default()).await?;
+/// # let _cp = cp;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LocalControlPlane {
+    home: PathBuf,
+    div: PathBuf,
+    emulate_gpus: Option<String>,
+    start_deadline: Duration,
+}
+
+/// Why the local control plane could not be reached or started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The state directory could not be made.
+    #[error("could not make the state directory `{}`", path.display())]
+    Home {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `home/server.log` could not be opened for the server's output.
+    #[error("could not open `{}`", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `div` executable could not be started.
+    #[error("could not start the local control plane with `{}`", program.display())]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It started but did not answer in time.
+    #[error("the local control plane did not answer within {}s of starting", deadline.as_secs())]
+    NotAnswering {
+        deadline: Duration,
+        log: PathBuf,
+        /// The last non-empty line of its log, when there is one.
+        last_line: Option<String>,
+    },
+    /// A client for its socket could not be made.
+    #[error(transparent)]
+    Client(#[from] ApiError),
+}
+
+impl StartError {
+    /// What to look at next, when there is something to say.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            StartError::NotAnswering { log, last_line, .. } => Some(format!(
+                "its log is `{}`{}",
+                log.display(),
+                last_line
+                    .as_ref()
+                    .map(|l| format!("; it ends: {l}"))
+                    .unwrap_or_default()
+            )),
+            StartError::Spawn { .. } => {
+                Some("name the `div` executable that serves the local control plane".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl LocalControlPlane {
+    /// The local control plane keeping its state in `home`, served (when it has to be started)
+    /// by `div`: a `div` executable, run as `div server run`.
+    pub fn new(home: impl Into<PathBuf>, div: impl Into<PathBuf>) -> LocalControlPlane {
+        LocalControlPlane {
+            home: home.into(),
+            div: div.into(),
+            emulate_gpus: None,
+            start_deadline: START_DEADLINE,
+        }
+    }
+
+    /// Emulate these GPUs (`h100:8`) in a control plane started here, rather than find them
+    /// with `nvidia-smi` (`DIVERGENT_EMULATE_GPUS` for the `div` it starts).
+    pub fn emulate_gpus(mut self, gpus: Option<String>) -> LocalControlPlane {
+        self.emulate_gpus = gpus;
+        self
+    }
+
+    /// How long one started here has to answer ([`START_DEADLINE`] unless told).
+    pub fn start_deadline(mut self, deadline: Duration) -> LocalControlPlane {
+        self.start_deadline = deadline;
+        self
+    }
+
+    /// The state directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The socket it answers on: [`crate::socket_path`] of the home.
+    pub fn socket(&self) -> PathBuf {
+        crate::socket_path(&self.home)
+    }
+
+    /// Where a control plane started here writes its output.
+    pub fn log_path(&self) -> PathBuf {
+        self.home.join("server.log")
+    }
+
+    /// A client for its socket; nothing is started or asked.
+    pub fn client(&self, options: Options) -> Result<HttpControlPlane, ApiError> {
+        HttpControlPlane::new(Endpoint::unix(self.socket()), options)
+    }
+
+    /// Whether it answers `/v1/health` now (within 300 ms).
+    pub async fn answering(&self) -> bool {
+        let probe = Options {
+            deadline: Duration::from_millis(300),
+            ..Options::default()
+        };
+        match self.client(probe) {
+            Ok(cp) => cp.health().await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// A client for it, started first when it is not answering.
+    pub async fn connect(&self, options: Options) -> Result<HttpControlPlane, StartError> {
+        if !self.answering().await {
+            self.start().await?;
+        }
+        Ok(self.client(options)?)
+    }
+
+    /// Starts `div server run` in the background, in its own process group (a Ctrl-C meant for
+    /// the caller does not reach it), its output appended to [`Self::log_path`], and waits
+    /// until it answers. Returns its pid. Another program may start one at the same moment:
+    /// whichever answers first serves both.
+    pub async fn start(&self) -> Result<u32, StartError> {
+        std::fs::create_dir_all(&self.home).map_err(|source| StartError::Home {
+            path: self.home.clone(),
+            source,
+        })?;
+        let log_path = self.log_path();
+        let log_error = |source| StartError::Log {
+            path: log_path.clone(),
+            source,
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(log_error)?;
+        let mut command = std::process::Command::new(&self.div);
+        command
+            .args(["server", "run"])
+            .env("DIVERGENT_HOME", &self.home)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(log_error)?)
+            .stderr(log);
+        if let Some(gpus) = &self.emulate_gpus {
+            command.env("DIVERGENT_EMULATE_GPUS", gpus);
+        }
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn().map_err(|source| StartError::Spawn {
+            program: self.div.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        let deadline = Instant::now() + self.start_deadline;
+        loop {
+            if self.answering().await {
+                return Ok(pid);
+            }
+            // Reap it if it exited (another one may have won the socket, and that one
+            // answering is as good); an error here only means there is nothing to reap.
+            child.try_wait().ok();
+            if Instant::now() > deadline {
+                let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let last_line = tail
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_owned);
+                return Err(StartError::NotAnswering {
+                    deadline: self.start_deadline,
+                    log: log_path,
+                    last_line,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
