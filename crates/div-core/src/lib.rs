@@ -33,6 +33,7 @@ mod fmt;
 mod follow;
 mod last_line;
 mod project;
+pub mod pyscan;
 mod result;
 mod run;
 mod runs;
@@ -54,7 +55,7 @@ pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
     ShipmentSummary, run,
 };
-pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, runs};
+pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
 pub use storage::{
     GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,

@@ -31,6 +31,10 @@ pub struct RunOptions {
     /// The entrypoint: one word (`train.py::run`, `train.py`, `'torchrun … train.py'`) or the
     /// words after `--`.
     pub command: Vec<String>,
+    /// The words after `--` when an entrypoint came before it: the script's arguments
+    /// (`div run train.py -- --epochs 3`). Without an entrypoint before `--`, the words after
+    /// it are the command itself, and belong in `command`.
+    pub args: Vec<String>,
     /// The SKU as typed (`--gpu`); checked against the control plane's catalogue.
     pub gpu: String,
     pub gpus: u32,
@@ -65,6 +69,7 @@ impl RunOptions {
         RunOptions {
             dir: dir.into(),
             command,
+            args: Vec::new(),
             gpu: "h100".into(),
             gpus: 1,
             cpu: None,
@@ -191,10 +196,10 @@ async fn prepare(
     sink: &mut dyn EventSink,
 ) -> Result<Plan, RunError> {
     // What needs nothing but the words typed.
-    if options.command.is_empty() {
+    if options.command.is_empty() && options.args.is_empty() {
         return Err(RunError::NoEntrypoint);
     }
-    let entrypoint = div_spec::Entrypoint::from_words(&options.command)?;
+    let entrypoint = div_spec::Entrypoint::from_parts(&options.command, &options.args)?;
     let project = resolve_project(
         options.project.as_deref(),
         options.project_env.as_deref(),
@@ -223,14 +228,7 @@ async fn prepare(
             cache: options.ship_cache.clone(),
         };
         let shipment = div_ship::collect(&options.dir, &ship_options)?;
-        if let Some(file) = entrypoint.python_file()
-            && !shipment.contains(file)
-        {
-            return Err(RunError::EntrypointNotShipped {
-                file: file.to_string(),
-                dir: options.dir.clone(),
-            });
-        }
+        crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;
         if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
             let bytes = shipment
                 .read("telemetry.toml")

@@ -16,8 +16,9 @@ pub(crate) async fn logs(
     if args.json {
         printer.log_to_stderr();
     }
+    let run = super::which_run(&*cp, settings, printer, args.run).await?;
     let options = LogsOptions {
-        run: args.run,
+        run,
         follow: args.follow,
     };
     let mut sink = |event: Event| {
@@ -35,5 +36,11 @@ pub(crate) async fn logs(
     if args.json {
         super::run::print_json(printer, &run)?;
     }
-    Ok(exit_codes::SUCCESS)
+    // Followed to its end, the log is as good as having stayed attached: `div run`'s exit
+    // code. Without `--follow`, printing what there is succeeded.
+    Ok(if args.follow {
+        exit_codes::for_run(&run)
+    } else {
+        exit_codes::SUCCESS
+    })
 }

@@ -45,7 +45,24 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Box<dyn ControlPlane>
     }
 }
 
-/// A div-core failure, with its hint and exit code.
+/// The run a command acts on: the one named, or, when none is, the project's latest, said on
+/// stderr (`run-k4t9, the latest run of quickstart`). Returns its name or id.
+pub(crate) async fn which_run(
+    cp: &dyn ControlPlane,
+    settings: &Settings,
+    printer: &mut crate::printer::Printer,
+    named: Option<String>,
+) -> Result<String, Failure> {
+    if let Some(named) = named {
+        return Ok(named);
+    }
+    let (project, run) = div_core::latest_run(cp, &settings.cwd, None, settings.project.as_deref())
+        .await
+        .map_err(failure)?;
+    printer.status(&format!("{}, the latest run of {}", run.name, project.slug));
+    Ok(run.id)
+}
+
 /// When `main` began, for `DIVERGENT_TIMINGS`.
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -59,6 +76,7 @@ pub(crate) fn started() -> std::time::Instant {
     *STARTED.get_or_init(std::time::Instant::now)
 }
 
+/// A div-core failure, with its hint and exit code.
 pub(crate) fn failure(e: RunError) -> Failure {
     let code = exit_codes::for_failure(e.kind());
     let hint = e.hint();

@@ -13,7 +13,8 @@ pub(crate) async fn result(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     let cp = super::connect(settings).await?;
-    let report = div_core::result(&*cp, &args.run, &args.check)
+    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let report = div_core::result(&*cp, &named, &args.check)
         .await
         .map_err(super::failure)?;
     let stored_missed = report

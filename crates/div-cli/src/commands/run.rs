@@ -142,6 +142,7 @@ pub(crate) async fn run(
     let options = RunOptions {
         dir: settings.cwd.clone(),
         command: args.command,
+        args: args.args,
         gpu: args.gpu,
         gpus: args.gpus,
         cpu: args.cpu,

@@ -33,7 +33,8 @@ pub(crate) async fn telemetry(
         None => None,
     };
     let cp = super::connect(settings).await?;
-    let first = div_core::telemetry(&*cp, &args.run, 0)
+    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let first = div_core::telemetry(&*cp, &named, 0)
         .await
         .map_err(super::failure)?;
     let layout = match given {

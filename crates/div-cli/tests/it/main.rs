@@ -12,3 +12,4 @@ mod json_nulls;
 mod local;
 mod run;
 mod support;
+mod user_loop;

@@ -22,7 +22,7 @@ async fn a_misspelled_flag_is_refused_with_the_real_one() {
 
       tip: a similar argument exists: '--max-spend'
 
-    Usage: div run --max-spend <USD> [ENTRYPOINT]...
+    Usage: div run --max-spend <USD> [ENTRYPOINT]... [-- <ARGS>...]
 
     For more information, try '--help'.
     ");

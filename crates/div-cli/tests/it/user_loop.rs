@@ -1,0 +1,358 @@
+//! The user's loop (issue 14): arguments reach the script, mistakes are caught before anything
+//! is billed, and coming back to a run later is as good as staying attached. End to end on the
+//! local control plane, and against wiremock where only the requests matter.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use insta::assert_snapshot;
+
+use crate::support::{DIV, World};
+
+const TRAIN: &str = r#"import json, os, sys
+
+def main():
+    print("argv", json.dumps(sys.argv[1:]))
+    json.dump({"metrics": {"accuracy": 0.91}}, open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
+
+def crash():
+    print("about to exit 3")
+    sys.exit(3)
+
+if __name__ == "__main__":
+    print("file argv", json.dumps(sys.argv[1:]))
+"#;
+
+/// A temp home and a project `quickstart` on the local control plane; stops the server it
+/// started when dropped.
+struct Local {
+    tmp: tempfile::TempDir,
+}
+
+impl Local {
+    fn new() -> Local {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir_all(tmp.path().join("quickstart")).expect("mkdir");
+        std::fs::write(tmp.path().join("quickstart/train.py"), TRAIN).expect("write");
+        Local { tmp }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.tmp.path().join("quickstart")
+    }
+
+    fn div(&self, args: &[&str]) -> Output {
+        command(self.tmp.path(), &self.project(), args)
+            .output()
+            .expect("div runs")
+    }
+}
+
+fn command(tmp: &Path, project: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(DIV);
+    c.args(args)
+        .current_dir(project)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", tmp.join("home"))
+        .env("DIVERGENT_HOME", tmp.join("div-home"))
+        .env("NO_COLOR", "1");
+    c
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// What a shell would make of them, spaces, quotes, `$` and `;` included.
+const AWKWARD: &[&str] = &[
+    "--epochs",
+    "3",
+    "a b",
+    "it's",
+    "say \"hi\"",
+    "$HOME",
+    "x;y",
+    "`id`",
+    "*.py",
+    "",
+];
+
+fn awkward_json() -> String {
+    serde_json::to_string(AWKWARD).expect("json")
+}
+
+#[test]
+fn arguments_after_dashes_reach_the_file_exactly() {
+    let local = Local::new();
+    let mut args = vec!["run", "--gpu", "cpu", "train.py", "--"];
+    args.extend(AWKWARD);
+    let out = local.div(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Python's json.dumps separates with ", ", as serde_json does not.
+    let got = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("file argv "))
+        .unwrap_or_else(|| panic!("the script printed its arguments: {stdout}"));
+    let got: Vec<String> = serde_json::from_str(got).expect("json");
+    assert_eq!(got, AWKWARD, "{stdout} {}", awkward_json());
+
+    // The control plane keeps what was typed, arguments included.
+    let runs = local.div(&["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("json");
+    let entrypoint = runs[0]["entrypoint"].as_str().unwrap_or_default();
+    assert!(
+        entrypoint.starts_with("train.py -- --epochs 3 'a b' "),
+        "{entrypoint}"
+    );
+}
+
+#[test]
+fn arguments_after_dashes_reach_the_function_as_sys_argv() {
+    let local = Local::new();
+    let mut args = vec!["run", "--gpu", "cpu", "train.py::main", "--"];
+    args.extend(AWKWARD);
+    let out = local.div(&args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let got = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("argv "))
+        .unwrap_or_else(|| panic!("main() printed its arguments: {stdout}"));
+    let got: Vec<String> = serde_json::from_str(got).expect("json");
+    assert_eq!(got, AWKWARD);
+    assert!(
+        !stdout.contains("file argv"),
+        "the file ran as __main__: {stdout}"
+    );
+}
+
+#[test]
+fn an_own_command_after_dashes_is_unchanged() {
+    let local = Local::new();
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--",
+        "python",
+        "-c",
+        "import sys; print(sys.argv[1:])",
+        "a b",
+        "$HOME",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("['a b', '$HOME']"), "{stdout}");
+}
+
+#[tokio::test]
+async fn the_own_command_is_sent_as_typed() {
+    let world = World::new().await;
+    let done = world
+        .div(&[
+            "run",
+            "--dry-run",
+            "--json",
+            "--",
+            "torchrun",
+            "--nproc-per-node",
+            "8",
+            "train.py",
+        ])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let request: serde_json::Value = serde_json::from_str(&done.stdout).expect("json");
+    assert_eq!(
+        request["entrypoint"],
+        "torchrun --nproc-per-node 8 train.py"
+    );
+    assert_eq!(request["command"], "torchrun --nproc-per-node 8 train.py");
+}
+
+/// `div run train.py --epochs 3`, without `--`: refused, with the command that works.
+#[tokio::test]
+async fn a_flag_for_the_script_before_dashes_is_refused_with_the_command_that_works() {
+    let world = World::new().await;
+    let done = world
+        .div(&["run", "--gpu", "cpu", "train.py", "--epochs", "3"])
+        .await;
+    assert_eq!(done.code, 200);
+    assert!(
+        done.stderr.contains(
+            "tip: to give `--epochs` and what follows to the script, put them after `--`: \
+             `div run --gpu cpu train.py -- --epochs 3`"
+        ),
+        "{}",
+        done.stderr
+    );
+    let done = world.div(&["run", "train.py", "3"]).await;
+    assert_eq!(done.code, 200);
+    assert_snapshot!(done.stderr, @"error: `train.py 3` runs `train.py` with arguments; arguments for a script go after `--`: `div run train.py -- 3`");
+    world.assert_nothing_created().await;
+}
+
+async fn refused(world: &World, args: &[&str]) -> String {
+    let done = world.div(args).await;
+    assert_eq!(done.code, 200, "{args:?}: {}", done.stderr);
+    done.stderr
+}
+
+/// Each mistake is refused with what was meant, before anything is created or uploaded.
+#[tokio::test]
+async fn mistakes_are_caught_before_anything_is_billed() {
+    let world = World::new().await;
+    std::fs::write(
+        world.project().join("train.py"),
+        "import torch\n\ndef main():\n    pass\n\nasync def serve():\n    pass\n",
+    )
+    .expect("write");
+    std::fs::write(world.project().join("eval.py"), "def run(): pass\n").expect("write");
+
+    assert_snapshot!(refused(&world, &["run", "train.py:main"]).await, @"error: `train.py:main` has one colon; a function in a file is named with two: `train.py::main`");
+    assert_snapshot!(refused(&world, &["run", "train.py::mian"]).await, @r"
+    error: `train.py` defines no top-level `mian`
+    hint: did you mean `main`? (`div run train.py::main`)
+    ");
+    assert_snapshot!(refused(&world, &["run", "train.py::fit"]).await, @r"
+    error: `train.py` defines no top-level `fit`
+    hint: it defines `main`, `serve`, `torch`
+    ");
+    assert_snapshot!(refused(&world, &["run", "trian.py", "--", "--epochs", "3"]).await, @r"
+    error: `trian.py` is not in what will be shipped
+    hint: did you mean `train.py`?
+    ");
+    assert_snapshot!(refused(&world, &["run", "--", "train.py", "--epochs", "3"]).await, @r"
+    error: `train.py` cannot be run as a command: `sh` looks for `train.py` on PATH, not in the shipped code
+    hint: run it with Python: `div run -- python train.py --epochs 3`
+    ");
+    assert_snapshot!(refused(&world, &["run", "--", "./eval.py", "--fast"]).await, @r"
+    error: `./eval.py` cannot be run as a command: `eval.py` is not executable
+    hint: run it with Python: `div run -- python eval.py --fast`
+    ");
+    world.assert_nothing_created().await;
+}
+
+/// When the scan cannot tell what the file defines, the run is placed.
+#[tokio::test]
+async fn a_file_the_scan_cannot_read_is_given_the_benefit_of_the_doubt() {
+    let world = World::new().await;
+    std::fs::write(world.project().join("train.py"), "from helpers import *\n").expect("write");
+    let done = world.div(&["run", "--dry-run", "train.py::main"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert!(
+        done.stdout.contains("nothing was placed"),
+        "{}",
+        done.stdout
+    );
+}
+
+/// An executable script with a path is the user's own command, and runs.
+#[test]
+fn an_executable_script_runs_as_its_own_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let local = Local::new();
+    let script = local.project().join("go.py");
+    std::fs::write(
+        &script,
+        "#!/usr/bin/env python3\nimport sys\nprint('went', sys.argv[1:])\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = local.div(&["run", "--gpu", "cpu", "--", "./go.py", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("went ['x']"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// `div logs RUN --follow` ends as `div run` does: the same last line, the same exit code.
+/// Without a name, `div logs`, `div result`, `div telemetry` and `div stop` act on the
+/// project's latest run and say which.
+#[test]
+fn coming_back_is_as_good_as_staying_attached() {
+    let local = Local::new();
+    let attached = local.div(&["run", "--gpu", "cpu", "train.py::crash"]);
+    assert_eq!(
+        attached.status.code(),
+        Some(3),
+        "{}",
+        text(&attached.stderr)
+    );
+    let attached_last = text(&attached.stderr)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let name = attached_last
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(name.starts_with("run-"), "{attached_last}");
+
+    let followed = local.div(&["logs", &name, "--follow"]);
+    assert_eq!(
+        followed.status.code(),
+        Some(3),
+        "{}",
+        text(&followed.stderr)
+    );
+    assert_eq!(text(&followed.stdout), text(&attached.stdout));
+    assert_eq!(
+        text(&followed.stderr).lines().last().unwrap_or_default(),
+        attached_last
+    );
+
+    // No name: the latest run, said on stderr.
+    let said = format!("{name}, the latest run of quickstart");
+    let logs = local.div(&["logs", "--follow"]);
+    assert_eq!(logs.status.code(), Some(3));
+    assert_eq!(text(&logs.stderr).lines().next(), Some(said.as_str()));
+    assert_eq!(text(&logs.stdout), text(&attached.stdout));
+
+    let result = local.div(&["result"]);
+    assert_eq!(text(&result.stderr).lines().next(), Some(said.as_str()));
+    let telemetry = local.div(&["telemetry"]);
+    assert_eq!(text(&telemetry.stderr).lines().next(), Some(said.as_str()));
+
+    let detached = local.div(&["run", "-d", "--gpu", "cpu", "--", "sleep 30"]);
+    let going = text(&detached.stdout).trim().to_string();
+    let stop = local.div(&["stop"]);
+    let stderr = text(&stop.stderr);
+    assert_eq!(stop.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "{going}, the latest run of quickstart\n{going} was canceled after "
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn no_runs_yet_is_said_plainly() {
+    let world = World::new().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/v1/runs"))
+        .respond_with(div_test_support::mock::json_response(
+            200,
+            &serde_json::json!({"runs": [], "next_cursor": null}),
+        ))
+        .mount(&world.server)
+        .await;
+    let done = world.div(&["logs"]).await;
+    assert_eq!(done.code, 200);
+    assert_snapshot!(done.stderr, @r"
+    error: project `very-cool-classifier` has no runs yet, so there is no latest run to act on
+    hint: name a run (`div runs --all` lists every project's), or start one with `div run`
+    ");
+}
