@@ -113,6 +113,13 @@ impl Printer {
         }
     }
 
+    /// `hint: …` on stderr.
+    pub(crate) fn hint(&mut self, hint: &str) {
+        self.flush_log_quietly();
+        self.end_log_line();
+        eprintln!("{}: {hint}", self.paint("hint", "36;1"));
+    }
+
     /// Bytes of the run's log, as they arrive; none means the stream is caught up for now,
     /// so what is buffered is written.
     ///

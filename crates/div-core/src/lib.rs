@@ -32,6 +32,7 @@ mod event;
 mod fmt;
 mod follow;
 mod last_line;
+mod missing_module;
 mod project;
 pub mod pyscan;
 mod result;
@@ -46,6 +47,7 @@ pub use error::{FailureKind, RunError};
 pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use last_line::last_line;
+pub use missing_module::{LOG_TAIL_BYTES, missing_module_hint};
 pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,

@@ -1,6 +1,6 @@
 //! `div logs`.
 
-use div_core::{Event, LogsOptions, last_line};
+use div_core::{Event, LogsOptions};
 
 use crate::args::LogsArgs;
 use crate::exit_codes;
@@ -21,18 +21,21 @@ pub(crate) async fn logs(
         run,
         follow: args.follow,
     };
+    let mut tail = super::LogTail::default();
     let mut sink = |event: Event| {
-        if let Event::Log(bytes) = event
-            && let Err(e) = printer.log(&bytes)
-            && e.kind() == std::io::ErrorKind::BrokenPipe
-        {
-            std::process::exit(exit_codes::SUCCESS);
+        if let Event::Log(bytes) = event {
+            tail.saw(&bytes);
+            if let Err(e) = printer.log(&bytes)
+                && e.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                std::process::exit(exit_codes::SUCCESS);
+            }
         }
     };
     let run = div_core::logs(&*cp, &options, &mut sink)
         .await
         .map_err(super::failure)?;
-    printer.status(&last_line(&run));
+    tail.end(printer, &run);
     if args.json {
         super::run::print_json(printer, &run)?;
     }

@@ -63,6 +63,28 @@ pub(crate) async fn which_run(
     Ok(run.id)
 }
 
+/// The end of a run's log, kept as it streams by, for [`div_core::missing_module_hint`].
+#[derive(Default)]
+pub(crate) struct LogTail(Vec<u8>);
+
+impl LogTail {
+    pub(crate) fn saw(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+        let over = self.0.len().saturating_sub(div_core::LOG_TAIL_BYTES);
+        if over > div_core::LOG_TAIL_BYTES {
+            self.0.drain(..over);
+        }
+    }
+
+    /// The run's last lines, then the hint a missing module gets.
+    pub(crate) fn end(&self, printer: &mut crate::printer::Printer, run: &div_api::Run) {
+        printer.status(&div_core::last_line(run));
+        if let Some(hint) = div_core::missing_module_hint(&self.0, run) {
+            printer.hint(&hint);
+        }
+    }
+}
+
 /// When `main` began, for `DIVERGENT_TIMINGS`.
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 

@@ -4,9 +4,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{
-    DryRun, Event, RunOptions, RunOutcome, Step, last_line, new_volume_line, shipping_line,
-};
+use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, new_volume_line, shipping_line};
 
 use crate::args::RunArgs;
 use crate::exit_codes;
@@ -174,7 +172,11 @@ pub(crate) async fn run(
     let mut timings = settings.timings.then(Timings::new);
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
+    let mut tail = super::LogTail::default();
     let mut sink = |event: Event| {
+        if let Event::Log(bytes) = &event {
+            tail.saw(bytes);
+        }
         if let Some(t) = timings.as_mut() {
             t.saw(&event);
         }
@@ -251,7 +253,7 @@ pub(crate) async fn run(
             Ok(exit_codes::SUCCESS)
         }
         RunOutcome::Ended(run) => {
-            printer.status(&last_line(&run));
+            tail.end(printer, &run);
             if args.json {
                 print_json(printer, &run)?;
             }

@@ -356,3 +356,39 @@ async fn no_runs_yet_is_said_plainly() {
     hint: name a run (`div runs --all` lists every project's), or start one with `div run`
     ");
 }
+
+/// A run that dies of a missing module ends with a hint: which Python it used, and how to
+/// install the module into the run. `div logs --follow` ends the same way.
+#[test]
+fn a_missing_module_ends_with_how_to_install_it() {
+    let local = Local::new();
+    std::fs::write(
+        local.project().join("fit.py"),
+        // Through importlib, so the traceback shows the Python's own files.
+        "import importlib\nimportlib.import_module('nosuchmodule_div.sub')\n",
+    )
+    .expect("write");
+    let out = local.div(&["run", "--gpu", "cpu", "fit.py", "--", "--epochs", "3"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("hint: `nosuchmodule_div` is not installed in the run's Python 3."),
+        "{stderr}"
+    );
+    assert!(
+        last.contains(
+            "install it into the run first: `div run -- 'python -m pip install nosuchmodule-div \
+             && python -u fit.py --epochs 3'`"
+        ),
+        "{stderr}"
+    );
+    let name = stderr
+        .lines()
+        .find(|l| l.contains(" failed after "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_default()
+        .to_string();
+    let followed = local.div(&["logs", &name, "--follow"]);
+    assert_eq!(text(&followed.stderr).lines().last(), Some(last));
+}
