@@ -189,11 +189,26 @@ impl Printer {
             return;
         }
         let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::hidden());
+        // Bytes in the shipping line's units (`3.0 GB`), not indicatif's binary ones.
         bar.set_style(
-            ProgressStyle::with_template(
-                "uploading {bar:30} {binary_bytes}/{binary_total_bytes} {elapsed}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("uploading {bar:30} {sent}/{total} {elapsed}")
+                .map(|style| {
+                    style
+                        .with_key(
+                            "sent",
+                            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                let _ = w.write_str(&div_spec::format_bytes(state.pos()));
+                            },
+                        )
+                        .with_key(
+                            "total",
+                            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                let total = state.len().unwrap_or_default();
+                                let _ = w.write_str(&div_spec::format_bytes(total));
+                            },
+                        )
+                })
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let done = Arc::new(Mutex::new(false));
         let (timer_bar, timer_done) = (bar.clone(), Arc::clone(&done));

@@ -54,7 +54,7 @@ pub use project::{
 };
 pub use result::{ResultReport, result};
 pub use run::{
-    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
+    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome, UPLOAD_PIECE_BYTES,
     ShipmentSummary, run,
 };
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};

@@ -20,6 +20,9 @@ pub const DEFAULT_IMAGE: &str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 
 /// A shipment past this many bytes gets a warning.
 pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
+/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
+/// so the progress bar moves while one large file is sent.
+pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 /// A shipped file past this many bytes gets a warning.
 pub const LARGE_FILE_BYTES: u64 = 100_000_000;
 
@@ -430,28 +433,38 @@ pub(crate) async fn upload(
     });
     let mut sent = 0;
     for blob in &plan.blobs {
-        let data = BlobSource::File {
-            path: blob.path.clone(),
-            offset: blob.offset,
-            len: blob.len,
-        };
-        if cp
-            .upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
-            .await
-            .is_err()
-        {
-            // Ask the volume where it stands and send the rest.
-            let whole = BlobSource::File {
+        // A large file goes in pieces, so progress shows while it is sent.
+        let end = blob.offset + blob.len;
+        let mut at = blob.offset;
+        while at < end {
+            let len = (end - at).min(UPLOAD_PIECE_BYTES);
+            let data = BlobSource::File {
                 path: blob.path.clone(),
-                offset: 0,
-                len: blob.size,
+                offset: at,
+                len,
             };
-            div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+            if cp
+                .upload_blob(volume, &blob.hash, at, blob.size, data)
                 .await
-                .map_err(api("upload the code"))?;
+                .is_err()
+            {
+                // Ask the volume where it stands and send the rest.
+                let whole = BlobSource::File {
+                    path: blob.path.clone(),
+                    offset: 0,
+                    len: blob.size,
+                };
+                div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                    .await
+                    .map_err(api("upload the code"))?;
+                sent += end - at;
+                sink.event(Event::UploadProgress { sent });
+                break;
+            }
+            at += len;
+            sent += len;
+            sink.event(Event::UploadProgress { sent });
         }
-        sent += blob.len;
-        sink.event(Event::UploadProgress { sent });
     }
     let tree = CommitTree {
         path: path.to_string(),
