@@ -269,7 +269,8 @@ impl Printer {
         }
     }
 
-    fn paint(&self, text: &str, sgr: &str) -> String {
+    /// `text` in the SGR colour `sgr` when colour is on (a terminal, no `NO_COLOR`).
+    pub(crate) fn paint(&self, text: &str, sgr: &str) -> String {
         if self.color {
             format!("\x1b[{sgr}m{text}\x1b[0m")
         } else {

@@ -309,7 +309,8 @@ async fn prepare(
         entrypoint: entrypoint.typed().to_string(),
         command: entrypoint.command().to_string(),
         sku: sku.name().to_string(),
-        gpus: options.gpus,
+        // As sized: the cpu SKU has no GPUs, whatever `--gpus` defaulted to.
+        gpus: sizing.gpus,
         cpu: options.cpu,
         memory_gib: options.memory.map(|m| m.gib()),
         max_spend_cents: options.max_spend.map(|m| m.cents()),

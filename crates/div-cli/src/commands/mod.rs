@@ -78,7 +78,18 @@ impl LogTail {
 
     /// The run's last lines, then the hint a missing module gets.
     pub(crate) fn end(&self, printer: &mut crate::printer::Printer, run: &div_api::Run) {
-        printer.status(&div_core::last_line(run));
+        let line = div_core::last_line(run);
+        // Missed checks stand out: ` · missed 1 of 2 checks` in red.
+        let line = match line.rsplit_once(" · missed ") {
+            Some((head, missed)) => {
+                format!(
+                    "{head} · {}",
+                    printer.paint(&format!("missed {missed}"), "31;1")
+                )
+            }
+            None => line,
+        };
+        printer.status(&line);
         if let Some(hint) = div_core::missing_module_hint(&self.0, run) {
             printer.hint(&hint);
         }

@@ -507,3 +507,100 @@ async fn the_progress_bar_moves_within_a_large_file_in_the_shipping_lines_units(
         ]
     );
 }
+
+impl Local {
+    /// `line` run by `sh` on a 150-column pty (made by `script`), colour on; the transcript.
+    fn on_terminal(&self, line: &str) -> String {
+        let mut script = std::process::Command::new("script");
+        script.env_clear();
+        for (key, value) in command(self.tmp.path(), &self.project(), &[])
+            .get_envs()
+            .filter(|(k, _)| *k != "NO_COLOR")
+        {
+            if let Some(value) = value {
+                script.env(key, value);
+            }
+        }
+        let out = script
+            .env("TERM", "xterm")
+            .args([
+                "-qfec",
+                &format!("stty cols 150 rows 50; {line}"),
+                "/dev/null",
+            ])
+            .current_dir(self.project())
+            .output()
+            .expect("script runs div on a pty");
+        text(&out.stdout)
+    }
+}
+
+const CHARTED: &str = r#"import json, os
+with open(os.environ["DIVERGENT_TELEMETRY_PATH"], "a") as f:
+    for step in range(20):
+        f.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n")
+json.dump({"metrics": {"accuracy": 0.5}}, open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
+"#;
+
+/// On a 150-column terminal, charts are 150 columns wide; piped, they keep their 60 cells.
+/// A missed check is red on a terminal, in `div result` and on the last line, and plain with
+/// `NO_COLOR`.
+#[test]
+fn charts_fill_the_terminal_and_missed_checks_are_red() {
+    let local = Local::new();
+    std::fs::write(local.project().join("charted.py"), CHARTED).expect("write");
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "charted.py",
+        "--check",
+        "metrics.accuracy>=0.8",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).ends_with(" · missed 1 of 1 check\n"));
+
+    let transcript = local.on_terminal(&format!("{DIV} telemetry"));
+    let axis = transcript
+        .lines()
+        .find(|l| l.contains('└'))
+        .unwrap_or_else(|| panic!("a chart: {transcript}"));
+    assert_eq!(
+        axis.trim_end_matches('\r').chars().count(),
+        149,
+        "{transcript}"
+    );
+    let piped = local.div(&["telemetry"]);
+    let axis = text(&piped.stdout)
+        .lines()
+        .find(|l| l.contains('└'))
+        .map(|l| l.chars().filter(|c| *c == '─').count());
+    assert_eq!(axis, Some(60));
+
+    let transcript = local.on_terminal(&format!("{DIV} result"));
+    assert!(
+        transcript.contains("\x1b[31;1mcheck failed: metrics.accuracy >= 0.8 (found 0.5)\x1b[0m"),
+        "{transcript:?}"
+    );
+    let transcript = local.on_terminal(&format!("{DIV} logs --follow"));
+    assert!(
+        transcript.contains(" · \x1b[31;1mmissed 1 of 1 check\x1b[0m"),
+        "{transcript:?}"
+    );
+    let transcript = local.on_terminal(&format!("NO_COLOR=1 {DIV} result"));
+    assert!(!transcript.contains('\x1b'), "{transcript:?}");
+}
+
+/// The cpu SKU has no GPUs: `--dry-run --json` and `div runs --json` both say 0.
+#[test]
+fn the_cpu_sku_has_no_gpus_before_and_after() {
+    let local = Local::new();
+    let dry = local.div(&["run", "--gpu", "cpu", "--dry-run", "--json", "train.py"]);
+    let dry: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
+    assert_eq!(dry["gpus"], 0, "{dry}");
+    let out = local.div(&["run", "--gpu", "cpu", "train.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let runs = local.div(&["runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("json");
+    assert_eq!(runs[0]["gpus"], 0, "{runs}");
+}
