@@ -40,7 +40,14 @@ pub(crate) enum Command {
     /// Store a control plane's address and token in the user config file
     Login(LoginArgs),
     /// Run or control the local control plane
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "The local control plane runs on this machine's cores (`--gpu cpu`) and \
+the GPUs it has. To try GPU runs on a machine without them, declare emulated GPUs before it \
+starts: `DIVERGENT_EMULATE_GPUS=h100:8`, or several like `h100:8,h200:2` (b300, h200, h100). \
+They are scheduled and priced like real ones, but a run gets no GPU, and its first log line \
+says so."
+    )]
     Server(ServerCommand),
     /// Write shell completions or the man page to stdout; `man --dir DIR` writes a page
     /// for every command into DIR

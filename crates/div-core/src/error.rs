@@ -221,7 +221,7 @@ impl RunError {
             RunError::SkuNotOffered { accepted, .. } => Some(format!(
                 "the local control plane offers the GPUs this machine has; run on its cores with \
                  `--gpu {}`, or declare emulated GPUs to try things out with \
-                 `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)",
+                 `DIVERGENT_EMULATE_GPUS=h100:8` (`div server --help`)",
                 if accepted.iter().any(|s| s == "cpu") {
                     "cpu"
                 } else {

@@ -377,9 +377,26 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
             hint: None,
         })
         .collect();
-    if let Some(large) = s.large(LARGE_SHIPMENT_BYTES) {
+    if let Some(mut large) = s.large(LARGE_SHIPMENT_BYTES) {
+        // The biggest thing at the top level may be a file, not a folder: name it.
+        let top_file = s
+            .largest_files(1)
+            .into_iter()
+            .find(|(path, _)| !path.contains('/'))
+            .filter(|(_, size)| large.biggest_folder.as_ref().is_none_or(|(_, b)| size > b));
+        let message = match &top_file {
+            Some((file, size)) => format!(
+                "this ships {}, {} of it in `{file}`",
+                div_spec::format_bytes(large.bytes),
+                div_spec::format_bytes(*size)
+            ),
+            None => large.message(),
+        };
+        if top_file.is_some() {
+            large.biggest_folder = top_file;
+        }
         events.push(Event::Warning {
-            message: large.message(),
+            message,
             hint: Some(large.hint()),
         });
     } else if let Some((file, size)) = s

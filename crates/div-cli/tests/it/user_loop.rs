@@ -604,3 +604,35 @@ fn the_cpu_sku_has_no_gpus_before_and_after() {
     let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).expect("json");
     assert_eq!(runs[0]["gpus"], 0, "{runs}");
 }
+
+/// A user of the binary has no `docs/` folder: no message points at one.
+#[test]
+fn no_message_points_at_a_docs_folder() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut offending = Vec::new();
+    for dir in [
+        "crates/div-cli/src",
+        "crates/div-cli/src/commands",
+        "crates/div-core/src",
+        "crates/div-spec/src",
+    ] {
+        let entries = std::fs::read_dir(format!("{root}/{dir}")).expect("a source folder");
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("read");
+            for (n, line) in source.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") || code.contains("include_str!") {
+                    continue;
+                }
+                if code.contains("docs/") && code.contains('"') && !code.contains("lacks the row") {
+                    offending.push(format!("{}:{}: {code}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(offending.is_empty(), "{offending:#?}");
+}
