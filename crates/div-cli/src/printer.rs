@@ -227,6 +227,51 @@ impl Printer {
         }
     }
 
+    /// What is shipped is being hashed: on a terminal, once it has taken [`PROGRESS_AFTER`],
+    /// `hashing 1.2 GB 3s`, read from `hashed` until [`Printer::upload_finished`] (which ends
+    /// any progress shown).
+    pub(crate) fn hashing_started(&mut self, hashed: Arc<std::sync::atomic::AtomicU64>) {
+        self.upload_finished();
+        if !io::stderr().is_terminal() {
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("hashing what to ship {sent} {elapsed}")
+                .map(|style| {
+                    style.with_key(
+                        "sent",
+                        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = w.write_str(&div_spec::format_bytes(state.pos()));
+                        },
+                    )
+                })
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        let done = Arc::new(Mutex::new(false));
+        let (timer_bar, timer_done) = (bar.clone(), Arc::clone(&done));
+        let shown = std::thread::Builder::new()
+            .name("hashing-progress".into())
+            .spawn(move || {
+                std::thread::sleep(PROGRESS_AFTER);
+                loop {
+                    let done = timer_done.lock().unwrap_or_else(|e| e.into_inner());
+                    if *done {
+                        return;
+                    }
+                    if timer_bar.is_hidden() {
+                        timer_bar.set_draw_target(ProgressDrawTarget::stderr());
+                    }
+                    timer_bar.set_position(hashed.load(std::sync::atomic::Ordering::Relaxed));
+                    drop(done);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        if shown.is_ok() {
+            self.progress = Some(Progress { bar, done });
+        }
+    }
+
     pub(crate) fn upload_progress(&mut self, sent: u64) {
         if let Some(p) = &self.progress {
             p.bar.set_position(sent);

@@ -54,8 +54,8 @@ pub use project::{
 };
 pub use result::{ResultReport, result};
 pub use run::{
-    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome, UPLOAD_PIECE_BYTES,
-    ShipmentSummary, run,
+    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
+    ShipmentSummary, UPLOAD_PIECE_BYTES, run,
 };
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};

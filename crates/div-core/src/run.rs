@@ -227,8 +227,13 @@ async fn prepare(
     let shipment = if options.no_upload {
         None
     } else {
+        let hashed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        sink.event(Event::Hashing {
+            hashed: hashed.clone(),
+        });
         let ship_options = ShipOptions {
             cache: options.ship_cache.clone(),
+            hashed: Some(hashed),
         };
         let shipment = div_ship::collect(&options.dir, &ship_options)?;
         crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;

@@ -274,6 +274,8 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             path,
         } => printer.status(&shipping_line(files, bytes, &volume, &path)),
         Event::Warning { message, hint } => printer.warning(&message, hint.as_deref()),
+        Event::Hashing { hashed } => printer.hashing_started(hashed),
+        Event::Step(div_core::Step::Listed) => printer.upload_finished(),
         Event::UploadStarted { bytes, .. } => printer.upload_started(bytes),
         Event::UploadProgress { sent } => printer.upload_progress(sent),
         Event::UploadFinished => printer.upload_finished(),

@@ -636,3 +636,48 @@ fn no_message_points_at_a_docs_folder() {
     }
     assert!(offending.is_empty(), "{offending:#?}");
 }
+
+/// A big file at the top level: while it hashes, a terminal shows how far hashing got; the
+/// large-shipment warning names the file itself, not a placeholder.
+#[tokio::test]
+async fn a_big_top_level_file_shows_hashing_and_is_named_in_the_hint() {
+    let world = World::new().await;
+    std::fs::create_dir_all(world.project().join("src")).expect("mkdir");
+    std::fs::write(world.project().join("src/model.py"), "x = 1\n").expect("write");
+    // Sparse: 2 GB to hash, nothing on disk. Hashing it takes seconds (a debug build reads
+    // well under 1 GB/s), past the 0.7 s after which the line shows, as the upload test's
+    // 2 s answer is.
+    let big = std::fs::File::create(world.project().join("weights.bin")).expect("create");
+    big.set_len(2_000_000_000).expect("set_len");
+
+    let mut script = tokio::process::Command::new("script");
+    script.env_clear();
+    for (key, value) in world.command(&[]).as_std().get_envs() {
+        if let Some(value) = value {
+            script.env(key, value);
+        }
+    }
+    let on_terminal = script
+        .env("TERM", "xterm")
+        .args([
+            "-qfec",
+            &format!("{DIV} run --dry-run train.py"),
+            "/dev/null",
+        ])
+        .current_dir(world.project())
+        .output()
+        .await
+        .expect("script runs div on a pty");
+    let transcript = String::from_utf8_lossy(&on_terminal.stdout);
+    assert_eq!(on_terminal.status.code(), Some(0), "{transcript}");
+    assert!(transcript.contains("hashing what to ship "), "{transcript}");
+    assert!(
+        transcript.contains("warning: this ships 2.0 GB, 2.0 GB of it in `weights.bin`"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("a `.gitignore` that names `weights.bin` leave it out"),
+        "{transcript}"
+    );
+    assert!(!transcript.contains("the data"), "{transcript}");
+}
