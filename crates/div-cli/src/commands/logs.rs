@@ -22,13 +22,31 @@ pub(crate) async fn logs(
         follow: args.follow,
     };
     let mut tail = super::LogTail::default();
+    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
+    let mut colours = super::LogColours::new(
+        settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    );
     let mut sink = |event: Event| {
-        if let Event::Log(bytes) = event {
+        let bytes = match event {
+            Event::Log(bytes) => bytes,
+            // A held piece of the log's last line is written before the end.
+            Event::Ended(_) => Default::default(),
+            _ => return,
+        };
+        {
             tail.saw(&bytes);
-            if let Err(e) = printer.log(&bytes)
-                && e.kind() == std::io::ErrorKind::BrokenPipe
-            {
-                std::process::exit(exit_codes::SUCCESS);
+            let idle = bytes.is_empty();
+            let now = colours.feed(bytes);
+            let mut write = |bytes: &[u8]| {
+                if let Err(e) = printer.log(bytes)
+                    && e.kind() == std::io::ErrorKind::BrokenPipe
+                {
+                    std::process::exit(exit_codes::SUCCESS);
+                }
+            };
+            write(&now);
+            if idle && !now.is_empty() {
+                write(&[]);
             }
         }
     };

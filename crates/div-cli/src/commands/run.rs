@@ -173,10 +173,35 @@ pub(crate) async fn run(
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
     let mut tail = super::LogTail::default();
+    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
+    let mut colours = super::LogColours::new(
+        settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    );
     let mut sink = |event: Event| {
-        if let Event::Log(bytes) = &event {
-            tail.saw(bytes);
-        }
+        let event = match event {
+            Event::Log(bytes) => {
+                tail.saw(&bytes);
+                let idle = bytes.is_empty();
+                let now = colours.feed(bytes);
+                if idle && !now.is_empty() {
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    render(&mut p, &seen, Event::Log(now));
+                    Event::Log(Default::default())
+                } else {
+                    Event::Log(now)
+                }
+            }
+            Event::Ended(run) => {
+                // A held piece of the log's last line is written before the end.
+                let held = colours.feed(Default::default());
+                if !held.is_empty() {
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    render(&mut p, &seen, Event::Log(held));
+                }
+                Event::Ended(run)
+            }
+            other => other,
+        };
         if let Some(t) = timings.as_mut() {
             t.saw(&event);
         }

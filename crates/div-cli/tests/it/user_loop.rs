@@ -587,6 +587,21 @@ fn charts_fill_the_terminal_and_missed_checks_are_red() {
         transcript.contains(" · \x1b[31;1mmissed 1 of 1 check\x1b[0m"),
         "{transcript:?}"
     );
+    // The verdict the control plane wrote at the end of the log, too.
+    assert!(
+        transcript.contains("\x1b[31;1mcheck failed: metrics.accuracy >= 0.8 (found 0.5)\x1b[0m"),
+        "{transcript:?}"
+    );
+    // Attached on a terminal, the same.
+    let transcript = local.on_terminal(&format!(
+        "{DIV} run --gpu cpu charted.py --check 'metrics.accuracy>=0.8'"
+    ));
+    assert!(
+        transcript.contains("\x1b[31;1mcheck failed: metrics.accuracy >= 0.8 (found 0.5)\x1b[0m"),
+        "{transcript:?}"
+    );
+    let transcript = local.on_terminal(&format!("NO_COLOR=1 {DIV} logs --follow"));
+    assert!(!transcript.contains('\x1b'), "{transcript:?}");
     let transcript = local.on_terminal(&format!("NO_COLOR=1 {DIV} result"));
     assert!(!transcript.contains('\x1b'), "{transcript:?}");
 }
