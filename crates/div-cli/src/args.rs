@@ -40,7 +40,14 @@ pub(crate) enum Command {
     /// Store a control plane's address and token in the user config file
     Login(LoginArgs),
     /// Run or control the local control plane
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "The local control plane runs on this machine's cores (`--gpu cpu`) and \
+the GPUs it has. To try GPU runs on a machine without them, declare emulated GPUs before it \
+starts: `DIVERGENT_EMULATE_GPUS=h100:8`, or several like `h100:8,h200:2` (b300, h200, h100). \
+They are scheduled and priced like real ones, but a run gets no GPU, and its first log line \
+says so."
+    )]
     Server(ServerCommand),
     /// Write shell completions or the man page to stdout; `man --dir DIR` writes a page
     /// for every command into DIR
@@ -67,11 +74,20 @@ pub(crate) enum Command {
   div run --gpu h200 --gpus 32 finetune.py::lora --max-spend 1500
   div run --cpu 8 --memory 64G train.py --max-spend 10
   div run --detach -- torchrun --nproc-per-node 8 train.py
-  div run eval.py --check 'metrics.accuracy>=0.8'")]
+  div run eval.py --check 'metrics.accuracy>=0.8'
+  div run --gpu cpu train.py -- --epochs 3
+
+div's own flags go before `--`; what follows it is the script's arguments, or, with nothing
+before `--`, your own command.")]
 pub(crate) struct RunArgs {
     /// What to run: `train.py::run`, `train.py`, or your own command (after `--`)
     #[arg(value_name = "ENTRYPOINT", num_args = 0..)]
     pub(crate) command: Vec<String>,
+
+    /// After `--`: the script's arguments (`train.py -- --epochs 3`), or, with no entrypoint
+    /// before `--`, your own command (`-- torchrun --nproc-per-node 8 train.py`)
+    #[arg(value_name = "ARGS", last = true)]
+    pub(crate) args: Vec<String>,
 
     /// `b300`, `h200`, `h100` or `cpu`
     #[arg(long, value_name = "SKU", default_value = "h100")]
@@ -145,9 +161,9 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct LogsArgs {
-    /// The run, by name or id
+    /// The run, by name or id (default: this project's latest run)
     #[arg(value_name = "RUN")]
-    pub(crate) run: String,
+    pub(crate) run: Option<String>,
     /// Follow a running run until it ends
     #[arg(short, long)]
     pub(crate) follow: bool,
@@ -158,9 +174,9 @@ pub(crate) struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StopArgs {
-    /// The run, by name or id
+    /// The run, by name or id (default: this project's latest run)
     #[arg(value_name = "RUN")]
-    pub(crate) run: String,
+    pub(crate) run: Option<String>,
     /// Print the run as it ended as JSON
     #[arg(long)]
     pub(crate) json: bool,
@@ -292,9 +308,9 @@ Examples:
   div result run-k4t9 --check 'metrics.accuracy>=0.8' && deploy.sh"
 )]
 pub(crate) struct ResultArgs {
-    /// The run, by name or id
+    /// The run, by name or id (default: this project's latest run)
     #[arg(value_name = "RUN")]
-    pub(crate) run: String,
+    pub(crate) run: Option<String>,
     /// Judge the stored result again against this check; repeatable
     #[arg(long, value_name = "CHECK")]
     pub(crate) check: Vec<Check>,
@@ -310,9 +326,9 @@ pub(crate) struct ResultArgs {
   div telemetry run-k4t9 --telemetry charts.toml
   div telemetry run-k4t9 --json")]
 pub(crate) struct TelemetryArgs {
-    /// The run, by name or id
+    /// The run, by name or id (default: this project's latest run)
     #[arg(value_name = "RUN")]
-    pub(crate) run: String,
+    pub(crate) run: Option<String>,
     /// Keep reading while the run goes: redraw on a terminal, append points otherwise
     #[arg(short, long)]
     pub(crate) follow: bool,
@@ -363,4 +379,71 @@ pub(crate) enum ServerCommand {
     Stop,
     /// Say whether the local control plane is running, and where
     Status,
+}
+
+/// `div`'s arguments, parsed; an unknown flag after `div run`'s entrypoint gets the tip that
+/// moves it, and everything after it, behind `--`, where the script gets them.
+pub(crate) fn parse(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let mut e = match Cli::try_parse_from(&argv) {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if e.kind() != ErrorKind::UnknownArgument {
+        return Err(e);
+    }
+    // A misspelled flag of div's own (`--max-spent`) gets clap's `a similar argument exists`
+    // alone: a tip to pass it to the script would only distract.
+    if e.get(ContextKind::SuggestedArg).is_some() {
+        e.insert(ContextKind::Suggested, ContextValue::StyledStrs(Vec::new()));
+        return Err(e);
+    }
+    let Some(ContextValue::String(unknown)) = e.get(ContextKind::InvalidArg).cloned() else {
+        return Err(e);
+    };
+    let is_run = argv.get(1).and_then(|w| w.to_str()) == Some("run");
+    let tip = match arguments_moved(&argv, &unknown) {
+        Some(moved) => format!(
+            "to give `{unknown}` and what follows to the script, put them after `--`: \
+             `{moved}`"
+        ),
+        None if is_run => format!(
+            "div's flags go before the entrypoint, the script's after `--`: \
+             `div run train.py -- {unknown} …`"
+        ),
+        None => return Err(e),
+    };
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
+    Err(e)
+}
+
+/// `argv` with `--` before the word `unknown` (`--epochs` or `--epochs=3`), as a command line,
+/// when that is a `div run` that parses; `None` otherwise.
+fn arguments_moved(argv: &[std::ffi::OsString], unknown: &str) -> Option<String> {
+    let words: Vec<&str> = argv.iter().map(|w| w.to_str()).collect::<Option<_>>()?;
+    if words.get(1) != Some(&"run") || words.contains(&"--") {
+        return None;
+    }
+    let at = words
+        .iter()
+        .position(|w| *w == unknown || w.starts_with(&format!("{unknown}=")))?;
+    let mut moved: Vec<&str> = words[..at].to_vec();
+    moved.push("--");
+    moved.extend(&words[at..]);
+    let cli = Cli::try_parse_from(&moved).ok()?;
+    match cli.command {
+        Command::Run(run) if !run.command.is_empty() => {}
+        _ => return None,
+    }
+    moved[0] = "div";
+    Some(
+        moved
+            .iter()
+            .map(|w| div_spec::shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }

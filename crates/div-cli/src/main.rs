@@ -7,9 +7,7 @@ mod plot;
 mod printer;
 mod settings;
 
-use clap::Parser;
-
 fn main() {
     commands::mark_start();
-    std::process::exit(commands::main(args::Cli::try_parse()));
+    std::process::exit(commands::main(args::parse(std::env::args_os().collect())));
 }

@@ -3,6 +3,22 @@
 
 use div_core::Chart;
 
+/// The chart's plot width, in cells, so that its widest line (the x range under the axis: the
+/// y labels' width, two spaces, the plot's width and one more) is `columns` wide; at least 8.
+pub(crate) fn width_for(chart: &Chart, columns: usize) -> usize {
+    let ys = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1));
+    let (y0, y1) = range(ys);
+    let labels = if y0.is_finite() && y1.is_finite() {
+        number(y0).chars().count().max(number(y1).chars().count())
+    } else {
+        0
+    };
+    columns.saturating_sub(labels + 3).max(8)
+}
+
 /// A chart as text: its title, a y axis with the range, the plot, an x axis with the range,
 /// then one line per series with its last, lowest and highest values.
 pub(crate) fn render(chart: &Chart, width: usize, height: usize) -> String {
@@ -196,6 +212,21 @@ mod tests {
               0           3
           loss: 4 points, last 0.25, min 0.25, max 2
         ");
+    }
+
+    /// The plot fills the columns given, labels included.
+    #[test]
+    fn a_chart_fills_the_width_it_is_given() {
+        let c = chart(&[(0.0, 2.0), (1.0, 1.0), (2.0, 0.5), (3.0, 0.25)]);
+        for columns in [40, 150] {
+            let text = render(&c, width_for(&c, columns), 3);
+            let lines: Vec<&str> = text.lines().collect();
+            let axis = lines.iter().position(|l| l.contains('└')).expect("an axis");
+            assert_eq!(lines[axis].chars().count(), columns - 1, "{text}");
+            assert_eq!(lines[axis + 1].chars().count(), columns, "{text}");
+        }
+        assert_eq!(width_for(&chart(&[]), 150), 147);
+        assert_eq!(width_for(&c, 3), 8);
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub(crate) fn shows_progress(stderr_is_terminal: bool, bytes: u64) -> bool {
 
 const WARNING: anstyle::Style = anstyle::AnsiColor::Yellow.on_default().bold();
 const HINT: anstyle::Style = anstyle::AnsiColor::Cyan.on_default().bold();
-const ERROR: anstyle::Style = anstyle::AnsiColor::Red.on_default().bold();
+pub(crate) const ERROR: anstyle::Style = anstyle::AnsiColor::Red.on_default().bold();
 const CAUSE: anstyle::Style = anstyle::AnsiColor::Red.on_default();
 
 /// An upload shorter than this shows no progress bar.
@@ -121,6 +121,13 @@ impl Printer {
         if let Some(hint) = hint {
             eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
         }
+    }
+
+    /// `hint: …` on stderr.
+    pub(crate) fn hint(&mut self, hint: &str) {
+        self.flush_log_quietly();
+        self.end_log_line();
+        eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
     }
 
     /// Bytes of the run's log, as they arrive; none means the stream is caught up for now,
@@ -200,11 +207,26 @@ impl Printer {
             return;
         }
         let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::hidden());
+        // Bytes in the shipping line's units (`3.0 GB`), not indicatif's binary ones.
         bar.set_style(
-            ProgressStyle::with_template(
-                "uploading {bar:30} {binary_bytes}/{binary_total_bytes} {elapsed}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("uploading {bar:30} {sent}/{total} {elapsed}")
+                .map(|style| {
+                    style
+                        .with_key(
+                            "sent",
+                            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                let _ = w.write_str(&div_spec::format_bytes(state.pos()));
+                            },
+                        )
+                        .with_key(
+                            "total",
+                            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                let total = state.len().unwrap_or_default();
+                                let _ = w.write_str(&div_spec::format_bytes(total));
+                            },
+                        )
+                })
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let done = Arc::new(Mutex::new(false));
         let (timer_bar, timer_done) = (bar.clone(), Arc::clone(&done));
@@ -216,6 +238,51 @@ impl Printer {
                 if !*done {
                     timer_bar.set_draw_target(ProgressDrawTarget::stderr());
                     timer_bar.enable_steady_tick(Duration::from_millis(200));
+                }
+            });
+        if shown.is_ok() {
+            self.progress = Some(Progress { bar, done });
+        }
+    }
+
+    /// What is shipped is being hashed: on a terminal, once it has taken [`PROGRESS_AFTER`],
+    /// `hashing 1.2 GB 3s`, read from `hashed` until [`Printer::upload_finished`] (which ends
+    /// any progress shown).
+    pub(crate) fn hashing_started(&mut self, hashed: Arc<std::sync::atomic::AtomicU64>) {
+        self.upload_finished();
+        if !io::stderr().is_terminal() {
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("hashing what to ship {sent} {elapsed}")
+                .map(|style| {
+                    style.with_key(
+                        "sent",
+                        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = w.write_str(&div_spec::format_bytes(state.pos()));
+                        },
+                    )
+                })
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        let done = Arc::new(Mutex::new(false));
+        let (timer_bar, timer_done) = (bar.clone(), Arc::clone(&done));
+        let shown = std::thread::Builder::new()
+            .name("hashing-progress".into())
+            .spawn(move || {
+                std::thread::sleep(PROGRESS_AFTER);
+                loop {
+                    let done = timer_done.lock().unwrap_or_else(|e| e.into_inner());
+                    if *done {
+                        return;
+                    }
+                    if timer_bar.is_hidden() {
+                        timer_bar.set_draw_target(ProgressDrawTarget::stderr());
+                    }
+                    timer_bar.set_position(hashed.load(std::sync::atomic::Ordering::Relaxed));
+                    drop(done);
+                    std::thread::sleep(Duration::from_millis(100));
                 }
             });
         if shown.is_ok() {
@@ -274,7 +341,8 @@ impl Printer {
         }
     }
 
-    fn paint(&self, text: &str, style: anstyle::Style) -> String {
+    /// `text` in `style` when colour is on (anstream's choice: a terminal, `NO_COLOR`, `CLICOLOR_FORCE`).
+    pub(crate) fn paint(&self, text: &str, style: anstyle::Style) -> String {
         if self.color {
             format!("{style}{text}{style:#}")
         } else {

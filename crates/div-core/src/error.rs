@@ -38,6 +38,27 @@ pub enum RunError {
     /// The entrypoint's file is not in what will be shipped.
     #[error("`{file}` is not in what will be shipped from `{}`", dir.display())]
     EntrypointNotShipped { file: String, dir: PathBuf },
+    /// The entrypoint's file is not shipped, and one that is looks like what was meant.
+    #[error("`{file}` is not in what will be shipped")]
+    EntrypointMisspelled { file: String, meant: String },
+    /// `file.py::function`, and the file surely defines no such name at module level.
+    #[error("`{file}` defines no top-level `{function}`")]
+    NoSuchFunction {
+        file: String,
+        function: String,
+        /// The defined name closest to `function`, if one is close.
+        meant: Option<String>,
+        /// Every name the file defines at module level.
+        defined: Vec<String>,
+    },
+    /// The user's own command starts with a shipped `.py` file that `sh` cannot run.
+    #[error("`{first}` cannot be run as a command: {why}")]
+    ScriptNotRunnable {
+        first: String,
+        why: String,
+        /// The `python` form that works.
+        meant: String,
+    },
     /// The project cannot be resolved.
     #[error(transparent)]
     Project(#[from] ProjectError),
@@ -68,6 +89,9 @@ pub enum RunError {
     /// No run has that name or id.
     #[error("there is no run `{0}`")]
     RunNotFound(String),
+    /// No run was named, and the project has none to act on.
+    #[error("project `{0}` has no runs yet, so there is no latest run to act on")]
+    NoRuns(String),
     /// A `NAME[/PATH]` or `--to` that names no place in a volume.
     #[error("`{typed}` is not a place in a volume: {message}")]
     VolumePath { typed: String, message: String },
@@ -151,6 +175,7 @@ impl RunError {
                 FailureKind::Local
             }
             RunError::RunNotFound(_)
+            | RunError::NoRuns(_)
             | RunError::VolumeNotFound(_)
             | RunError::NotInVolume { .. }
             | RunError::SecretNotFound(_) => FailureKind::NotFound,
@@ -178,9 +203,37 @@ impl RunError {
             RunError::EntrypointNotShipped { .. } => {
                 Some("run div where the code is, or check that git is not ignoring the file".into())
             }
+            RunError::EntrypointMisspelled { meant, .. } => {
+                Some(format!("did you mean `{meant}`?"))
+            }
+            RunError::NoSuchFunction {
+                file,
+                meant: Some(meant),
+                ..
+            } => Some(format!(
+                "did you mean `{meant}`? (`div run {file}::{meant}`)"
+            )),
+            RunError::NoSuchFunction { defined, .. } if defined.is_empty() => {
+                Some("it defines no names at module level".into())
+            }
+            RunError::NoSuchFunction { defined, .. } => {
+                let mut shown: Vec<String> =
+                    defined.iter().take(12).map(|n| format!("`{n}`")).collect();
+                if defined.len() > shown.len() {
+                    shown.push("…".into());
+                }
+                Some(format!("it defines {}", shown.join(", ")))
+            }
+            RunError::ScriptNotRunnable { meant, .. } => {
+                Some(format!("run it with Python: `{meant}`"))
+            }
             RunError::Project(e) => e.hint(),
             RunError::Ship(e) => e.hint(),
             RunError::RunNotFound(_) => Some("`div runs` lists them".into()),
+            RunError::NoRuns(_) => Some(
+                "name a run (`div runs --all` lists every project's), or start one with `div run`"
+                    .into(),
+            ),
             RunError::VolumeNotFound(_) => Some("`div storage ls` lists them".into()),
             RunError::NotInVolume { volume, .. } => {
                 Some(format!("`div storage ls {volume}` lists what it holds"))
@@ -212,7 +265,7 @@ impl RunError {
             RunError::SkuNotOffered { accepted, .. } => Some(format!(
                 "the local control plane offers the GPUs this machine has; run on its cores with \
                  `--gpu {}`, or declare emulated GPUs to try things out with \
-                 `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)",
+                 `DIVERGENT_EMULATE_GPUS=h100:8` (`div server --help`)",
                 if accepted.iter().any(|s| s == "cpu") {
                     "cpu"
                 } else {

@@ -19,6 +19,11 @@ pub enum Event {
         message: String,
         hint: Option<String>,
     },
+    /// What is shipped is being listed and hashed: `hashed` counts the bytes read so far
+    /// (files the hash cache knows are not read), until [`Step::Listed`].
+    Hashing {
+        hashed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    },
     /// The upload began: this many bytes in this many blobs will be sent (the volume already
     /// has the rest).
     UploadStarted { bytes: u64, blobs: u64 },

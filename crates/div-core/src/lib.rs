@@ -34,7 +34,9 @@ mod event;
 mod fmt;
 mod follow;
 mod last_line;
+mod missing_module;
 mod project;
+pub mod pyscan;
 mod result;
 mod run;
 mod runs;
@@ -48,6 +50,7 @@ pub use error::{FailureKind, RunError};
 pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use last_line::last_line;
+pub use missing_module::{LOG_TAIL_BYTES, missing_module_hint};
 pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,
@@ -55,9 +58,9 @@ pub use project::{
 pub use result::{ResultReport, result};
 pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
-    ShipmentSummary, run,
+    ShipmentSummary, UPLOAD_PIECE_BYTES, run,
 };
-pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, runs};
+pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
 pub use storage::{
     GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,

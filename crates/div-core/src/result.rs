@@ -10,7 +10,7 @@ use crate::follow::find_run;
 /// A run's stored result, and `checks` judged against it on this machine.
 #[derive(Debug, Clone)]
 pub struct ResultReport {
-    /// What the control plane keeps: the object and its own verdicts.
+    /// What the control plane keeps: the object and its own verdicts; `run` is the run's name.
     pub result: RunResult,
     /// The checks given now, judged by div-spec against the stored object (an absent result
     /// makes every one unknown).
@@ -31,10 +31,12 @@ pub async fn result(
     checks: &[Check],
 ) -> Result<ResultReport, RunError> {
     let found = find_run(cp, run).await?;
-    let result = cp
+    let mut result = cp
         .result(&found.id)
         .await
         .map_err(|e| RunError::api("read the result", e))?;
+    // People see the run's name, never its internal id.
+    result.run = found.name;
     let empty = serde_json::Value::Object(Default::default());
     let object = result.result.as_ref().unwrap_or(&empty);
     let judged = checks.iter().map(|c| c.evaluate(object)).collect();

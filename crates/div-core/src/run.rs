@@ -20,6 +20,9 @@ pub use div_spec::DEFAULT_IMAGE;
 
 /// A shipment past this many bytes gets a warning.
 pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
+/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
+/// so the progress bar moves while one large file is sent.
+pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 /// A shipped file past this many bytes gets a warning.
 pub const LARGE_FILE_BYTES: u64 = 100_000_000;
 
@@ -31,6 +34,10 @@ pub struct RunOptions {
     /// The entrypoint: one word (`train.py::run`, `train.py`, `'torchrun … train.py'`) or the
     /// words after `--`.
     pub command: Vec<String>,
+    /// The words after `--` when an entrypoint came before it: the script's arguments
+    /// (`div run train.py -- --epochs 3`). Without an entrypoint before `--`, the words after
+    /// it are the command itself, and belong in `command`.
+    pub args: Vec<String>,
     /// The SKU as typed (`--gpu`); checked against the control plane's catalogue.
     pub gpu: String,
     pub gpus: u32,
@@ -65,6 +72,7 @@ impl RunOptions {
         RunOptions {
             dir: dir.into(),
             command,
+            args: Vec::new(),
             gpu: "h100".into(),
             gpus: 1,
             cpu: None,
@@ -191,10 +199,10 @@ async fn prepare(
     sink: &mut dyn EventSink,
 ) -> Result<Plan, RunError> {
     // What needs nothing but the words typed.
-    if options.command.is_empty() {
+    if options.command.is_empty() && options.args.is_empty() {
         return Err(RunError::NoEntrypoint);
     }
-    let entrypoint = div_spec::Entrypoint::from_words(&options.command)?;
+    let entrypoint = div_spec::Entrypoint::from_parts(&options.command, &options.args)?;
     let project = resolve_project(
         options.project.as_deref(),
         options.project_env.as_deref(),
@@ -222,18 +230,16 @@ async fn prepare(
     let shipment = if options.no_upload {
         None
     } else {
+        let hashed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        sink.event(Event::Hashing {
+            hashed: hashed.clone(),
+        });
         let ship_options = ShipOptions {
             cache: options.ship_cache.clone(),
+            hashed: Some(hashed),
         };
         let shipment = div_ship::collect(&options.dir, &ship_options)?;
-        if let Some(file) = entrypoint.python_file()
-            && !shipment.contains(file)
-        {
-            return Err(RunError::EntrypointNotShipped {
-                file: file.to_string(),
-                dir: options.dir.clone(),
-            });
-        }
+        crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;
         if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
             let bytes = shipment
                 .read("telemetry.toml")
@@ -332,7 +338,8 @@ async fn prepare(
         entrypoint: entrypoint.typed().to_string(),
         command: entrypoint.command().to_string(),
         sku: sku.name().to_string(),
-        gpus: options.gpus,
+        // As sized: the cpu SKU has no GPUs, whatever `--gpus` defaulted to.
+        gpus: sizing.gpus,
         cpu: options.cpu,
         memory_gib: options.memory.map(|m| m.gib()),
         max_spend_cents: options.max_spend.map(|m| m.cents()),
@@ -399,9 +406,26 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
             hint: None,
         })
         .collect();
-    if let Some(large) = s.large(LARGE_SHIPMENT_BYTES) {
+    if let Some(mut large) = s.large(LARGE_SHIPMENT_BYTES) {
+        // The biggest thing at the top level may be a file, not a folder: name it.
+        let top_file = s
+            .largest_files(1)
+            .into_iter()
+            .find(|(path, _)| !path.contains('/'))
+            .filter(|(_, size)| large.biggest_folder.as_ref().is_none_or(|(_, b)| size > b));
+        let message = match &top_file {
+            Some((file, size)) => format!(
+                "this ships {}, {} of it in `{file}`",
+                div_spec::format_bytes(large.bytes),
+                div_spec::format_bytes(*size)
+            ),
+            None => large.message(),
+        };
+        if top_file.is_some() {
+            large.biggest_folder = top_file;
+        }
         events.push(Event::Warning {
-            message: large.message(),
+            message,
             hint: Some(large.hint()),
         });
     } else if let Some((file, size)) = s
@@ -479,28 +503,38 @@ pub(crate) async fn upload(
     });
     let mut sent = 0;
     for blob in &plan.blobs {
-        let data = BlobSource::File {
-            path: blob.path.clone(),
-            offset: blob.offset,
-            len: blob.len,
-        };
-        if cp
-            .upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
-            .await
-            .is_err()
-        {
-            // Ask the volume where it stands and send the rest.
-            let whole = BlobSource::File {
+        // A large file goes in pieces, so progress shows while it is sent.
+        let end = blob.offset + blob.len;
+        let mut at = blob.offset;
+        while at < end {
+            let len = (end - at).min(UPLOAD_PIECE_BYTES);
+            let data = BlobSource::File {
                 path: blob.path.clone(),
-                offset: 0,
-                len: blob.size,
+                offset: at,
+                len,
             };
-            div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+            if cp
+                .upload_blob(volume, &blob.hash, at, blob.size, data)
                 .await
-                .map_err(api(words.send))?;
+                .is_err()
+            {
+                // Ask the volume where it stands and send the rest.
+                let whole = BlobSource::File {
+                    path: blob.path.clone(),
+                    offset: 0,
+                    len: blob.size,
+                };
+                div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                    .await
+                    .map_err(api(words.send))?;
+                sent += end - at;
+                sink.event(Event::UploadProgress { sent });
+                break;
+            }
+            at += len;
+            sent += len;
+            sink.event(Event::UploadProgress { sent });
         }
-        sent += blob.len;
-        sink.event(Event::UploadProgress { sent });
     }
     let tree = CommitTree {
         path: path.to_string(),

@@ -78,3 +78,28 @@ pub async fn runs(cp: &dyn ControlPlane, options: &RunsOptions) -> Result<RunsLi
         more,
     })
 }
+
+/// The run `div logs`, `div result`, `div telemetry` and `div stop` act on when none is named:
+/// the project's newest, with the project it belongs to. `dir`, `project` and `project_env`
+/// name the project as for [`runs`].
+pub async fn latest_run(
+    cp: &dyn ControlPlane,
+    dir: &std::path::Path,
+    project: Option<&str>,
+    project_env: Option<&str>,
+) -> Result<(Project, Run), RunError> {
+    let project = resolve_project(project, project_env, dir)?;
+    let page = cp
+        .list_runs(&ListRuns {
+            project: Some(project.slug.clone()),
+            status: None,
+            limit: Some(1),
+            cursor: None,
+        })
+        .await
+        .map_err(|e| RunError::api("list the runs", e))?;
+    match page.runs.into_iter().next() {
+        Some(run) => Ok((project, run)),
+        None => Err(RunError::NoRuns(project.slug)),
+    }
+}

@@ -6,7 +6,7 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::ShipError;
 use crate::git::Listed;
@@ -235,6 +235,7 @@ pub(crate) fn look_all(
     root: &Path,
     listed: &[Listed],
     cache: &Cache,
+    hashed: Option<&AtomicU64>,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
     const CHUNK: usize = 64;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
@@ -253,7 +254,8 @@ pub(crate) fn look_all(
                             return Ok(mine);
                         }
                         for (i, item) in listed.iter().enumerate().skip(start).take(CHUNK) {
-                            if let Some(looked) = look(root, item, cache, &mut folder, &mut cursor)?
+                            if let Some(looked) =
+                                look(root, item, cache, hashed, &mut folder, &mut cursor)?
                             {
                                 mine.push((i, looked));
                             }
@@ -322,6 +324,7 @@ fn look(
     root: &Path,
     item: &Listed,
     cache: &Cache,
+    hashed: Option<&AtomicU64>,
     folder: &mut Folder,
     cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
@@ -363,7 +366,7 @@ fn look(
     let key = StatKey::of_stat(&stat);
     let (hash, hashed) = match cache.get(&item.path, &key, cursor) {
         Some(hash) => (hash, false),
-        None => (hash_file(&abs()).map_err(io_err)?, true),
+        None => (hash_file_counting(&abs(), hashed).map_err(io_err)?, true),
     };
     Ok(Some(Looked {
         entry: ManifestEntry {
@@ -381,10 +384,40 @@ fn look(
 
 /// blake3 of a file's content, lowercase hex, read in bounded chunks.
 pub fn hash_file(path: &Path) -> io::Result<String> {
+    hash_file_counting(path, None)
+}
+
+/// [`hash_file`], adding each chunk's bytes to `hashed` as it is read (for progress).
+fn hash_file_counting(path: &Path, hashed: Option<&AtomicU64>) -> io::Result<String> {
     let mut file = File::open(path)?;
     let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(&mut file)?;
+    match hashed {
+        None => {
+            hasher.update_reader(&mut file)?;
+        }
+        Some(counter) => {
+            let mut counting = Counting {
+                inner: file,
+                counter,
+            };
+            hasher.update_reader(&mut counting)?;
+        }
+    }
     Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// A reader that adds what it reads to a counter.
+struct Counting<'a, R> {
+    inner: R,
+    counter: &'a AtomicU64,
+}
+
+impl<R: io::Read> io::Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// Where the cache for a shipped root could live inside `cache_dir`: one file per root, named

@@ -15,7 +15,10 @@
 //! use std::collections::BTreeMap;
 //! use std::path::Path;
 //!
-//! let options = div_ship::ShipOptions { cache: Some("/tmp/div-ship.cache".into()) };
+//! let options = div_ship::ShipOptions {
+//!     cache: Some("/tmp/div-ship.cache".into()),
+//!     ..Default::default()
+//! };
 //! let shipment = div_ship::collect(Path::new("."), &options)?;
 //! eprintln!("{}", shipment.summary_line("very-cool-classifier-code"));
 //! let missing: Vec<String> = Vec::new(); // what the volume says it lacks
@@ -103,6 +106,9 @@ pub struct ShipOptions {
     /// The hash cache file (read, then rewritten); `None` hashes everything.
     /// [`cache_file_for`] gives one name per shipped directory.
     pub cache: Option<PathBuf>,
+    /// Bytes hashed so far, added to as files are read (the cache's files are not read): a
+    /// caller shows progress from it while [`collect()`] works.
+    pub hashed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// How the shipped set was decided.
@@ -304,7 +310,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         .as_deref()
         .map(|p| hash::Cache::load(p, &root))
         .unwrap_or_default();
-    let (looked, stats) = hash::look_all(&root, &listed, &cache)?;
+    let (looked, stats) = hash::look_all(&root, &listed, &cache, options.hashed.as_deref())?;
     let looked = drop_unsafe_links(looked, &mut warnings);
 
     // Every file came from the cache and the cache holds nothing else: writing it again would

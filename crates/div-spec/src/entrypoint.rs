@@ -70,6 +70,19 @@ pub enum EntrypointError {
         file: String,
         why: String,
     },
+    /// `file.py:function`, one colon, where `file.py::function` was meant.
+    #[error("`{typed}` has one colon; a function in a file is named with two: `{meant}`")]
+    OneColon { typed: String, meant: String },
+    /// Several words before `--` whose first names a Python file or function: the rest
+    /// would be read as a command of their own, not as the script's arguments.
+    #[error(
+        "`{typed}` runs `{first}` with arguments; arguments for a script go after `--`: `{meant}`"
+    )]
+    ArgumentsBeforeDashes {
+        typed: String,
+        first: String,
+        meant: String,
+    },
     /// A path that leaves the shipped code.
     #[error(
         "`{file}` in `{typed}` is outside the code div ships; give a path inside this directory"
@@ -140,6 +153,15 @@ impl Entrypoint {
         if let Some((file, function)) = typed.split_once("::") {
             return python_function(typed, file, function);
         }
+        if let Some((file, function)) = typed.split_once(':')
+            && file.ends_with(".py")
+            && is_identifier(function)
+        {
+            return Err(EntrypointError::OneColon {
+                typed: typed.to_owned(),
+                meant: format!("{file}::{function}"),
+            });
+        }
         if typed.ends_with(".py") && typed.len() > 3 {
             let file = normalise(typed);
             check_inside(typed, &file)?;
@@ -162,15 +184,56 @@ impl Entrypoint {
         match words {
             [] => Err(EntrypointError::Empty),
             [one] => Entrypoint::parse(one),
-            many => {
-                let joined = many
-                    .iter()
-                    .map(|w| shell_quote(w))
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                Ok(command(&joined))
+            many => Ok(command(&join_quoted(many))),
+        }
+    }
+
+    /// What was typed before `--` (`head`) and after it (`args`), as `div run` got them.
+    ///
+    /// - Nothing before `--`: the words after it are the user's own command
+    ///   ([`Entrypoint::from_words`]), `div run -- torchrun --nproc-per-node 8 train.py`.
+    /// - Nothing after `--` (or no `--`): `head` alone, read by [`Entrypoint::from_words`];
+    ///   several words whose first is a Python file or function are refused, with the
+    ///   `--` form that passes the rest as arguments.
+    /// - Both: `head` is read as the entrypoint and `args` are its arguments, each quoted for
+    ///   `sh` where it needs it: `train.py -- --epochs 3` runs `python -u train.py --epochs 3`,
+    ///   and `train.py::main -- --epochs 3` calls `main()` with `sys.argv[1:]` the arguments.
+    ///   [`Entrypoint::typed`] is then `train.py -- --epochs 3`.
+    pub fn from_parts(head: &[String], args: &[String]) -> Result<Entrypoint, EntrypointError> {
+        if head.is_empty() {
+            return Entrypoint::from_words(args);
+        }
+        if head.len() > 1 {
+            let first = Entrypoint::parse(&head[0]);
+            if let Ok(first) = &first
+                && !matches!(first.kind, EntrypointKind::Command)
+            {
+                let typed = join_quoted(head);
+                let rest: Vec<String> = head[1..].iter().chain(args).cloned().collect();
+                return Err(EntrypointError::ArgumentsBeforeDashes {
+                    meant: format!(
+                        "div run {} -- {}",
+                        shell_quote(&head[0]),
+                        join_quoted(&rest)
+                    ),
+                    first: head[0].clone(),
+                    typed,
+                });
+            }
+            if let Err(e @ EntrypointError::OneColon { .. }) = first {
+                return Err(e);
             }
         }
+        let entry = Entrypoint::from_words(head)?;
+        if args.is_empty() {
+            return Ok(entry);
+        }
+        let args = join_quoted(args);
+        Ok(Entrypoint {
+            typed: format!("{} -- {args}", entry.typed),
+            command: format!("{} {args}", entry.command),
+            kind: entry.kind,
+        })
     }
 
     /// What the user typed (several words joined with spaces, quoted where needed).
@@ -200,6 +263,15 @@ impl Entrypoint {
             _ => None,
         }
     }
+}
+
+/// Words joined with spaces, each quoted for `sh` where it needs it.
+fn join_quoted(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn command(typed: &str) -> Entrypoint {

@@ -1,6 +1,6 @@
 //! `div logs`.
 
-use div_core::{Event, LogsOptions, last_line};
+use div_core::{Event, LogsOptions};
 
 use crate::args::LogsArgs;
 use crate::exit_codes;
@@ -16,24 +16,52 @@ pub(crate) async fn logs(
     if args.json {
         printer.log_to_stderr();
     }
+    let run = super::which_run(&*cp, settings, printer, args.run).await?;
     let options = LogsOptions {
-        run: args.run,
+        run,
         follow: args.follow,
     };
+    let mut tail = super::LogTail::default();
+    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
+    let mut colours = super::LogColours::new(
+        settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    );
     let mut sink = |event: Event| {
-        if let Event::Log(bytes) = event
-            && let Err(e) = printer.log(&bytes)
-            && e.kind() == std::io::ErrorKind::BrokenPipe
+        let bytes = match event {
+            Event::Log(bytes) => bytes,
+            // A held piece of the log's last line is written before the end.
+            Event::Ended(_) => Default::default(),
+            _ => return,
+        };
         {
-            std::process::exit(exit_codes::SUCCESS);
+            tail.saw(&bytes);
+            let idle = bytes.is_empty();
+            let now = colours.feed(bytes);
+            let mut write = |bytes: &[u8]| {
+                if let Err(e) = printer.log(bytes)
+                    && e.kind() == std::io::ErrorKind::BrokenPipe
+                {
+                    std::process::exit(exit_codes::SUCCESS);
+                }
+            };
+            write(&now);
+            if idle && !now.is_empty() {
+                write(&[]);
+            }
         }
     };
     let run = div_core::logs(&*cp, &options, &mut sink)
         .await
         .map_err(super::failure)?;
-    printer.status(&last_line(&run));
+    tail.end(printer, &run);
     if args.json {
         super::run::print_json(printer, &run)?;
     }
-    Ok(exit_codes::SUCCESS)
+    // Followed to its end, the log is as good as having stayed attached: `div run`'s exit
+    // code. Without `--follow`, printing what there is succeeded.
+    Ok(if args.follow {
+        exit_codes::for_run(&run)
+    } else {
+        exit_codes::SUCCESS
+    })
 }

@@ -1,5 +1,7 @@
 //! `div result`.
 
+use std::io::IsTerminal;
+
 use div_api::CheckOutcome;
 
 use crate::args::ResultArgs;
@@ -13,7 +15,8 @@ pub(crate) async fn result(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     let cp = super::connect(settings).await?;
-    let report = div_core::result(&*cp, &args.run, &args.check)
+    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let report = div_core::result(&*cp, &named, &args.check)
         .await
         .map_err(super::failure)?;
     let stored_missed = report
@@ -54,18 +57,41 @@ pub(crate) async fn result(
             printer.status(&format!("{} has no result: {why}", report.result.run));
         }
     }
+    // Verdicts go to stdout: coloured only when it is a terminal too.
+    let colour = settings.color && std::io::stdout().is_terminal();
     for verdict in &report.result.verdicts {
-        out.push_str(&verdict.line);
+        out.push_str(&paint_verdict(&verdict.line, verdict.outcome, colour));
         out.push('\n');
     }
     if !report.judged.is_empty() {
         for verdict in &report.judged {
-            out.push_str(&verdict.line());
-            out.push_str(" · judged here\n");
+            let outcome = match verdict.outcome {
+                div_spec::Outcome::Passed => CheckOutcome::Passed,
+                div_spec::Outcome::Failed => CheckOutcome::Failed,
+                div_spec::Outcome::Unknown => CheckOutcome::Unknown,
+            };
+            let line = format!("{} · judged here", verdict.line());
+            out.push_str(&paint_verdict(&line, outcome, colour));
+            out.push('\n');
         }
     }
     if !out.is_empty() {
         printer.data(&out).map_err(super::run::output_failure)?;
     }
     Ok(code)
+}
+
+/// A verdict's line, coloured by how it went when `colour`: a miss red, an unknown yellow, a
+/// pass green.
+pub(crate) fn paint_verdict(line: &str, outcome: CheckOutcome, colour: bool) -> String {
+    let sgr = match outcome {
+        CheckOutcome::Passed => "32",
+        CheckOutcome::Failed => "31;1",
+        _ => "33;1",
+    };
+    if colour {
+        format!("\x1b[{sgr}m{line}\x1b[0m")
+    } else {
+        line.to_string()
+    }
 }

@@ -4,9 +4,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{
-    DryRun, Event, RunOptions, RunOutcome, Step, last_line, new_volume_line, shipping_line,
-};
+use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, new_volume_line, shipping_line};
 
 use crate::args::RunArgs;
 use crate::exit_codes;
@@ -142,6 +140,7 @@ pub(crate) async fn run(
     let options = RunOptions {
         dir: settings.cwd.clone(),
         command: args.command,
+        args: args.args,
         gpu: args.gpu,
         gpus: args.gpus,
         cpu: args.cpu,
@@ -173,7 +172,36 @@ pub(crate) async fn run(
     let mut timings = settings.timings.then(Timings::new);
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
+    let mut tail = super::LogTail::default();
+    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
+    let mut colours = super::LogColours::new(
+        settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    );
     let mut sink = |event: Event| {
+        let event = match event {
+            Event::Log(bytes) => {
+                tail.saw(&bytes);
+                let idle = bytes.is_empty();
+                let now = colours.feed(bytes);
+                if idle && !now.is_empty() {
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    render(&mut p, &seen, Event::Log(now));
+                    Event::Log(Default::default())
+                } else {
+                    Event::Log(now)
+                }
+            }
+            Event::Ended(run) => {
+                // A held piece of the log's last line is written before the end.
+                let held = colours.feed(Default::default());
+                if !held.is_empty() {
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    render(&mut p, &seen, Event::Log(held));
+                }
+                Event::Ended(run)
+            }
+            other => other,
+        };
         if let Some(t) = timings.as_mut() {
             t.saw(&event);
         }
@@ -250,7 +278,7 @@ pub(crate) async fn run(
             Ok(exit_codes::SUCCESS)
         }
         RunOutcome::Ended(run) => {
-            printer.status(&last_line(&run));
+            tail.end(printer, &run);
             if args.json {
                 print_json(printer, &run)?;
             }
@@ -271,6 +299,8 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             path,
         } => printer.status(&shipping_line(files, bytes, &volume, &path)),
         Event::Warning { message, hint } => printer.warning(&message, hint.as_deref()),
+        Event::Hashing { hashed } => printer.hashing_started(hashed),
+        Event::Step(div_core::Step::Listed) => printer.upload_finished(),
         Event::UploadStarted { bytes, .. } => printer.upload_started(bytes),
         Event::UploadProgress { sent } => printer.upload_progress(sent),
         Event::UploadFinished => printer.upload_finished(),

@@ -13,10 +13,8 @@ pub(crate) async fn stop(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     let cp = super::connect(settings).await?;
-    let run = match div_core::stop(&*cp, &args.run)
-        .await
-        .map_err(super::failure)?
-    {
+    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let run = match div_core::stop(&*cp, &named).await.map_err(super::failure)? {
         StopOutcome::Stopped(run) => {
             printer.status(&last_line(&run));
             run

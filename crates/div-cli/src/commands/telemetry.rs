@@ -13,9 +13,20 @@ use crate::settings::Settings;
 
 /// How often `--follow` asks for new points.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
-/// Chart size in character cells.
+/// Chart width in cells when stdout is not a terminal (on one, the terminal's width).
 const WIDTH: usize = 60;
+/// Chart height in character cells.
 const HEIGHT: usize = 8;
+
+/// How wide `chart` is drawn: to fill the terminal when stdout is one, else [`WIDTH`] cells.
+fn width(chart: &div_core::Chart) -> usize {
+    match terminal_size::terminal_size_of(std::io::stdout()) {
+        Some((terminal_size::Width(columns), _)) => {
+            crate::plot::width_for(chart, usize::from(columns))
+        }
+        None => WIDTH,
+    }
+}
 
 pub(crate) async fn telemetry(
     args: TelemetryArgs,
@@ -33,7 +44,8 @@ pub(crate) async fn telemetry(
         None => None,
     };
     let cp = super::connect(settings).await?;
-    let first = div_core::telemetry(&*cp, &args.run, 0)
+    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let first = div_core::telemetry(&*cp, &named, 0)
         .await
         .map_err(super::failure)?;
     let layout = match given {
@@ -60,7 +72,7 @@ pub(crate) async fn telemetry(
             .unwrap_or_else(|| Layout::default_for(points));
         div_core::charts(&layout, points)
             .iter()
-            .map(|c| crate::plot::render(c, WIDTH, HEIGHT))
+            .map(|c| crate::plot::render(c, width(c), HEIGHT))
             .collect::<Vec<_>>()
             .join("\n")
     };

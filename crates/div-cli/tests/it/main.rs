@@ -14,3 +14,4 @@ mod local;
 mod run;
 mod support;
 mod terminal;
+mod user_loop;

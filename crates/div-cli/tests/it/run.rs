@@ -22,7 +22,7 @@ async fn a_misspelled_flag_is_refused_with_the_real_one() {
 
       tip: a similar argument exists: '--max-spend'
 
-    Usage: div run --max-spend <USD> [ENTRYPOINT]...
+    Usage: div run --max-spend <USD> [ENTRYPOINT]... [-- <ARGS>...]
 
     For more information, try '--help'.
     ");
@@ -562,7 +562,7 @@ async fn a_real_sku_this_control_plane_lacks_is_refused_with_what_it_has() {
     world.assert_nothing_created().await;
     assert_snapshot!(done.stderr, @r"
     error: this control plane has no `h100`; it accepts cpu
-    hint: the local control plane offers the GPUs this machine has; run on its cores with `--gpu cpu`, or declare emulated GPUs to try things out with `DIVERGENT_EMULATE_GPUS=h100:8` (docs/local-control-plane.md)
+    hint: the local control plane offers the GPUs this machine has; run on its cores with `--gpu cpu`, or declare emulated GPUs to try things out with `DIVERGENT_EMULATE_GPUS=h100:8` (`div server --help`)
     ");
 }
 

@@ -138,3 +138,64 @@ fn refusals() {
     let empty = Entrypoint::from_words(&[]).unwrap_err().to_string();
     assert_snapshot!(empty, @"the command is empty; give a file like `train.py`, a function like `train.py::run`, or a command");
 }
+
+fn parts(head: &[&str], args: &[&str]) -> Result<Entrypoint, String> {
+    let own = |w: &[&str]| w.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+    Entrypoint::from_parts(&own(head), &own(args)).map_err(|e| e.to_string())
+}
+
+/// `div run train.py -- --epochs 3`: the words after `--` are the script's arguments, each
+/// quoted for `sh` where it needs it, and what was typed keeps them.
+#[test]
+fn arguments_after_dashes_reach_the_script() {
+    let e = parts(&["train.py"], &["--epochs", "3"]).unwrap();
+    assert_eq!(e.command(), "python -u train.py --epochs 3");
+    assert_eq!(e.typed(), "train.py -- --epochs 3");
+    assert_eq!(e.python_file(), Some("train.py"));
+
+    let e = parts(&["train.py::main"], &["--epochs", "3"]).unwrap();
+    assert_eq!(
+        e.command(),
+        "python -u -c 'from train import main; main()' --epochs 3"
+    );
+    assert_eq!(e.typed(), "train.py::main -- --epochs 3");
+    assert_eq!(e.python_file(), Some("train.py"));
+
+    let e = parts(&["train.py"], &["a b", "it's", "$HOME", "x;y", "\"q\""]).unwrap();
+    assert_eq!(
+        e.command(),
+        r#"python -u train.py 'a b' 'it'\''s' '$HOME' 'x;y' '"q"'"#
+    );
+
+    // Nothing before `--`: the user's own command, unchanged.
+    let e = parts(&[], &["torchrun", "--nproc-per-node", "8", "train.py"]).unwrap();
+    assert_eq!(e.command(), "torchrun --nproc-per-node 8 train.py");
+    assert_eq!(e.typed(), "torchrun --nproc-per-node 8 train.py");
+    assert_eq!(e.kind(), &EntrypointKind::Command);
+
+    // A command before `--` gets the arguments too.
+    let e = parts(&["python", "train.py"], &["--lr", "1e-4"]).unwrap();
+    assert_eq!(e.command(), "python train.py --lr 1e-4");
+    assert_eq!(e.typed(), "python train.py -- --lr 1e-4");
+
+    // Nothing after `--`: as before.
+    let e = parts(&["train.py"], &[]).unwrap();
+    assert_eq!(e.command(), "python -u train.py");
+    assert_eq!(e.typed(), "train.py");
+}
+
+#[test]
+fn arguments_before_dashes_are_refused_with_the_form_that_works() {
+    assert_snapshot!(parts(&["train.py", "3"], &[]).unwrap_err(), @"`train.py 3` runs `train.py` with arguments; arguments for a script go after `--`: `div run train.py -- 3`");
+    assert_snapshot!(parts(&["train.py::main", "a b"], &["--x"]).unwrap_err(), @"`train.py::main 'a b'` runs `train.py::main` with arguments; arguments for a script go after `--`: `div run train.py::main -- 'a b' --x`");
+    assert_snapshot!(parts(&["train.py:main"], &["--x"]).unwrap_err(), @"`train.py:main` has one colon; a function in a file is named with two: `train.py::main`");
+}
+
+#[test]
+fn one_colon_is_refused_with_the_two_it_means() {
+    assert_snapshot!(refused::<Entrypoint>("train.py:main"), @"`train.py:main` has one colon; a function in a file is named with two: `train.py::main`");
+    assert_snapshot!(refused::<Entrypoint>("models/lora.py:train"), @"`models/lora.py:train` has one colon; a function in a file is named with two: `models/lora.py::train`");
+    // Not a Python file and a function: left alone.
+    check("host:8080", "host:8080");
+    check("a.py:", "a.py:");
+}
