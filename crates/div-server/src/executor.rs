@@ -99,6 +99,7 @@ impl Executor for LocalExecutor {
         std::thread::spawn(move || {
             let _ = child.wait();
         });
+        wait_for_arguments(pid);
         Ok(Handle { pid })
     }
 
@@ -132,6 +133,20 @@ impl Executor for LocalExecutor {
     }
 }
 
+/// Waits (at most a second) until the new process's command line can be read. `spawn`
+/// returns once the kernel has given the child its new memory, a moment before its
+/// arguments are in it; [`supervisor_alive`] read then would find no run directory and call
+/// a starting supervisor lost (seen about once in 40 starts on a busy machine, by
+/// `a_started_supervisor_is_alive_until_it_exits_and_stop_asks_it_through_its_directory`).
+fn wait_for_arguments(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn command_line(program: &Path, args: &[String]) -> String {
     let mut line = PathBuf::from(program).display().to_string();
     for arg in args {
@@ -157,4 +172,111 @@ fn supervisor_alive(pid: u32, run_dir: &Path) -> bool {
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let needle = run_dir.as_os_str().as_encoded_bytes();
     cmdline.split(|b| *b == 0).any(|arg| arg == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::{Executor, Handle, Launch, Liveness, LocalExecutor};
+    use crate::SupervisorCommand;
+
+    /// A local executor whose "supervisor" is `sh -c SCRIPT <run-dir>`: the run directory is
+    /// on its command line, as the real supervisor's is.
+    fn local(script: &str) -> LocalExecutor {
+        LocalExecutor::new(
+            SupervisorCommand {
+                program: "sh".into(),
+                args: vec!["-c".into(), script.into()],
+            },
+            Default::default(),
+        )
+    }
+
+    fn wait_until_gone(executor: &LocalExecutor, dir: &Path, handle: &Handle) -> Liveness {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut liveness = executor.liveness(dir, Some(handle));
+        while liveness == Liveness::Alive && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            liveness = executor.liveness(dir, Some(handle));
+        }
+        liveness
+    }
+
+    #[test]
+    fn a_started_supervisor_is_alive_until_it_exits_and_stop_asks_it_through_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        // Waits for the `stop` file, as the supervisor does, then exits.
+        let executor = local("while [ ! -e \"$0/stop\" ]; do sleep 0.01; done");
+        let handle = executor
+            .start(&Launch {
+                run_dir: dir.path(),
+            })
+            .unwrap();
+        assert_eq!(
+            executor.liveness(dir.path(), Some(&handle)),
+            Liveness::Alive
+        );
+        executor.stop(dir.path(), &handle).unwrap();
+        assert!(dir.path().join("stop").exists());
+        assert_eq!(
+            wait_until_gone(&executor, dir.path(), &handle),
+            Liveness::Gone
+        );
+    }
+
+    #[test]
+    fn a_live_process_that_is_not_this_runs_supervisor_reads_as_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        // `; :` keeps the shell (and so the run directory on its command line) alive.
+        let executor = local("sleep 30; :");
+        // A pid reused by a process of another run directory, and this test's own pid.
+        let handle = executor
+            .start(&Launch {
+                run_dir: other.path(),
+            })
+            .unwrap();
+        assert_eq!(
+            executor.liveness(other.path(), Some(&handle)),
+            Liveness::Alive
+        );
+        assert_eq!(executor.liveness(dir.path(), Some(&handle)), Liveness::Gone);
+        let me = Handle {
+            pid: std::process::id(),
+        };
+        assert_eq!(executor.liveness(dir.path(), Some(&me)), Liveness::Gone);
+        assert_eq!(executor.liveness(dir.path(), None), Liveness::Gone);
+        assert!(crate::sys::kill(handle.pid, libc::SIGKILL));
+        assert_eq!(
+            wait_until_gone(&executor, other.path(), &handle),
+            Liveness::Gone
+        );
+    }
+
+    #[test]
+    fn a_supervisor_that_cannot_start_says_which_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = LocalExecutor::new(
+            SupervisorCommand {
+                program: "/nonexistent/div".into(),
+                args: vec!["__supervise".into()],
+            },
+            Default::default(),
+        );
+        let err = executor
+            .start(&Launch {
+                run_dir: dir.path(),
+            })
+            .unwrap_err();
+        assert!(
+            err.starts_with("the supervisor `/nonexistent/div` could not start: "),
+            "{err}"
+        );
+        assert_eq!(
+            executor.describe(),
+            "local: a supervisor process on this machine (`/nonexistent/div __supervise`)"
+        );
+    }
 }

@@ -147,7 +147,7 @@ fn manifest_entries(entries: &[TreeEntry]) -> Result<Vec<ManifestEntry>, String>
         .map_err(|e| format!("the tree's entries could not be read: {e}"))
 }
 
-/// Refuses a tree whose paths are unsafe (div-ship's rules).
+/// Refuses a tree whose paths would write outside it (div-ship's rules).
 pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
     div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| div_api::error_chain(&e))
 }

@@ -81,20 +81,33 @@ impl Server {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }
         let cgroups = cgroup::detect();
-        let server = Server {
-            executor: Box::new(LocalExecutor::new(
-                options.supervisor.clone(),
-                cgroups.clone(),
-            )),
+        let executor = Box::new(LocalExecutor::new(
+            options.supervisor.clone(),
+            cgroups.clone(),
+        ));
+        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor);
+        Ok((server, HomeLock { _file: lock }))
+    }
+
+    /// A server over an opened store and a chosen executor (tests give it a fake one).
+    pub(crate) fn new(
+        home: PathBuf,
+        store: Store,
+        inventory: Inventory,
+        sandboxed: bool,
+        cgroups: cgroup::Plan,
+        executor: Box<dyn Executor>,
+    ) -> Server {
+        Server {
             home,
             store,
             inventory,
             sandboxed,
             cgroups,
+            executor,
             lock: Mutex::new(()),
             kick: tokio::sync::Notify::new(),
-        };
-        Ok((server, HomeLock { _file: lock }))
+        }
     }
 
     /// Held while a run's status changes.

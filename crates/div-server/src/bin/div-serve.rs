@@ -63,12 +63,6 @@ fn main() {
         }
     }));
     if let Err(e) = result {
-        let mut lines = vec![format!("error: {e}")];
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            lines.push(format!("caused by: {s}"));
-            source = s.source();
-        }
-        fail(&lines, 1);
+        fail(&[format!("error: {}", div_api::error_chain(&e))], 1);
     }
 }

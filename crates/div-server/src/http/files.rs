@@ -1,13 +1,33 @@
 //! `GET /v1/volumes/{volume}/file?path=P`: a volume's file, resumable with `range`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
 use crate::error::{ErrorCode, HttpError};
-use crate::http::wire::{ChannelBody, Resp, fail};
+use crate::http::wire::{ChannelBody, Resp, fail, header, param};
+use crate::server::{Server, blocking};
+use crate::volumes;
+
+/// The response to `GET /v1/volumes/{volume}/file?path=P`, honouring `range` and `if-range`
+/// as [`file_response`] says.
+pub(crate) async fn respond(
+    server: &Arc<Server>,
+    volume: String,
+    q: &[(String, String)],
+    req: &Request<Incoming>,
+) -> Result<Resp, HttpError> {
+    let path = param(q, "path").unwrap_or_default();
+    let file = blocking(server, move |s| volumes::file_path(s, &volume, &path)).await?;
+    let range = header(req, "range");
+    let if_range = header(req, "if-range");
+    file_response(&file, range.as_deref(), if_range.as_deref()).await
+}
 
 /// A file of a volume as a response: its bytes with their length and an `etag` made of its
 /// identity, size and modification time; from the byte a `range: bytes=N-` asks for (206,
@@ -16,7 +36,7 @@ use crate::http::wire::{ChannelBody, Resp, fail};
 /// allows. Only the length announced is sent, so a file that grows meanwhile is cut there,
 /// and one that cannot be read to that length ends the response short (an error at the
 /// client, never a silently shorter file).
-pub(crate) async fn file_response(
+async fn file_response(
     file: &std::path::Path,
     range: Option<&str>,
     if_range: Option<&str>,

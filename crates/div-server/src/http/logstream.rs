@@ -6,8 +6,25 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::error::HttpError;
+use crate::http::wire::{Resp, param, stream};
 use crate::runs;
 use crate::server::{Server, blocking};
+
+/// The response to `GET /v1/runs/{run}/log?offset=N&follow=true`: 404 for no such run, else
+/// a stream fed by [`log_stream`].
+pub(crate) async fn respond(
+    server: &Arc<Server>,
+    run: String,
+    q: &[(String, String)],
+) -> Result<Resp, HttpError> {
+    let offset: u64 = param(q, "offset").and_then(|o| o.parse().ok()).unwrap_or(0);
+    let follow = param(q, "follow").is_some_and(|f| f == "true" || f == "1");
+    let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(log_stream(Arc::clone(server), r.id, offset, follow, tx));
+    Ok(stream(div_api::logframe::MEDIA_TYPE, rx))
+}
 
 /// Sends the log from `offset` as frames; while following, polls the file and sends a beat
 /// after each 5 s of silence, and the end frame once the run ended and every byte was sent.
@@ -15,7 +32,7 @@ use crate::server::{Server, blocking};
 /// While the file has unread bytes they are sent at once, up to 1 MiB a frame, without a
 /// copy; only once caught up does it ask whether the run ended, and it waits 1 ms, doubling
 /// up to 10 ms while nothing new arrives.
-pub(crate) async fn log_stream(
+async fn log_stream(
     server: Arc<Server>,
     id: String,
     mut offset: u64,

@@ -16,7 +16,6 @@ use div_api::{CommitTree, CreateVolume, ListRuns, MissingBlobsRequest, RunStatus
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::error::{ErrorCode, HttpError};
 use crate::server::{Server, blocking};
@@ -114,12 +113,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(200, &json!({ "entries": entries })))
         }
         (&Method::GET, ["v1", "volumes", name, "file"]) => {
-            let name = name.to_string();
-            let p = param(&q, "path").unwrap_or_default();
-            let file = blocking(server, move |s| volumes::file_path(s, &name, &p)).await?;
-            let range = header(&req, "range");
-            let if_range = header(&req, "if-range");
-            files::file_response(&file, range.as_deref(), if_range.as_deref()).await
+            files::respond(server, name.to_string(), &q, &req).await
         }
         (&Method::POST, ["v1", "runs"]) => {
             let key = header(&req, "idempotency-key").unwrap_or_default();
@@ -144,21 +138,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(200, &r))
         }
         (&Method::GET, ["v1", "runs", run, "log"]) => {
-            let run = run.to_string();
-            let offset: u64 = param(&q, "offset")
-                .and_then(|o| o.parse().ok())
-                .unwrap_or(0);
-            let follow = param(&q, "follow").is_some_and(|f| f == "true" || f == "1");
-            let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
-            let (tx, rx) = mpsc::channel(16);
-            tokio::spawn(logstream::log_stream(
-                Arc::clone(server),
-                r.id,
-                offset,
-                follow,
-                tx,
-            ));
-            Ok(wire::stream(div_api::logframe::MEDIA_TYPE, rx))
+            logstream::respond(server, run.to_string(), &q).await
         }
         (&Method::GET, ["v1", "runs", run, "result"]) => {
             let run = run.to_string();

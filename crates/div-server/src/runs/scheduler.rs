@@ -135,3 +135,196 @@ fn lost(server: &Server, record: &RunRecord) -> EndRecord {
         verdicts: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::{Arc, Mutex};
+
+    use div_api::{Run, RunStatus};
+
+    use super::{LOST_REASON, tick};
+    use crate::executor::{Executor, Handle, Launch, Liveness};
+    use crate::inventory::Inventory;
+    use crate::server::Server;
+    use crate::store::{Placed, RunInternal, RunRecord, Store};
+    use crate::supervisor::{EndRecord, RunSpec};
+
+    /// What the fake executor saw, and what it says.
+    #[derive(Debug, Default)]
+    struct Seen {
+        started: Vec<PathBuf>,
+        gone: Vec<u32>,
+        reclaimed: Vec<String>,
+        refuse: bool,
+    }
+
+    /// An executor that starts nothing: it records, and says what the test tells it.
+    #[derive(Debug, Clone, Default)]
+    struct Fake(Arc<Mutex<Seen>>);
+
+    impl Fake {
+        fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    impl Executor for Fake {
+        fn start(&self, launch: &Launch<'_>) -> Result<Handle, String> {
+            let mut seen = self.seen();
+            if seen.refuse {
+                return Err("no room on the fake".to_owned());
+            }
+            assert!(launch.run_dir.join("spec.json").is_file());
+            seen.started.push(launch.run_dir.to_owned());
+            Ok(Handle {
+                pid: 1000 + seen.started.len() as u32,
+            })
+        }
+        fn stop(&self, _run_dir: &Path, _handle: &Handle) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn liveness(&self, _run_dir: &Path, handle: Option<&Handle>) -> Liveness {
+            match handle {
+                Some(h) if !self.seen().gone.contains(&h.pid) => Liveness::Alive,
+                _ => Liveness::Gone,
+            }
+        }
+        fn reclaim(&self, run_id: &str) {
+            self.seen().reclaimed.push(run_id.to_owned());
+        }
+        fn describe(&self) -> String {
+            "fake".to_owned()
+        }
+    }
+
+    fn server(dir: &Path, fake: &Fake) -> Server {
+        Server::new(
+            dir.to_owned(),
+            Store::open(&dir.join("state.db")).unwrap(),
+            Inventory {
+                host_cores: 4,
+                gpus: Vec::new(),
+                emulated: false,
+            },
+            false,
+            Default::default(),
+            Box::new(fake.clone()),
+        )
+    }
+
+    /// Queues a CPU run of `cores` cores named `name`.
+    fn queue(server: &Server, name: &str, cores: u32) -> String {
+        let id = format!("r_{name}");
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "id": id, "name": name, "project": "p", "status": "queued",
+            "entrypoint": "true", "command": "true", "sku": "cpu", "gpus": 0,
+            "cores": cores, "memory_gib": 1, "cents_per_hour": 3600, "spent_cents": 0,
+            "image": div_spec::DEFAULT_IMAGE, "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap();
+        let record = RunRecord {
+            run,
+            internal: RunInternal::default(),
+        };
+        assert!(matches!(
+            server.store.place_run(name, name, &record).unwrap(),
+            Placed::New
+        ));
+        id
+    }
+
+    fn record(server: &Server, id: &str) -> RunRecord {
+        server.store.get_run(id).unwrap().unwrap()
+    }
+
+    #[test]
+    fn queued_runs_start_in_order_and_one_that_does_not_fit_holds_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let a = queue(&server, "a", 2);
+        let b = queue(&server, "b", 3);
+        let c = queue(&server, "c", 1);
+        assert!(tick(&server).unwrap());
+
+        let started = record(&server, &a);
+        assert_eq!(started.run.status, RunStatus::Running);
+        assert_eq!(started.internal.handle, Some(Handle { pid: 1001 }));
+        assert_eq!(started.internal.cores, [0, 1]);
+        let spec: RunSpec =
+            serde_json::from_slice(&std::fs::read(server.run_dir(&a).join("spec.json")).unwrap())
+                .unwrap();
+        assert_eq!(spec.run_id, a);
+        assert_eq!(spec.cores, [0, 1]);
+        // `b` needs 3 of the 2 free cores; `c` would fit but waits behind it.
+        assert_eq!(record(&server, &b).run.status, RunStatus::Queued);
+        assert_eq!(record(&server, &c).run.status, RunStatus::Queued);
+        assert_eq!(fake.seen().started, [server.run_dir(&a)]);
+    }
+
+    #[test]
+    fn a_run_whose_supervisor_is_gone_without_an_end_is_lost_and_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let a = queue(&server, "a", 3);
+        let b = queue(&server, "b", 3);
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &b).run.status, RunStatus::Queued);
+
+        fake.seen().gone.push(1001);
+        assert!(tick(&server).unwrap());
+        let lost = record(&server, &a);
+        assert_eq!(lost.run.status, RunStatus::Failed);
+        assert_eq!(lost.run.reason.as_deref(), Some(LOST_REASON));
+        assert_eq!(fake.seen().reclaimed, [a]);
+        // Its cores are free again: the next run starts in the same pass.
+        assert_eq!(record(&server, &b).run.status, RunStatus::Running);
+    }
+
+    #[test]
+    fn the_end_the_supervisor_wrote_is_the_truth_whatever_the_executor_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let a = queue(&server, "a", 1);
+        tick(&server).unwrap();
+        let end = EndRecord {
+            status: RunStatus::Succeeded,
+            exit_code: Some(0),
+            reason: None,
+            started_ms: 1_700_000_000_000,
+            ended_ms: 1_700_000_007_000,
+            duration_seconds: 7,
+            spent_cents: 7,
+            verdicts: Vec::new(),
+        };
+        crate::supervisor::write_json_atomic(&server.run_dir(&a).join("end.json"), &end).unwrap();
+        // The fake still says the supervisor is alive; the end on disk wins.
+        assert!(tick(&server).unwrap());
+        let ended = record(&server, &a);
+        assert_eq!(ended.run.status, RunStatus::Succeeded);
+        assert_eq!(ended.run.spent_cents, 7);
+        assert_eq!(ended.run.duration_seconds, 7);
+        assert_eq!(ended.run.ended_at.as_deref(), Some("2023-11-14T22:13:27Z"));
+        assert!(fake.seen().reclaimed.is_empty());
+    }
+
+    #[test]
+    fn a_run_its_executor_cannot_start_fails_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        fake.seen().refuse = true;
+        let server = server(dir.path(), &fake);
+        let a = queue(&server, "a", 1);
+        assert!(tick(&server).unwrap());
+        let failed = record(&server, &a);
+        assert_eq!(failed.run.status, RunStatus::Failed);
+        assert_eq!(
+            failed.run.reason.as_deref(),
+            Some("the run could not start: no room on the fake")
+        );
+        assert_eq!(failed.internal.handle, None);
+    }
+}
