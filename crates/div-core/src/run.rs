@@ -437,21 +437,10 @@ pub(crate) async fn upload(
             offset: blob.offset,
             len: blob.len,
         };
-        if cp
-            .upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
+        // The client resumes a cut upload itself (div-api's `upload.rs`): one loop, one budget.
+        cp.upload_blob(volume, &blob.hash, blob.offset, blob.size, data)
             .await
-            .is_err()
-        {
-            // Ask the volume where it stands and send the rest.
-            let whole = BlobSource::File {
-                path: blob.path.clone(),
-                offset: 0,
-                len: blob.size,
-            };
-            div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
-                .await
-                .map_err(api("upload the code"))?;
-        }
+            .map_err(api("upload the code"))?;
         sent += blob.len;
         sink.event(Event::UploadProgress { sent });
     }
