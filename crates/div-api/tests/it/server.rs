@@ -65,6 +65,17 @@ impl Reply {
         }
     }
 
+    /// No answer: the connection is closed once the request has arrived.
+    pub(crate) fn hang_up() -> Reply {
+        Reply {
+            status: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            delay: Duration::ZERO,
+            cut: None,
+        }
+    }
+
     /// The contract's error body.
     pub(crate) fn error(status: &str, code: &str, message: &str) -> Reply {
         Reply::json(
@@ -103,6 +114,9 @@ impl Server {
                 let reply = answer(&head, n);
                 tokio::spawn(async move {
                     tokio::time::sleep(reply.delay).await;
+                    if reply.status.is_empty() {
+                        return; // hang up: the stream is dropped unanswered
+                    }
                     let mut out = format!("HTTP/1.1 {}\r\n", reply.status);
                     for (k, v) in &reply.headers {
                         out.push_str(&format!("{k}: {v}\r\n"));
