@@ -37,8 +37,10 @@ impl fmt::Display for Token {
 pub struct Options {
     /// Sent as `Authorization: Bearer <token>` when set.
     pub token: Option<Token>,
-    /// How long one call may take, retries included; for a log stream, how long it may go
-    /// without receiving anything (the server beats every few seconds while following).
+    /// How long one request may take, retries included. For the operations that resume
+    /// across dropped connections (an upload, a file read, a log stream), how long each may go
+    /// without progress: bytes the server took, bytes written, a whole log frame (the
+    /// server beats every few seconds while following).
     pub deadline: Duration,
     /// The `User-Agent` header.
     pub user_agent: String,
