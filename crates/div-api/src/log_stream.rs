@@ -161,13 +161,16 @@ impl LogStream for HttpLogStream {
                         // The deadline since the last news passed while asking again.
                         Err(e) if e.is_unavailable() => {
                             let message = format!(
-                                "lost the log of `{}` at byte {} and could not resume it within {}: {}",
+                                "lost the log of `{}` at byte {} and could not resume it within {}",
                                 self.run,
                                 self.next_offset,
                                 display::duration(self.cp.inner.options.deadline),
-                                e.message()
                             );
-                            return self.fail(ErrorKind::Unavailable, message);
+                            self.done = true;
+                            self.body = None;
+                            return Some(Err(
+                                ApiError::new(ErrorKind::Unavailable, message).with_source(e)
+                            ));
                         }
                         Err(e) => {
                             self.done = true;

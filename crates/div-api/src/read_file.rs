@@ -71,9 +71,8 @@ impl HttpControlPlane {
                     return Err(ApiError::new(
                         ErrorKind::Unavailable,
                         format!(
-                            "lost `{path}` at byte {written} and could not resume it within {}: {}",
-                            display::duration(deadline),
-                            e.message()
+                            "lost `{path}` at byte {written} and could not resume it within {}",
+                            display::duration(deadline)
                         ),
                     )
                     .with_source(e));

@@ -79,9 +79,8 @@ impl HttpControlPlane {
                     return Err(ApiError::new(
                         ErrorKind::Unavailable,
                         format!(
-                            "the upload of `{hash}` to volume `{volume}` stopped at byte {received} of {total} and could not resume within {}: {}",
-                            display::duration(deadline),
-                            error.message()
+                            "the upload of `{hash}` to volume `{volume}` stopped at byte {received} of {total} and could not resume within {}",
+                            display::duration(deadline)
                         ),
                     )
                     .with_source(error));
