@@ -113,9 +113,18 @@ impl Server {
                 seen.lock().expect("not poisoned").push(head.clone());
                 let reply = answer(&head, n);
                 tokio::spawn(async move {
-                    tokio::time::sleep(reply.delay).await;
+                    // No timer at all for an answer without delay: on the paused clock a
+                    // timer due in the same millisecond as the client's deadline could let
+                    // the deadline win.
+                    if !reply.delay.is_zero() {
+                        tokio::time::sleep(reply.delay).await;
+                    }
                     if reply.status.is_empty() {
-                        return; // hang up: the stream is dropped unanswered
+                        // Hang up, with `shutdown` rather than by dropping the stream: a drop
+                        // closes it only once no other process holds it, and a test that
+                        // forks (insta runs `cargo metadata`) may hold it for a while.
+                        stream.shutdown().await.ok();
+                        return;
                     }
                     let mut out = format!("HTTP/1.1 {}\r\n", reply.status);
                     for (k, v) in &reply.headers {
