@@ -60,14 +60,11 @@ impl HttpControlPlane {
                 return Err(error);
             };
             if received < start || received > total {
-                // The bytes the server holds are not ones this call can continue.
-                return Err(ApiError::new(
-                    error.kind(),
-                    format!(
-                        "the upload of `{hash}` to volume `{volume}` cannot resume: the control plane holds {received} of its {total} bytes, and this upload began at byte {start}; upload it again"
-                    ),
-                )
-                .with_source(error));
+                // The bytes the server holds are not ones this call can continue (another
+                // upload's partial was discarded, or it is not this blob's): the caller
+                // sends again from where the server stands. The server's own answer, with
+                // its code, says so.
+                return Err(error);
             }
             if received > offset {
                 last_progress = Instant::now();
