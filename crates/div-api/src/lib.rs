@@ -19,20 +19,31 @@
 //! sees every byte exactly once.
 
 mod client;
+mod display;
+mod endpoint;
 mod error;
+mod log_stream;
 pub mod logframe;
 pub mod models;
+mod options;
+mod read_file;
+mod retry;
+mod routes;
+mod tls;
+mod transport;
+mod upload;
 
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use client::{
-    Endpoint, EndpointError, HttpControlPlane, IDEMPOTENCY_KEY, Options, ROUTES, Token,
-};
+pub use client::HttpControlPlane;
+pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ApiError, ErrorKind, error_chain};
 pub use models::*;
+pub use options::{Options, Token};
+pub use routes::{IDEMPOTENCY_KEY, ROUTES};
 
 /// Where the bytes of a blob upload come from.
 #[derive(Debug, Clone)]
@@ -88,10 +99,14 @@ pub enum UploadOutcome {
     Sent { from: u64 },
 }
 
-/// Send a whole blob to `volume`, resuming any partial upload: asks
-/// [`ControlPlane::missing_blobs`] how much already arrived, sends the rest, and when a try
-/// fails for want of the control plane (or the server holds a different amount, 409
-/// `offset_mismatch`), asks again and goes on from there. `blob` holds the whole blob.
+/// Send a whole blob to `volume`, from where an earlier partial upload stopped: asks
+/// [`ControlPlane::missing_blobs`] how much already arrived, then sends the rest with one
+/// [`ControlPlane::upload_blob`]. `blob` holds the whole blob.
+///
+/// Resuming across dropped connections is [`HttpControlPlane`]'s `upload_blob`'s job, and
+/// only its: it learns how much arrived after each failure and goes on while the server's
+/// count grows, within [`Options::deadline`] since it last grew (see `upload.rs`). This
+/// function adds no loop of its own.
 ///
 /// A `hash_mismatch` refusal is returned as is: the server has discarded the partial, and
 /// the bytes on disk are not the ones hashed.
@@ -101,28 +116,17 @@ pub async fn upload_blob_resuming(
     hash: &str,
     blob: &BlobSource,
 ) -> Result<UploadOutcome, ApiError> {
-    const ROUNDS: u32 = 3;
     let total = blob.len();
-    let mut round = 0;
-    loop {
-        round += 1;
-        let missing = cp.missing_blobs(volume, &[hash.to_owned()]).await?;
-        if !missing.missing.iter().any(|h| h == hash) {
-            return Ok(UploadOutcome::AlreadyThere);
-        }
-        let from = missing.partial.get(hash).copied().unwrap_or(0);
-        let from = if from > total { 0 } else { from };
-        match cp
-            .upload_blob(volume, hash, from, total, blob.skip(from))
-            .await
-        {
-            Ok(()) => return Ok(UploadOutcome::Sent { from }),
-            Err(e)
-                if round < ROUNDS
-                    && (e.is_unavailable() || e.code() == Some("offset_mismatch")) => {}
-            Err(e) => return Err(e),
-        }
+    let missing = cp.missing_blobs(volume, &[hash.to_owned()]).await?;
+    if !missing.missing.iter().any(|h| h == hash) {
+        return Ok(UploadOutcome::AlreadyThere);
     }
+    let from = missing.partial.get(hash).copied().unwrap_or(0);
+    // More than the blob is not a partial of it: the server discards it and takes all.
+    let from = if from > total { 0 } else { from };
+    cp.upload_blob(volume, hash, from, total, blob.skip(from))
+        .await?;
+    Ok(UploadOutcome::Sent { from })
 }
 
 /// A run's log, as it arrives. Implementations resume across dropped connections, so each

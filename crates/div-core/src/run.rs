@@ -503,7 +503,8 @@ pub(crate) async fn upload(
     });
     let mut sent = 0;
     for blob in &plan.blobs {
-        // A large file goes in pieces, so progress shows while it is sent.
+        // A large file goes in pieces, so progress shows while it is sent; the client resumes
+        // a cut piece itself (div-api's `upload.rs`): one loop, one budget.
         let end = blob.offset + blob.len;
         let mut at = blob.offset;
         while at < end {
@@ -513,23 +514,28 @@ pub(crate) async fn upload(
                 offset: at,
                 len,
             };
-            if cp
+            match cp
                 .upload_blob(volume, &blob.hash, at, blob.size, data)
                 .await
-                .is_err()
             {
-                // Ask the volume where it stands and send the rest.
-                let whole = BlobSource::File {
-                    path: blob.path.clone(),
-                    offset: 0,
-                    len: blob.size,
-                };
-                div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
-                    .await
-                    .map_err(api(words.send))?;
-                sent += end - at;
-                sink.event(Event::UploadProgress { sent });
-                break;
+                Ok(_) => {}
+                // The server holds another amount of this blob than the plan began from
+                // (another upload of the same blob, in this project, was cut or discarded):
+                // plan again from what it holds, once, and send the rest.
+                Err(e) if e.code() == Some("offset_mismatch") => {
+                    let whole = BlobSource::File {
+                        path: blob.path.clone(),
+                        offset: 0,
+                        len: blob.size,
+                    };
+                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                        .await
+                        .map_err(api(words.send))?;
+                    sent += end - at;
+                    sink.event(Event::UploadProgress { sent });
+                    break;
+                }
+                Err(e) => return Err(api(words.send)(e)),
             }
             at += len;
             sent += len;

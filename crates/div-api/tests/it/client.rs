@@ -1,5 +1,6 @@
 //! The HTTP client against wiremock: every operation's happy path, errors with details,
-//! retries, deadlines, and the token kept out of every message.
+//! retries, and the token kept out of every message. Deadlines and retries until a deadline
+//! are tested against `server.rs`'s server on tokio's paused clock.
 
 use std::time::Duration;
 
@@ -12,6 +13,17 @@ use wiremock::matchers::{body_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use crate::models::examples as ex;
+use crate::server::{Reply, Server};
+
+/// A client for `server` whose deadline no busy machine reaches: a wiremock server runs on
+/// a thread of its own, so these tests cannot use the paused clock.
+fn client(server: &MockServer) -> HttpControlPlane {
+    let options = Options {
+        deadline: Duration::from_secs(600),
+        ..test_options(None)
+    };
+    HttpControlPlane::new(endpoint(server), options).expect("client")
+}
 
 async fn mount(server: &MockServer, m: &str, p: &str, response: ResponseTemplate) {
     Mock::given(method(m))
@@ -334,123 +346,91 @@ async fn a_lost_create_is_retried_with_the_same_key_and_places_one_run() {
     assert_eq!(requests[0].body, requests[1].body);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn failing_server_gives_up_at_the_deadline_saying_what_was_tried() {
-    let server = mock_server().await;
-    mount(
-        &server,
-        "GET",
-        "/v1/catalogue",
-        error_response(503, "unavailable", "draining", json!(null)),
-    )
-    .await;
-    let options = Options {
-        deadline: Duration::from_millis(300),
-        ..test_options(None)
-    };
-    let cp = HttpControlPlane::new(endpoint(&server), options).expect("client");
+    let server =
+        Server::start(|_, _| Reply::error("503 Service Unavailable", "unavailable", "draining"));
+    let cp = server.client(Duration::from_millis(300));
     let e = cp.catalogue().await.expect_err("unavailable");
     assert!(e.is_unavailable());
     assert_eq!(e.code(), Some("unavailable"));
-    let tries = server.received_requests().await.expect("recording").len();
+    let tries = server.count();
     assert!(tries >= 2, "retried: {tries}");
     let text = filter_snapshot(&e.to_string()).replace(&format!("{tries} tries"), "N tries");
-    insta::assert_snapshot!(text, @"the control plane at `http://127.0.0.1:[PORT]` kept failing after N tries over [DURATION]: draining");
+    insta::assert_snapshot!(text, @"the control plane at `unix://[TEMP]` kept failing after N tries over [DURATION]: draining");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn nothing_listening_is_unavailable_after_retries() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        l.local_addr().expect("an address").port()
-    };
-    let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("an address");
-    let options = Options {
-        deadline: Duration::from_millis(200),
-        ..test_options(None)
-    };
-    let cp = HttpControlPlane::new(endpoint, options).expect("client");
+    // A socket that was listened on and is gone: every connection is refused.
+    let server = Server::start(|_, _| Reply::error("500 Internal Server Error", "x", "x"));
+    let endpoint = server.endpoint();
+    drop(server);
+    let cp = crate::server::client_within(endpoint, Duration::from_millis(200));
     let e = cp.catalogue().await.expect_err("unavailable");
     assert!(e.is_unavailable());
     let text = filter_snapshot(&e.to_string());
     assert!(
-        text.starts_with("could not reach the control plane at `http://127.0.0.1:[PORT]` after ")
+        text.starts_with("could not reach the control plane at `unix://[TEMP]` after ")
             && text.contains(" tries over [DURATION]: "),
         "{text}"
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_answer_within_the_deadline_arrives() {
-    let server = mock_server().await;
-    mount(
-        &server,
-        "GET",
-        "/v1/catalogue",
-        json_response(200, &ex::catalogue()).set_delay(Duration::from_millis(100)),
-    )
-    .await;
+    let server = Server::start(|_, _| Reply {
+        delay: Duration::from_millis(100),
+        ..Reply::json("200 OK", &ex::catalogue())
+    });
     assert_eq!(
-        client(&server).catalogue().await.expect("slow but in time"),
+        server
+            .client(Duration::from_secs(5))
+            .catalogue()
+            .await
+            .expect("slow but in time"),
         ex::catalogue()
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_answer_past_the_deadline_is_unavailable() {
-    let server = mock_server().await;
-    mount(
-        &server,
-        "GET",
-        "/v1/catalogue",
-        json_response(200, &ex::catalogue()).set_delay(Duration::from_secs(30)),
-    )
-    .await;
-    let options = Options {
-        deadline: Duration::from_millis(200),
-        ..test_options(None)
-    };
-    let cp = HttpControlPlane::new(endpoint(&server), options).expect("client");
+    let server = Server::start(|_, _| Reply {
+        delay: Duration::from_secs(30),
+        ..Reply::json("200 OK", &ex::catalogue())
+    });
+    let cp = server.client(Duration::from_millis(200));
     let e = cp.catalogue().await.expect_err("too slow");
     assert!(e.is_unavailable());
-    insta::assert_snapshot!(filter_snapshot(&e.to_string()), @"the control plane at `http://127.0.0.1:[PORT]` did not answer `GET /v1/catalogue` within [DURATION] (1 try)");
+    insta::assert_snapshot!(filter_snapshot(&e.to_string()), @"the control plane at `unix://[TEMP]` did not answer `GET /v1/catalogue` within [DURATION] (1 try)");
+    assert!(e.to_string().contains("within 200ms"), "{e}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_token_is_sent_but_never_shown() {
-    let server = mock_server().await;
     let token = "tok_SECRET_abc123";
-    Mock::given(method("GET"))
-        .and(path("/v1/catalogue"))
-        .and(header("authorization", format!("Bearer {token}").as_str()))
-        .respond_with(json_response(200, &ex::catalogue()))
-        .mount(&server)
-        .await;
     // A careless server echoing the token, in a refusal and in a failure.
-    mount(
-        &server,
-        "GET",
-        "/v1/secrets",
-        error_response(
-            401,
+    let server = Server::start(move |head, _| match head.path() {
+        "/v1/catalogue" if head.header("authorization") == Some(&format!("Bearer {token}")) => {
+            Reply::json("200 OK", &ex::catalogue())
+        }
+        "/v1/secrets" => Reply::error(
+            "401 Unauthorized",
             "unauthorized",
             &format!("bad token {token}"),
-            json!(null),
         ),
-    )
-    .await;
-    mount(
-        &server,
-        "GET",
-        "/v1/volumes",
-        error_response(500, "internal", &format!("crashed on {token}"), json!(null)),
-    )
-    .await;
+        "/v1/volumes" => Reply::error(
+            "500 Internal Server Error",
+            "internal",
+            &format!("crashed on {token}"),
+        ),
+        _ => Reply::error("404 Not Found", "not_found", "no such route"),
+    });
     let options = Options {
         deadline: Duration::from_millis(200),
         ..test_options(Some(token))
     };
-    let cp = HttpControlPlane::new(endpoint(&server), options.clone()).expect("client");
+    let cp = HttpControlPlane::new(server.endpoint(), options.clone()).expect("client");
     cp.catalogue().await.expect("the token was sent");
     let shown = [
         format!("{cp:?}"),
@@ -622,5 +602,102 @@ fn endpoints() {
     check(
         "https://host/?a=1",
         "error: control plane address `https://host/?a=1` has a query or fragment",
+    );
+}
+
+/// A server holding `held` bytes of blob `h1` (of 10): `missing` says so, a `PUT` from
+/// elsewhere gets 409 `offset_mismatch`, and a `PUT` from there takes `step` more bytes and
+/// then hangs up, unless they complete the blob (201).
+fn cutting_upload_server(step: u64) -> Server {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let held = AtomicU64::new(0);
+    Server::start(move |head, _| {
+        let now = held.load(SeqCst);
+        if head.path().ends_with("/blobs/missing") {
+            return Reply::json(
+                "200 OK",
+                &json!({"missing": ["h1"], "partial": {"h1": now}}),
+            );
+        }
+        let offset: u64 = head
+            .line
+            .split(['?', '&', ' '])
+            .find_map(|p| p.strip_prefix("offset="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX);
+        if offset != now {
+            let details = json!({"received": now});
+            return Reply::json(
+                "409 Conflict",
+                &json!({"error": {"code": "offset_mismatch", "message": "elsewhere", "details": details}}),
+            );
+        }
+        let now = (now + step).min(10);
+        held.store(now, SeqCst);
+        if now == 10 {
+            Reply::json("201 Created", &json!({}))
+        } else {
+            Reply::hang_up()
+        }
+    })
+}
+
+/// The offsets of the `PUT`s `server` got, in order.
+fn put_offsets(server: &Server) -> Vec<String> {
+    server
+        .requests
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .filter(|h| h.line.starts_with("PUT "))
+        .filter_map(|h| {
+            h.line
+                .split(['?', '&', ' '])
+                .find_map(|p| p.strip_prefix("offset="))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_upload_resumes_from_what_the_server_holds_each_time() {
+    let server = cutting_upload_server(4);
+    let outcome = upload_blob_resuming(
+        &server.client(Duration::from_secs(5)),
+        "v",
+        "h1",
+        &BlobSource::Bytes(Bytes::from_static(b"0123456789")),
+    )
+    .await
+    .expect("the upload resumes to the end");
+    assert_eq!(outcome, UploadOutcome::Sent { from: 0 });
+    assert_eq!(
+        put_offsets(&server),
+        ["0", "4", "8"],
+        "each try sends only the rest"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upload_that_never_progresses_gives_up_at_its_deadline() {
+    let server = cutting_upload_server(0);
+    let e = server
+        .client(Duration::from_millis(300))
+        .upload_blob(
+            "v",
+            "h1",
+            0,
+            10,
+            BlobSource::Bytes(Bytes::from_static(b"0123456789")),
+        )
+        .await
+        .expect_err("nothing ever arrives");
+    assert!(e.is_unavailable(), "{e}");
+    insta::assert_snapshot!(e.to_string(), @"the upload of `h1` to volume `v` stopped at byte 0 of 10 and could not resume within 300ms");
+    let cause = std::error::Error::source(&e).map(|c| c.to_string());
+    insta::assert_snapshot!(cause.unwrap_or_default(), @"the upload `PUT /v1/volumes/v/blobs/h1?offset=0&total=10` was cut: client error (SendRequest): connection closed before message completed");
+    assert!(
+        put_offsets(&server).len() >= 2,
+        "it tried again before giving up"
     );
 }

@@ -1,20 +1,30 @@
-//! The log stream across dropped connections: a hand-written HTTP server on 127.0.0.1:0
-//! that cuts each connection after a few bytes; the reader still sees every byte once.
+//! The log stream across dropped connections: a hand-written HTTP server that cuts each
+//! connection after a few bytes; the reader still sees every byte once. The server runs on
+//! the test's runtime over a Unix socket and time is tokio's paused clock (see
+//! `server.rs`), so deadlines and backoff do not depend on how busy the machine is.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use div_api::logframe;
-use div_api::{ControlPlane, HttpControlPlane, LogEvent, Options, RunStatus};
-use div_test_support::mock::{sample_run, test_options};
+use div_api::{ControlPlane, Endpoint, HttpControlPlane, LogEvent, RunStatus};
+use div_test_support::mock::sample_run;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::UnixListener;
+
+use crate::server::{client_within, read_head};
 
 /// Serve `log` as frames of `chunk` bytes from the asked offset, then `end`; a connection
-/// is cut after `cut` bytes of body while more chunk bytes than that remain. Returns the port and the offsets asked.
-async fn cutting_server(log: Vec<u8>, chunk: usize, cut: usize) -> (u16, Arc<Mutex<Vec<u64>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("an address").port();
+/// is cut after `cut` bytes of body while more chunk bytes than that remain. Returns its
+/// address and the offsets asked.
+async fn cutting_server(
+    log: Vec<u8>,
+    chunk: usize,
+    cut: usize,
+) -> (Endpoint, tempfile::TempDir, Arc<Mutex<Vec<u64>>>) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let socket = dir.path().join("server.sock");
+    let listener = UnixListener::bind(&socket).expect("bind the socket");
     let asked = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&asked);
     tokio::spawn(async move {
@@ -23,8 +33,10 @@ async fn cutting_server(log: Vec<u8>, chunk: usize, cut: usize) -> (u16, Arc<Mut
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let head = div_test_support::mock::read_request_head(&mut socket).await;
-            let line = head.lines().next().unwrap_or("").to_owned();
+            let Some(head) = read_head(&mut socket).await else {
+                continue;
+            };
+            let line = head.line;
             let offset: u64 = line
                 .split(['?', '&', ' '])
                 .find_map(|p| p.strip_prefix("offset="))
@@ -48,29 +60,27 @@ async fn cutting_server(log: Vec<u8>, chunk: usize, cut: usize) -> (u16, Arc<Mut
                 "HTTP/1.1 200 OK\r\ncontent-type: {}\r\nconnection: close\r\n\r\n",
                 logframe::MEDIA_TYPE
             );
-            let _ = socket.write_all(header.as_bytes()).await;
-            let _ = socket.write_all(&body).await;
-            let _ = socket.shutdown().await;
+            // The reader may have gone already: nothing to do then.
+            if socket.write_all(header.as_bytes()).await.is_ok()
+                && socket.write_all(&body).await.is_ok()
+            {
+                socket.shutdown().await.ok();
+            }
         }
     });
-    (port, asked)
+    (Endpoint::unix(socket), dir, asked)
 }
 
-fn client(port: u16, deadline: Duration) -> HttpControlPlane {
-    let endpoint = div_api::Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("address");
-    let options = Options {
-        deadline,
-        ..test_options(None)
-    };
-    HttpControlPlane::new(endpoint, options).expect("client")
+fn client(endpoint: Endpoint, deadline: Duration) -> HttpControlPlane {
+    client_within(endpoint, deadline)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_byte_once_across_cut_connections() {
     let log: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
     // 250 body bytes per connection: the cut falls inside a chunk's header or body.
-    let (port, asked) = cutting_server(log.clone(), 100, 250).await;
-    let cp = client(port, Duration::from_secs(5));
+    let (endpoint, _dir, asked) = cutting_server(log.clone(), 100, 250).await;
+    let cp = client(endpoint, Duration::from_secs(5));
     let mut stream = cp.log("run-cut", 0, true).await.expect("a stream");
     let mut got = Vec::new();
     let mut ended = None;
@@ -94,11 +104,11 @@ async fn every_byte_once_across_cut_connections() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_never_progresses_gives_up_at_the_deadline() {
     // Every connection is cut before a whole header arrives.
-    let (port, _) = cutting_server(b"hello".to_vec(), 100, 3).await;
-    let cp = client(port, Duration::from_millis(300));
+    let (endpoint, _dir, _) = cutting_server(b"hello".to_vec(), 100, 3).await;
+    let cp = client(endpoint, Duration::from_millis(300));
     let mut stream = cp.log("run-cut", 0, true).await.expect("a stream");
     let mut error = None;
     while let Some(event) = stream.next().await {
@@ -112,5 +122,9 @@ async fn a_stream_that_never_progresses_gives_up_at_the_deadline() {
         e.to_string()
             .starts_with("lost the log of `run-cut` at byte 0"),
         "{e}"
+    );
+    assert!(
+        e.to_string().contains("could not resume it within 300ms"),
+        "a sub-second deadline reads in milliseconds: {e}"
     );
 }

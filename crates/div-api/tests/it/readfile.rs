@@ -1,14 +1,17 @@
-//! Reading a volume's file across dropped connections: a hand-written HTTP server on
-//! 127.0.0.1:0 that announces the whole length and cuts each connection short; the reader
-//! asks for the rest with `range` and `if-range` and writes every byte once.
+//! Reading a volume's file across dropped connections: a hand-written HTTP server that
+//! announces the whole length and cuts each connection short; the reader asks for the rest
+//! with `range` and `if-range` and writes every byte once. The server runs on the test's
+//! runtime over a Unix socket and time is tokio's paused clock (see `server.rs`), so
+//! deadlines and backoff do not depend on how busy the machine is.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use div_api::{ControlPlane, ErrorKind, HttpControlPlane, Options};
-use div_test_support::mock::test_options;
+use div_api::{ControlPlane, Endpoint, ErrorKind, HttpControlPlane};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::UnixListener;
+
+use crate::server::{client_within, read_head};
 
 /// How the server behaves.
 #[derive(Clone, Copy)]
@@ -24,9 +27,11 @@ struct Behaviour {
 /// What each request asked: its `range` and `if-range` headers.
 type Asked = Arc<Mutex<Vec<(Option<String>, Option<String>)>>>;
 
-async fn server(file: Vec<u8>, how: Behaviour) -> (u16, Asked) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("an address").port();
+/// The server's address, the directory its socket is in, and what it was asked.
+async fn server(file: Vec<u8>, how: Behaviour) -> (Endpoint, tempfile::TempDir, Asked) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let socket = dir.path().join("server.sock");
+    let listener = UnixListener::bind(&socket).expect("bind the socket");
     let asked: Asked = Arc::default();
     let seen = Arc::clone(&asked);
     tokio::spawn(async move {
@@ -34,13 +39,10 @@ async fn server(file: Vec<u8>, how: Behaviour) -> (u16, Asked) {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let head = div_test_support::mock::read_request_head(&mut socket).await;
-            let header = |name: &str| {
-                head.lines().find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-                })
+            let Some(head) = read_head(&mut socket).await else {
+                continue;
             };
+            let header = |name: &str| head.header(name).map(str::to_owned);
             let (range, if_range) = (header("range"), header("if-range"));
             seen.lock()
                 .expect("not poisoned")
@@ -69,36 +71,30 @@ async fn server(file: Vec<u8>, how: Behaviour) -> (u16, Asked) {
                 "HTTP/1.1 {status}\r\ncontent-type: application/octet-stream\r\ncontent-length: {}\r\netag: {etag}\r\nconnection: close\r\n\r\n",
                 file.len() - from
             );
-            let _ = socket.write_all(response.as_bytes()).await;
             let end = (from + how.cut).min(file.len());
-            let _ = socket.write_all(&file[from..end]).await;
-            let _ = socket.shutdown().await;
+            // The reader may have gone already: nothing to do then.
+            if socket.write_all(response.as_bytes()).await.is_ok()
+                && socket.write_all(&file[from..end]).await.is_ok()
+            {
+                socket.shutdown().await.ok();
+            }
         }
     });
-    (port, asked)
+    (Endpoint::unix(socket), dir, asked)
 }
 
-fn client(port: u16) -> HttpControlPlane {
-    client_within(port, Duration::from_secs(20))
-}
-
-fn client_within(port: u16, deadline: Duration) -> HttpControlPlane {
-    let endpoint = div_api::Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("address");
-    let options = Options {
-        deadline,
-        ..test_options(None)
-    };
-    HttpControlPlane::new(endpoint, options).expect("client")
+fn client(endpoint: Endpoint) -> HttpControlPlane {
+    client_within(endpoint, Duration::from_secs(20))
 }
 
 fn file(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_read_cut_every_100_kb_resumes_from_the_last_byte_written() {
     let data = file(1_000_000);
-    let (port, asked) = server(
+    let (endpoint, _dir, asked) = server(
         data.clone(),
         Behaviour {
             ranges: true,
@@ -108,7 +104,7 @@ async fn a_read_cut_every_100_kb_resumes_from_the_last_byte_written() {
     )
     .await;
     let mut out = Vec::new();
-    let n = client(port)
+    let n = client(endpoint)
         .read_file("data", "big.bin", &mut out)
         .await
         .expect("the read resumes to the end");
@@ -133,10 +129,10 @@ async fn a_read_cut_every_100_kb_resumes_from_the_last_byte_written() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_that_ignores_ranges_never_gets_a_byte_written_twice() {
     let data = file(300_000);
-    let (port, asked) = server(
+    let (endpoint, _dir, asked) = server(
         data.clone(),
         Behaviour {
             ranges: false,
@@ -149,7 +145,7 @@ async fn a_server_that_ignores_ranges_never_gets_a_byte_written_twice() {
     // Each connection sends the first 120 kB again: 120 kB of news, then none. It never
     // gets past 120 kB, so the read gives up at its deadline rather than loop for ever;
     // what it wrote is a prefix of the file, never a byte twice.
-    let short = client_within(port, Duration::from_secs(2));
+    let short = client_within(endpoint, Duration::from_secs(2));
     let read = tokio::time::timeout(
         Duration::from_secs(60),
         short.read_file("data", "big.bin", &mut out),
@@ -164,7 +160,7 @@ async fn a_server_that_ignores_ranges_never_gets_a_byte_written_twice() {
     assert!(asked.lock().expect("not poisoned").len() >= 2);
 
     // With cuts past what was already written, each 200 carries more: skipped, then kept.
-    let (port, _) = server(
+    let (endpoint, _dir2, _) = server(
         data.clone(),
         Behaviour {
             ranges: false,
@@ -174,17 +170,17 @@ async fn a_server_that_ignores_ranges_never_gets_a_byte_written_twice() {
     )
     .await;
     let mut out = Vec::new();
-    client(port)
+    client(endpoint)
         .read_file("data", "big.bin", &mut out)
         .await
         .expect("read");
     assert!(out == data);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_file_that_changes_between_tries_is_an_error_not_a_mixed_file() {
     let data = file(500_000);
-    let (port, asked) = server(
+    let (endpoint, _dir, asked) = server(
         data.clone(),
         Behaviour {
             ranges: true,
@@ -194,7 +190,7 @@ async fn a_file_that_changes_between_tries_is_an_error_not_a_mixed_file() {
     )
     .await;
     let mut out = Vec::new();
-    let e = client(port)
+    let e = client(endpoint)
         .read_file("data", "big.bin", &mut out)
         .await
         .expect_err("the second version does not continue the first");

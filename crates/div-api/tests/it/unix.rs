@@ -1,4 +1,5 @@
-//! The Unix socket transport, against a tiny hyper server on a `UnixListener`.
+//! The Unix socket transport, against a tiny hyper server on a `UnixListener`, on tokio's
+//! paused clock (see `server.rs`).
 
 use bytes::Bytes;
 use div_api::{ControlPlane, Endpoint, HttpControlPlane};
@@ -10,7 +11,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::models::examples as ex;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn talks_over_a_unix_socket() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let socket = dir.path().join("server.sock");
@@ -47,7 +48,7 @@ async fn talks_over_a_unix_socket() {
     assert_eq!(cp.get_run("run-k4t9").await.expect("a run"), ex::run());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_missing_socket_is_unavailable() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let endpoint = Endpoint::unix(dir.path().join("absent.sock"));

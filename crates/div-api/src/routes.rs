@@ -1,0 +1,283 @@
+//! The routes of the contract: one method of [`ControlPlane`] per route, each a JSON
+//! request through the client's retrying `send` (`client.rs`), and the percent-encoding of
+//! the path segments and query values they carry.
+
+use async_trait::async_trait;
+use http::Method;
+use http::header::HeaderValue;
+use serde_json::Value;
+
+use crate::client::{Call, HttpControlPlane};
+use crate::error::{ApiError, ErrorKind};
+use crate::models::*;
+use crate::{BlobSource, ByteSink, ControlPlane, LogStream};
+
+/// Every route the client calls, as `(method, path template)`; the OpenAPI document declares
+/// exactly these (a test checks it).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/health"),
+    ("GET", "/v1/catalogue"),
+    ("GET", "/v1/volumes"),
+    ("POST", "/v1/volumes"),
+    ("DELETE", "/v1/volumes/{name}"),
+    ("POST", "/v1/volumes/{name}/blobs/missing"),
+    ("PUT", "/v1/volumes/{name}/blobs/{hash}"),
+    ("POST", "/v1/volumes/{name}/trees"),
+    ("GET", "/v1/volumes/{name}/tree"),
+    ("GET", "/v1/volumes/{name}/file"),
+    ("POST", "/v1/runs"),
+    ("GET", "/v1/runs"),
+    ("GET", "/v1/runs/{run}"),
+    ("POST", "/v1/runs/{run}/stop"),
+    ("GET", "/v1/runs/{run}/log"),
+    ("GET", "/v1/runs/{run}/result"),
+    ("GET", "/v1/runs/{run}/telemetry"),
+    ("GET", "/v1/secrets"),
+    ("PUT", "/v1/secrets/{name}"),
+    ("DELETE", "/v1/secrets/{name}"),
+];
+
+/// The header carrying a run creation's idempotency key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+#[async_trait]
+impl ControlPlane for HttpControlPlane {
+    async fn catalogue(&self) -> Result<Catalogue, ApiError> {
+        self.json(Call::get("/v1/catalogue".to_owned())).await
+    }
+
+    async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct List {
+            volumes: Vec<Volume>,
+        }
+        let list: List = self.json(Call::get("/v1/volumes".to_owned())).await?;
+        Ok(list.volumes)
+    }
+
+    async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
+        let body = CreateVolume {
+            name: name.to_owned(),
+        };
+        self.json(Call::with_json(
+            Method::POST,
+            "/v1/volumes".to_owned(),
+            &body,
+        ))
+        .await
+    }
+
+    async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
+        self.empty(Call::delete(format!("/v1/volumes/{}", segment(name))))
+            .await
+            .map(drop)
+    }
+
+    async fn missing_blobs(
+        &self,
+        volume: &str,
+        hashes: &[String],
+    ) -> Result<MissingBlobs, ApiError> {
+        let body = MissingBlobsRequest {
+            hashes: hashes.to_vec(),
+        };
+        self.json(Call::with_json(
+            Method::POST,
+            format!("/v1/volumes/{}/blobs/missing", segment(volume)),
+            &body,
+        ))
+        .await
+    }
+
+    async fn upload_blob(
+        &self,
+        volume: &str,
+        hash: &str,
+        offset: u64,
+        total: u64,
+        data: BlobSource,
+    ) -> Result<(), ApiError> {
+        self.upload_resuming(volume, hash, offset, total, data)
+            .await
+    }
+
+    async fn commit_tree(
+        &self,
+        volume: &str,
+        tree: &CommitTree,
+    ) -> Result<CommittedTree, ApiError> {
+        self.json(Call::with_json(
+            Method::POST,
+            format!("/v1/volumes/{}/trees", segment(volume)),
+            tree,
+        ))
+        .await
+    }
+
+    async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct List {
+            entries: Vec<VolumeEntry>,
+        }
+        let list: List = self
+            .json(Call::get(format!(
+                "/v1/volumes/{}/tree?path={}",
+                segment(volume),
+                query_value(path)
+            )))
+            .await?;
+        Ok(list.entries)
+    }
+
+    async fn read_file(
+        &self,
+        volume: &str,
+        path: &str,
+        sink: ByteSink<'_>,
+    ) -> Result<u64, ApiError> {
+        self.read_file_resuming(volume, path, sink).await
+    }
+
+    async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
+        let mut call = Call::with_json(Method::POST, "/v1/runs".to_owned(), run);
+        call.idempotency_key = Some(idempotency_key);
+        if HeaderValue::from_str(idempotency_key).is_err() {
+            return Err(ApiError::new(
+                ErrorKind::Refused,
+                format!("idempotency key `{idempotency_key}` is not a valid header value"),
+            ));
+        }
+        self.run_json(call).await
+    }
+
+    async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.run_json(Call::get(format!("/v1/runs/{}", segment(run))))
+            .await
+    }
+
+    async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
+        let mut params = Vec::new();
+        if let Some(project) = &query.project {
+            params.push(format!("project={}", query_value(project)));
+        }
+        if let Some(status) = query.status {
+            params.push(format!("status={status}"));
+        }
+        if let Some(limit) = query.limit {
+            params.push(format!("limit={limit}"));
+        }
+        if let Some(cursor) = &query.cursor {
+            params.push(format!("cursor={}", query_value(cursor)));
+        }
+        let path = if params.is_empty() {
+            "/v1/runs".to_owned()
+        } else {
+            format!("/v1/runs?{}", params.join("&"))
+        };
+        let raw: Value = self.json(Call::get(path)).await?;
+        let mut list: RunList = serde_json::from_value(raw.clone()).map_err(|e| {
+            ApiError::new(
+                ErrorKind::Protocol,
+                format!("could not read the control plane's list of runs: {e}"),
+            )
+        })?;
+        if let Some(raws) = raw.get("runs").and_then(Value::as_array) {
+            for (run, raw) in list.runs.iter_mut().zip(raws) {
+                run.keep_nulls_from(raw);
+            }
+        }
+        Ok(list)
+    }
+
+    async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.run_json(Call {
+            method: Method::POST,
+            ..Call::get(format!("/v1/runs/{}/stop", segment(run)))
+        })
+        .await
+    }
+
+    async fn log(
+        &self,
+        run: &str,
+        offset: u64,
+        follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError> {
+        crate::log_stream::open(self, run, offset, follow).await
+    }
+
+    async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
+        self.json(Call::get(format!("/v1/runs/{}/result", segment(run))))
+            .await
+    }
+
+    async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
+        self.json(Call::get(format!(
+            "/v1/runs/{}/telemetry?after={after}",
+            segment(run)
+        )))
+        .await
+    }
+
+    async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
+        let body = SetSecret {
+            value: value.to_owned(),
+        };
+        self.json(Call::with_json(
+            Method::PUT,
+            format!("/v1/secrets/{}", segment(name)),
+            &body,
+        ))
+        .await
+    }
+
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct List {
+            secrets: Vec<SecretInfo>,
+        }
+        let list: List = self.json(Call::get("/v1/secrets".to_owned())).await?;
+        Ok(list.secrets)
+    }
+
+    async fn delete_secret(&self, name: &str) -> Result<(), ApiError> {
+        self.empty(Call::delete(format!("/v1/secrets/{}", segment(name))))
+            .await
+            .map(drop)
+    }
+}
+
+/// Percent-encode a path segment: everything but unreserved characters.
+pub(crate) fn segment(text: &str) -> String {
+    encode(text, b"-._~")
+}
+
+/// Percent-encode a query value, keeping `/` readable.
+pub(crate) fn query_value(text: &str) -> String {
+    encode(text, b"-._~/")
+}
+
+fn encode(text: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_segments_and_queries() {
+        assert_eq!(segment("run-k4t9"), "run-k4t9");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+        assert_eq!(query_value("code/x y"), "code/x%20y");
+        assert_eq!(query_value("a&b=c"), "a%26b%3Dc");
+    }
+}
