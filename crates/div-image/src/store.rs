@@ -79,6 +79,19 @@ pub struct Image {
     pub config: ImageConfig,
 }
 
+impl Image {
+    /// The ids the image's `User` names, resolved against its own `/etc/passwd` and
+    /// `/etc/group` (`None` when it names none, which means root). A name the image does
+    /// not know is an error that says so.
+    pub fn user(&self) -> Result<Option<crate::user::UserIds>, crate::user::UserError> {
+        self.config
+            .user
+            .as_deref()
+            .map(|spec| crate::user::resolve(&self.rootfs, spec))
+            .transpose()
+    }
+}
+
 /// One cached image, as [`ImageStore::list`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageInfo {

@@ -173,55 +173,17 @@ impl Unpacker {
         }
     }
 
-    /// Resolves `parts` inside the root, following symlinks as if the root were `/`.
-    /// Returns the resolved relative path and whether a symlink was followed.
     fn resolve(&self, parts: &[OsString], name: &str) -> Result<(PathBuf, bool), UnpackError> {
-        let mut stack: Vec<OsString> = Vec::new();
-        let mut pending: VecDeque<OsString> = parts.iter().cloned().collect();
-        let mut links = 0u32;
-        let mut via_symlink = false;
-        while let Some(c) = pending.pop_front() {
-            if c == ".." {
-                stack.pop();
-                continue;
-            }
-            if c.is_empty() || c == "." {
-                continue;
-            }
-            stack.push(c);
-            let here = self.root.join(join(&stack));
-            let Some(meta) = lstat(&here) else { continue };
-            if !meta.file_type().is_symlink() {
-                continue;
-            }
-            links += 1;
-            if links > MAX_LINKS {
-                return Err(UnpackError::Invalid {
-                    path: name.to_owned(),
-                    why: "its parent directories go through more than 255 symlinks".to_owned(),
-                });
-            }
-            via_symlink = true;
-            let target = fs::read_link(&here).map_err(|source| UnpackError::Write {
+        resolve_in_root(&self.root, parts).map_err(|e| match e {
+            Resolve::Loop => UnpackError::Invalid {
+                path: name.to_owned(),
+                why: "its parent directories go through more than 255 symlinks".to_owned(),
+            },
+            Resolve::Io(source) => UnpackError::Write {
                 path: name.to_owned(),
                 source,
-            })?;
-            stack.pop();
-            if target.is_absolute() {
-                stack.clear();
-            }
-            let mut next: VecDeque<OsString> = VecDeque::new();
-            for tc in target.components() {
-                match tc {
-                    Component::Normal(n) => next.push_back(n.to_owned()),
-                    Component::ParentDir => next.push_back("..".into()),
-                    _ => {}
-                }
-            }
-            next.extend(pending);
-            pending = next;
-        }
-        Ok((join(&stack), via_symlink))
+            },
+        })
     }
 
     /// Applies one layer's tar stream (already decompressed).
@@ -438,6 +400,75 @@ impl Unpacker {
             filetime::set_symlink_file_times(&full, t, t).map_err(write)?;
         }
         Ok(())
+    }
+}
+
+pub(crate) enum Resolve {
+    Loop,
+    Io(io::Error),
+}
+
+/// Resolves `parts` inside `root`, following symlinks as if `root` were `/`: the result
+/// never leaves it. Returns the resolved relative path and whether a symlink was followed.
+pub(crate) fn resolve_in_root(root: &Path, parts: &[OsString]) -> Result<(PathBuf, bool), Resolve> {
+    let mut stack: Vec<OsString> = Vec::new();
+    let mut pending: VecDeque<OsString> = parts.iter().cloned().collect();
+    let mut links = 0u32;
+    let mut via_symlink = false;
+    while let Some(c) = pending.pop_front() {
+        if c == ".." {
+            stack.pop();
+            continue;
+        }
+        if c.is_empty() || c == "." {
+            continue;
+        }
+        stack.push(c);
+        let here = root.join(join(&stack));
+        let Some(meta) = lstat(&here) else { continue };
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        links += 1;
+        if links > MAX_LINKS {
+            return Err(Resolve::Loop);
+        }
+        via_symlink = true;
+        let target = fs::read_link(&here).map_err(Resolve::Io)?;
+        stack.pop();
+        if target.is_absolute() {
+            stack.clear();
+        }
+        let mut next: VecDeque<OsString> = VecDeque::new();
+        for tc in target.components() {
+            match tc {
+                Component::Normal(n) => next.push_back(n.to_owned()),
+                Component::ParentDir => next.push_back("..".into()),
+                _ => {}
+            }
+        }
+        next.extend(pending);
+        pending = next;
+    }
+    Ok((join(&stack), via_symlink))
+}
+
+/// Reads a regular file of an unpacked tree, at most `max` bytes, resolving its path inside
+/// `root` (a symlinked `/etc/passwd` pointing at the host's is read inside the tree).
+pub(crate) fn read_in_root(root: &Path, path: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let parts = clean(Path::new(path));
+    let (rel, _) = resolve_in_root(root, &parts).map_err(|e| match e {
+        Resolve::Loop => io::Error::other("too many symlinks"),
+        Resolve::Io(e) => e,
+    })?;
+    let full = root.join(rel);
+    match lstat(&full) {
+        Some(m) if m.is_file() => {
+            let mut out = Vec::new();
+            fs::File::open(&full)?.take(max).read_to_end(&mut out)?;
+            Ok(Some(out))
+        }
+        _ => Ok(None),
     }
 }
 
