@@ -627,3 +627,34 @@ async fn the_unpacked_tree_equals_umoci_s() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pulls_of_one_image_at_once_share_one_tree() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let image = build(
+        &[vec![file("a", &"a".repeat(100_000))], vec![file("b", "b")]],
+        "amd64",
+        &[],
+        "",
+    );
+    push(&reg.addr, "race/app", "1", &image, &Credentials::none()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let (s1, s2) = (store(cache.path()), store(cache.path()));
+    let r: ImageRef = format!("{}/race/app:1", reg.addr).parse().unwrap();
+    let (none, platform) = (Credentials::none(), amd64());
+    let (a, b) = tokio::join!(
+        s1.ensure(&r, &platform, &none, &NoProgress),
+        s2.ensure(&r, &platform, &none, &NoProgress)
+    );
+    let (a, b) = (a.expect("first pull"), b.expect("second pull"));
+    assert_eq!(a.rootfs, b.rootfs);
+    assert_eq!(std::fs::read_to_string(a.rootfs.join("b")).unwrap(), "b");
+    assert_eq!(s1.list().unwrap().len(), 1);
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count(),
+        0,
+        "the loser's copy is gone"
+    );
+}
