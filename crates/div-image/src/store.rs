@@ -327,8 +327,11 @@ impl ImageStore {
     ) -> Result<Option<(PathBuf, Record)>, EnsureError> {
         if let Some(d) = reference.digest() {
             let dir = self.image_dir(d);
-            // A digest names one manifest: its platform is checked where it is used.
-            return Ok(self.read_record(&dir).map(|r| (dir, r)));
+            // A manifest's digest: its platform is checked where it is used. An index's
+            // digest is found below, among the references pulled.
+            if let Some(r) = self.read_record(&dir) {
+                return Ok(Some((dir, r)));
+            }
         }
         let name = reference.to_string();
         let records = self.records().map_err(io_at(self.root.join("images")))?;

@@ -242,7 +242,7 @@ async fn picks_the_platform_from_a_multi_platform_index() {
         &Credentials::none(),
     )
     .await;
-    let index = serde_json::to_vec(&serde_json::json!({
+    let index_bytes = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
         "manifests": [
@@ -256,7 +256,9 @@ async fn picks_the_platform_from_a_multi_platform_index() {
     let p = div_image::Pusher::connect(&r, &Credentials::none(), &fast_options())
         .await
         .unwrap();
-    p.manifest("latest", index, OCI_INDEX).await.unwrap();
+    p.manifest("latest", index_bytes.clone(), OCI_INDEX)
+        .await
+        .unwrap();
 
     let cache = tempfile::tempdir().unwrap();
     let store = store(cache.path());
@@ -292,6 +294,25 @@ async fn picks_the_platform_from_a_multi_platform_index() {
         err.to_string(),
         format!("`{r}` has no image for `linux/s390x`; it has: linux/amd64, linux/arm64/v8")
     );
+    // The index pinned by its digest is found in the cache without the network.
+    let pinned = r.with_digest(div_image::Digest::sha256_of(&index_bytes));
+    store
+        .ensure(&pinned, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("pull by index digest");
+    let offline = ImageStore::open_with(
+        store.root(),
+        StoreOptions {
+            pull_policy: PullPolicy::Never,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let got = offline
+        .ensure(&pinned, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("cached by index digest");
+    assert_eq!(got.digest, amd.manifest_digest);
     // A single-platform image for another machine is refused too, not unpacked.
     let arm_only: ImageRef = format!("{}/multi/app:arm64-only", reg.addr)
         .parse()
