@@ -20,7 +20,7 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use div_image::{Credentials, Digest, ImageRef, ImageStore, NoProgress, Platform, StoreOptions};
+use div_image::{Credentials, Digest, ImageRef, ImageStore, Platform, Progress, StoreOptions};
 
 fn layer_of(dir: &str) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
@@ -95,11 +95,22 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let t = Instant::now();
         let store = ImageStore::open_with(dir.path(), StoreOptions::default()).unwrap();
+        let unpack_start = std::sync::Mutex::new(None);
+        let sink = |e: &Progress| {
+            if matches!(e, Progress::Unpacking { index: 0, .. }) {
+                *unpack_start.lock().unwrap() = Some(t.elapsed());
+            }
+        };
         store
-            .ensure(&r, &platform, &Credentials::none(), &NoProgress)
+            .ensure(&r, &platform, &Credentials::none(), &sink)
             .await
             .unwrap();
         ours.push(t.elapsed());
+        let pulled = unpack_start.lock().unwrap().unwrap();
+        println!(
+            "  div-image: pull {pulled:?}, unpack {:?}",
+            t.elapsed() - pulled
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let t = Instant::now();
@@ -110,14 +121,21 @@ async fn main() {
             .status()
             .unwrap();
         assert!(st.success(), "skopeo copy failed");
+        let copied = t.elapsed();
         let st = Command::new(&umoci)
             .args(["raw", "unpack", "--rootless", "--image"])
             .arg(format!("{}:1", dir.path().join("oci").display()))
             .arg(dir.path().join("rootfs"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .status()
             .unwrap();
         assert!(st.success(), "umoci raw unpack failed");
         theirs.push(t.elapsed());
+        println!(
+            "  skopeo copy {copied:?}, umoci raw unpack {:?}",
+            t.elapsed() - copied
+        );
         println!(
             "round {round}: div-image {:?}, skopeo+umoci {:?}",
             ours[round], theirs[round]
