@@ -679,3 +679,59 @@ async fn two_pulls_of_one_image_at_once_share_one_tree() {
         "the loser's copy is gone"
     );
 }
+
+/// A name for this machine that resolves to a loopback address but is not one of the
+/// loopback names the library knows (`localhost`, `127.x`, `[::1]`).
+fn loopback_alias(port: u16) -> Option<String> {
+    use std::net::ToSocketAddrs as _;
+    let name = std::fs::read_to_string("/etc/hostname")
+        .ok()?
+        .trim()
+        .to_owned();
+    let all_loopback = (name.as_str(), port)
+        .to_socket_addrs()
+        .ok()?
+        .all(|a| a.ip().is_loopback());
+    if name.is_empty() || name == "localhost" || !all_loopback {
+        #[allow(clippy::print_stderr)]
+        eprintln!("\n!!!!! SKIPPED: this machine's name does not resolve to loopback only !!!!!\n");
+        return None;
+    }
+    Some(format!("{name}:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_not_on_a_loopback_name_is_https_unless_named_insecure() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let port: u16 = reg.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let Some(alias) = loopback_alias(port) else {
+        return;
+    };
+    let image = build(&[vec![file("a", "1")]], "amd64", &[], "");
+    push(&reg.addr, "tls/app", "1", &image, &Credentials::none()).await;
+    let r: ImageRef = format!("{alias}/tls/app:1").parse().unwrap();
+    assert!(!r.is_loopback_registry());
+
+    // Spoken to over HTTPS, the plain-HTTP registry cannot answer.
+    let cache = tempfile::tempdir().unwrap();
+    let err = store(cache.path())
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EnsureError::Unreachable { .. }), "{err:?}");
+
+    // Named insecure, it is reached over HTTP.
+    let mut options = StoreOptions {
+        registry: fast_options(),
+        ..StoreOptions::default()
+    };
+    options.registry.insecure_registries.push(alias.clone());
+    let got = ImageStore::open_with(cache.path(), options)
+        .unwrap()
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("pull over plain HTTP when named insecure");
+    assert_eq!(got.digest, image.manifest_digest);
+}
