@@ -682,6 +682,7 @@ async fn two_pulls_of_one_image_at_once_share_one_tree() {
 
 /// A name for this machine that resolves to a loopback address but is not one of the
 /// loopback names the library knows (`localhost`, `127.x`, `[::1]`).
+#[allow(clippy::print_stderr)] // the loud skip
 fn loopback_alias(port: u16) -> Option<String> {
     use std::net::ToSocketAddrs as _;
     let name = std::fs::read_to_string("/etc/hostname")
@@ -693,7 +694,6 @@ fn loopback_alias(port: u16) -> Option<String> {
         .ok()?
         .all(|a| a.ip().is_loopback());
     if name.is_empty() || name == "localhost" || !all_loopback {
-        #[allow(clippy::print_stderr)]
         eprintln!("\n!!!!! SKIPPED: this machine's name does not resolve to loopback only !!!!!\n");
         return None;
     }
