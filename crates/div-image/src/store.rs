@@ -602,7 +602,8 @@ impl ImageStore {
         Ok(())
     }
 
-    /// The cached images, by digest.
+    /// The cached images, by digest. Blocking file I/O: call it from `spawn_blocking` in
+    /// async code.
     pub fn list(&self) -> Result<Vec<ImageInfo>, StoreError> {
         let records = self.records().map_err(store_io(self.root.join("images")))?;
         Ok(records
@@ -619,7 +620,8 @@ impl ImageStore {
             .collect())
     }
 
-    /// How much disk the cache takes.
+    /// How much disk the cache takes (walks `blobs/` and `tmp/`). Blocking, like
+    /// [`list`](ImageStore::list).
     pub fn disk_usage(&self) -> Result<DiskUsage, StoreError> {
         let records = self.records().map_err(store_io(self.root.join("images")))?;
         let blobs = dir_size(&self.root.join("blobs"));

@@ -735,3 +735,54 @@ async fn a_registry_not_on_a_loopback_name_is_https_unless_named_insecure() {
         .expect("pull over plain HTTP when named insecure");
     assert_eq!(got.digest, image.manifest_digest);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulls_docker_schema_2_manifests_and_lists() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+    const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+    let image = build(&[vec![file("flavour", "docker")]], "amd64", &["A=1"], "/");
+    // The same image described with docker's media types, as most of Docker Hub still is.
+    let mut m: serde_json::Value = serde_json::from_slice(&image.manifest).unwrap();
+    m["mediaType"] = DOCKER_MANIFEST.into();
+    m["config"]["mediaType"] = "application/vnd.docker.container.image.v1+json".into();
+    m["layers"][0]["mediaType"] = "application/vnd.docker.image.rootfs.diff.tar.gzip".into();
+    let manifest = serde_json::to_vec(&m).unwrap();
+    let digest = div_image::Digest::sha256_of(&manifest);
+    let r: ImageRef = format!("{}/docker/app:list", reg.addr).parse().unwrap();
+    let p = div_image::Pusher::connect(&r, &Credentials::none(), &fast_options())
+        .await
+        .unwrap();
+    for (_, b) in &image.blobs {
+        p.blob(b.clone()).await.unwrap();
+    }
+    p.blob(image.config.1.clone()).await.unwrap();
+    p.manifest("plain", manifest.clone(), DOCKER_MANIFEST)
+        .await
+        .unwrap();
+    let list = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": DOCKER_LIST,
+        "manifests": [{"mediaType": DOCKER_MANIFEST, "digest": digest.to_string(), "size": manifest.len(), "platform": {"os": "linux", "architecture": "amd64"}}],
+    }))
+    .unwrap();
+    p.manifest("list", list, DOCKER_LIST).await.unwrap();
+
+    let cache = tempfile::tempdir().unwrap();
+    let store = store(cache.path());
+    for tag in ["plain", "list"] {
+        let r: ImageRef = format!("{}/docker/app:{tag}", reg.addr).parse().unwrap();
+        let got = store
+            .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+            .await
+            .expect("pull a docker image");
+        assert_eq!(got.digest, digest);
+        assert_eq!(
+            std::fs::read_to_string(got.rootfs.join("flavour")).unwrap(),
+            "docker"
+        );
+        assert_eq!(got.config.env, ["A=1"]);
+    }
+}
