@@ -364,6 +364,28 @@ async fn a_tampered_blob_is_refused_and_never_cached() {
         0
     );
     assert!(store.list().unwrap().is_empty());
+
+    // A blob longer than its descriptor says is cut off at the first byte too many.
+    let image = build(&[vec![file("c", "longer")]], "amd64", &[], "");
+    push(&reg.addr, "bad/app", "2", &image, &Credentials::none()).await;
+    let data = reg.blob_data(&image.layers[0]);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(&data, &bytes).unwrap();
+    let r: ImageRef = format!("{}/bad/app:2", reg.addr).parse().unwrap();
+    let err = store
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EnsureError::SizeMismatch { what: "larger", .. }),
+        "{err:?}"
+    );
+    assert!(!cached_blobs(&store).contains(&image.layers[0].hex().to_owned()));
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
