@@ -259,7 +259,7 @@ impl RunError {
             }
             RunError::LayoutFile { .. } => Some(
                 "a layout is `[[chart]]` tables, each with `series = [\"loss\"]` and optional \
-                 `title` and `x` (docs/commands.md)"
+                 `title` and `x` (`div telemetry --help`)"
                     .into(),
             ),
             RunError::SkuNotOffered { accepted, .. } => Some(format!(
