@@ -212,7 +212,8 @@ impl Printer {
         let mut out = io::stdout().lock();
         out.write_all(control.as_bytes())?;
         out.write_all(terminal_safe(text).as_bytes())?;
-        if !text.ends_with('\n') && !(text.is_empty() && control.ends_with('\n')) {
+        let ended = text.ends_with('\n') || (text.is_empty() && control.ends_with('\n'));
+        if !ended {
             out.write_all(b"\n")?;
         }
         out.flush()
