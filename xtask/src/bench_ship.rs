@@ -138,6 +138,7 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
             repo,
             &div_ship::ShipOptions {
                 cache: Some(repo.join(".git/div-bench.cache")),
+                ..Default::default()
             },
         )?)
     })?;
@@ -208,6 +209,7 @@ fn hashing(dir: &Path, mib: usize, runs: usize) -> Result<()> {
     let cache = dir.with_extension("cache");
     let options = div_ship::ShipOptions {
         cache: Some(cache.clone()),
+        ..Default::default()
     };
     let mut cold_times = Vec::new();
     for _ in 0..runs {

@@ -14,7 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = Path::new(dir);
     let n: usize = n.parse()?;
     let cache = std::env::temp_dir().join("ship_loop.cache");
-    let options = div_ship::ShipOptions { cache: Some(cache) };
+    let options = div_ship::ShipOptions {
+        cache: Some(cache),
+        ..Default::default()
+    };
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();

@@ -53,11 +53,12 @@ impl Untracked {
 /// `repo`, whose index is `index`. `None` when the file system needs case folding or
 /// Unicode precomposition (gix's walk then does it).
 pub(crate) fn walk(
-    repo: &gix::Repository,
+    opened: &crate::git::Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
 ) -> Result<Option<Untracked>, ShipError> {
+    let repo = &opened.repo;
     let git_err = |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git {
         repo: workdir.to_owned(),
         source,
@@ -105,17 +106,15 @@ pub(crate) fn walk(
     };
     // The folder's subfolders dealt round between threads, its other entries with the first;
     // each thread has its own repository handle and exclude stack (gix's are not `Send`).
-    let options = repo.open_options().clone();
     let (fd, listing, rela, tracked) = (&fd, &listing, &rela, &tracked);
     std::thread::scope(|scope| {
         let mut groups = groups.into_iter();
         let mine = groups.next().unwrap_or_default();
         let others: Vec<_> = groups
             .map(|group| {
-                let options = options.clone();
+                let how = opened.how_to_reopen();
                 scope.spawn(move || {
-                    let repo =
-                        gix::open_opts(workdir, options).map_err(|e| git_err(Box::new(e)))?;
+                    let repo = crate::git::reopen(how)?;
                     let excludes = exclude_stack(&repo, index).map_err(git_err)?;
                     let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
                     walker.walk_entries(fd, listing, group.into_iter(), &mut rela.clone());

@@ -15,7 +15,10 @@
 //! use std::collections::BTreeMap;
 //! use std::path::Path;
 //!
-//! let options = div_ship::ShipOptions { cache: Some("/tmp/div-ship.cache".into()) };
+//! let options = div_ship::ShipOptions {
+//!     cache: Some("/tmp/div-ship.cache".into()),
+//!     ..Default::default()
+//! };
 //! let shipment = div_ship::collect(Path::new("."), &options)?;
 //! eprintln!("{}", shipment.summary_line("very-cool-classifier-code"));
 //! let missing: Vec<String> = Vec::new(); // what the volume says it lacks
@@ -56,6 +59,8 @@ pub enum ShipError {
     DubiousOwnership { repo: PathBuf },
     #[error("repository `{}` has no work tree", repo.display())]
     Bare { repo: PathBuf },
+    #[error("`{}` is outside the work tree `{}`", dir.display(), work_tree.display())]
+    OutsideWorkTree { dir: PathBuf, work_tree: PathBuf },
     #[error("repository `{}` uses a sparse index, which div cannot ship", repo.display())]
     SparseIndex { repo: PathBuf },
     #[error("cannot list the files of repository `{}`", repo.display())]
@@ -86,6 +91,14 @@ impl ShipError {
                 "git refuses it too; if you trust it, run `git config --global --add safe.directory {}`",
                 repo.display()
             )),
+            ShipError::Bare { .. } => Some(
+                "set `GIT_WORK_TREE` to the top of the work tree to ship (git needs it too), or run where the code is checked out"
+                    .to_owned(),
+            ),
+            ShipError::OutsideWorkTree { work_tree, .. } => Some(format!(
+                "run from `{}` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`",
+                work_tree.display()
+            )),
             ShipError::SparseIndex { .. } => {
                 Some("run `git sparse-checkout disable`, or run from a full checkout".to_owned())
             }
@@ -103,6 +116,15 @@ pub struct ShipOptions {
     /// The hash cache file (read, then rewritten); `None` hashes everything.
     /// [`cache_file_for`] gives one name per shipped directory.
     pub cache: Option<PathBuf>,
+    /// `GIT_DIR` as the caller read it (div-ship reads no environment): the repository to
+    /// use, instead of one found upwards from the shipped folder. Without [`work_tree`]
+    /// (`Self::work_tree`) and without `core.worktree`, the shipped folder is the top of the
+    /// work tree, as git takes the current directory. Relative to the process's directory.
+    pub git_dir: Option<PathBuf>,
+    /// `GIT_WORK_TREE` as the caller read it: the top of the work tree, whatever the
+    /// repository's `core.bare` and `core.worktree` say (a work tree of a bare repository).
+    /// The shipped folder must be inside it. Relative to the process's directory.
+    pub work_tree: Option<PathBuf>,
 }
 
 /// How the shipped set was decided.
@@ -297,7 +319,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             dir: dir.to_owned(),
         });
     }
-    let (source, listed, mut warnings) = list_sorted(&root)?;
+    let (source, listed, mut warnings) = list_sorted(&root, options)?;
 
     let cache = options
         .cache
@@ -344,15 +366,27 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
 /// reading anything but folders (no stat, no hash). Paths deleted from disk since they were
 /// tracked, and links pointing outside, are still in it: `collect` drops them.
 pub fn list_paths(dir: &Path) -> Result<(Source, Vec<String>), ShipError> {
+    list_paths_with(dir, &ShipOptions::default())
+}
+
+/// [`list_paths`] with the repository and work tree that `options` name, if any (its hash
+/// cache is not used).
+pub fn list_paths_with(
+    dir: &Path,
+    options: &ShipOptions,
+) -> Result<(Source, Vec<String>), ShipError> {
     let root = dir.canonicalize().map_err(|source| ShipError::Io {
         path: dir.to_owned(),
         source,
     })?;
-    let (source, listed, _) = list_sorted(&root)?;
+    let (source, listed, _) = list_sorted(&root, options)?;
     Ok((source, listed.into_iter().map(|l| l.path).collect()))
 }
 
-fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
+fn list_sorted(
+    root: &Path,
+    options: &ShipOptions,
+) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
     if !root.is_dir() {
         return Err(ShipError::NotADirectory {
             dir: root.to_owned(),
@@ -360,20 +394,14 @@ fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), S
     }
     let mut listed = Vec::new();
     let mut warnings = Vec::new();
-    let source = match gix::discover(root) {
-        Ok(repo) => {
-            git::list(&repo, root, &mut listed, &mut warnings)?;
+    let source = match git::open(root, options)? {
+        Some(opened) => {
+            git::list(&opened, root, &mut listed, &mut warnings)?;
             Source::Git
         }
-        Err(err) if is_no_repository(&err) => {
+        None => {
             walk::list(root, &mut listed, &mut warnings)?;
             Source::Walk
-        }
-        Err(err) => {
-            return Err(ShipError::Git {
-                repo: root.to_owned(),
-                source: Box::new(err),
-            });
         }
     };
     listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -381,7 +409,7 @@ fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), S
     Ok((source, listed, warnings))
 }
 
-fn is_no_repository(err: &gix::Error) -> bool {
+pub(crate) fn is_no_repository(err: &gix::Error) -> bool {
     use gix::discover::upwards::Error;
     matches!(
         err.downcast_any_ref::<Error>(),

@@ -12,6 +12,7 @@ fn ship(dir: &Path, cache: &Path) -> Shipment {
         dir,
         &ShipOptions {
             cache: Some(cache.to_owned()),
+            ..Default::default()
         },
     )
     .unwrap()

@@ -5,7 +5,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use crate::support::{assert_matches_git, git, git_init, ship_set, symlink, write};
+use crate::support::{
+    assert_matches_git, git, git_env, git_init, git_set_env, ship_set, ship_set_with, symlink,
+    write,
+};
 
 /// Builds a repository with `setup`, checks div-ship against git from `run_in` (relative to the
 /// repository), and that the set is `expect`.
@@ -570,4 +573,165 @@ proptest! {
         }
         prop_assert_eq!(ship_set(&r), crate::support::git_set(&r));
     }
+}
+
+// Exactly what git lists: the cases issue 15 found where div and git differed.
+
+/// git reads a relative `core.excludesFile` from the top of the work tree (it has moved there
+/// by the time it reads it), wherever it was started; so does div, not from its own directory.
+#[test]
+fn a_relative_core_excludes_file_is_read_from_the_top_of_the_work_tree() {
+    let setup = |r: &Path| {
+        git(r, &["config", "core.excludesFile", "my-ignore"]);
+        write(r, "my-ignore", "*.ckpt\n");
+        // The same name in the subfolder: git does not read this one.
+        write(r, "sub/my-ignore", "*.py\n");
+        write(r, "top.ckpt", "");
+        write(r, "sub/a.py", "");
+        write(r, "sub/m.ckpt", "");
+    };
+    check(setup, "sub", &["a.py", "my-ignore"]);
+    check(setup, "", &["my-ignore", "sub/a.py", "sub/my-ignore"]);
+}
+
+/// The same from a submodule: its own relative `core.excludesFile`, from its own top.
+#[test]
+fn a_submodules_relative_core_excludes_file_is_read_from_its_top() {
+    check(
+        |r| {
+            let sub = r.join("lib");
+            git_init(&sub);
+            write(&sub, "lib.py", "");
+            git(&sub, &["add", "."]);
+            git(&sub, &["commit", "-qm", "lib"]);
+            git(&sub, &["config", "core.excludesFile", "ignores"]);
+            write(&sub, "ignores", "*.tmp\n");
+            write(&sub, "scratch.tmp", "");
+            git(r, &["add", "lib"]);
+        },
+        "",
+        &["lib/ignores", "lib/lib.py"],
+    );
+}
+
+/// A bare repository and a work tree elsewhere, as `GIT_DIR=… GIT_WORK_TREE=…` name them.
+fn bare_and_work_tree(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bare = tmp.join("code.git");
+    let work = tmp.join("work");
+    fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "-q", "--bare"]);
+    write(&bare, "info/exclude", "secret.txt\n");
+    write(&work, ".gitignore", "*.log\nbuild/\n");
+    write(&work, "train.py", "");
+    write(&work, "run.log", "");
+    write(&work, "secret.txt", "");
+    write(&work, "build/out.bin", "");
+    write(&work, "exp/a.py", "");
+    write(&work, "exp/b.log", "");
+    write(&work, "exp/forced.log", "");
+    let env = [
+        ("GIT_DIR", bare.as_path()),
+        ("GIT_WORK_TREE", work.as_path()),
+    ];
+    git_env(&work, &env, &["add", ".gitignore", "train.py"]);
+    git_env(&work, &env, &["add", "-f", "exp/forced.log"]);
+    (bare, work)
+}
+
+/// `GIT_DIR` and `GIT_WORK_TREE`: the work tree of a bare repository is walked with its
+/// ignore rules (`.gitignore`, the bare repository's `info/exclude`) and its index, from the
+/// top or a subfolder, as git lists it with the same variables.
+#[test]
+fn a_work_tree_of_a_bare_repository_ships_what_git_lists_with_git_dir_and_git_work_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare.clone()),
+        work_tree: Some(work.clone()),
+        ..Default::default()
+    };
+    let env = [
+        ("GIT_DIR", bare.as_path()),
+        ("GIT_WORK_TREE", work.as_path()),
+    ];
+    let got = ship_set_with(&work, &options);
+    assert_eq!(got, git_set_env(&work, &env));
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        [".gitignore", "exp/a.py", "exp/forced.log", "train.py"]
+    );
+    let sub = work.join("exp");
+    let got = ship_set_with(&sub, &options);
+    assert_eq!(got, git_set_env(&sub, &env));
+    assert_eq!(got.into_iter().collect::<Vec<_>>(), ["a.py", "forced.log"]);
+}
+
+/// `GIT_DIR` alone, with no `core.worktree`: git takes its current directory as the top of
+/// the work tree, and so does div with the shipped folder.
+#[test]
+fn git_dir_alone_makes_the_shipped_folder_the_top_of_the_work_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    write(&r, ".gitignore", "*.log\n");
+    write(&r, "a.py", "");
+    write(&r, "sub/.gitignore", "*.tmp\n");
+    write(&r, "sub/b.py", "");
+    write(&r, "sub/c.log", "");
+    write(&r, "sub/d.tmp", "");
+    git(&r, &["add", ".gitignore", "a.py"]);
+    let git_dir = r.join(".git");
+    let sub = r.join("sub");
+    let options = div_ship::ShipOptions {
+        git_dir: Some(git_dir.clone()),
+        ..Default::default()
+    };
+    let got = ship_set_with(&sub, &options);
+    assert_eq!(got, git_set_env(&sub, &[("GIT_DIR", git_dir.as_path())]));
+    // `sub` is the top: its `.gitignore` is the root one, the repository's own is not read.
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        [".gitignore", "b.py", "c.log"]
+    );
+}
+
+/// A bare repository named without a work tree: git refuses (`must be run in a work tree`),
+/// and so does div, saying what would be right.
+#[test]
+fn a_bare_repository_without_a_work_tree_is_refused_with_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare.clone()),
+        ..Default::default()
+    };
+    let err = div_ship::collect(&work, &options).unwrap_err();
+    let shown = format!("{err}\nhint: {}", err.hint().unwrap())
+        .replace(tmp.path().to_str().unwrap(), "TMP");
+    insta::assert_snapshot!(shown, @r"
+    repository `TMP/code.git` has no work tree
+    hint: set `GIT_WORK_TREE` to the top of the work tree to ship (git needs it too), or run where the code is checked out
+    ");
+}
+
+/// A folder outside the work tree `GIT_WORK_TREE` names is refused: its files are not in it.
+#[test]
+fn a_folder_outside_the_named_work_tree_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let elsewhere = tmp.path().join("elsewhere");
+    write(&elsewhere, "x.py", "");
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare),
+        work_tree: Some(work),
+        ..Default::default()
+    };
+    let err = div_ship::collect(&elsewhere, &options).unwrap_err();
+    let tmp_str = tmp.path().canonicalize().unwrap();
+    let shown =
+        format!("{err}\nhint: {}", err.hint().unwrap()).replace(tmp_str.to_str().unwrap(), "TMP");
+    insta::assert_snapshot!(shown, @r"
+    `TMP/elsewhere` is outside the work tree `TMP/work`
+    hint: run from `TMP/work` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`
+    ");
 }
