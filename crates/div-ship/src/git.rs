@@ -157,6 +157,15 @@ fn excludes_file_from_top(repo: &gix::Repository) -> Option<gix::open::Options> 
     )
 }
 
+/// A repository inside the one listed.
+#[derive(Debug, Clone, Copy)]
+enum Inner {
+    /// A gitlink in the index.
+    Submodule,
+    /// An untracked folder holding its own `.git` (git lists it as `name/`).
+    Nested,
+}
+
 /// One path the listing found, before it is looked at on disk.
 #[derive(Debug)]
 pub(crate) struct Listed {
@@ -265,11 +274,8 @@ fn list_repo(
                 path: join(out_prefix, rel),
             }),
             Kind::Repository => {
-                warnings.push(format!(
-                    "`{out_prefix}{rel}` is a git repository inside this one: shipping what it lists itself"
-                ));
                 let rel = rel.to_owned();
-                nested.push((path, rel));
+                nested.push((path, rel, Inner::Nested));
             }
             Kind::Directory | Kind::Untrackable => {}
         }
@@ -290,7 +296,7 @@ fn list_repo(
             continue;
         };
         if entry.mode == gix::index::entry::Mode::COMMIT {
-            nested.push((path.to_owned(), rel.to_owned()));
+            nested.push((path.to_owned(), rel.to_owned(), Inner::Submodule));
         } else {
             out.push(Listed {
                 path: join(out_prefix, rel),
@@ -298,8 +304,8 @@ fn list_repo(
         }
     }
 
-    // Submodules and nested repositories: each one's own set.
-    for (path, rel) in nested {
+    // Submodules and nested repositories, alike: each one's own set, and a word about it.
+    for (path, rel, inner) in nested {
         let sub_workdir = workdir.join(&path);
         if !sub_workdir.join(".git").exists() {
             warnings.push(format!(
@@ -307,6 +313,13 @@ fn list_repo(
             ));
             continue;
         }
+        let what = match inner {
+            Inner::Submodule => "a submodule",
+            Inner::Nested => "a git repository inside this one (not a submodule)",
+        };
+        warnings.push(format!(
+            "`{out_prefix}{rel}` is {what}: shipping what it lists itself, its untracked files included"
+        ));
         let sub_repo = gix::open(&sub_workdir).map_err(|source| ShipError::Git {
             repo: sub_workdir.clone(),
             source: Box::new(source),

@@ -326,7 +326,9 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         .as_deref()
         .map(|p| hash::Cache::load(p, &root))
         .unwrap_or_default();
-    let (looked, stats) = hash::look_all(&root, &listed, &cache)?;
+    let (mut looked, stats) = hash::look_all(&root, &listed, &cache)?;
+    let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
+    relative_absolute_links(&mut looked, &[&root, &given]);
     let looked = drop_unsafe_links(looked, &mut warnings);
 
     // Every file came from the cache and the cache holds nothing else: writing it again would
@@ -419,6 +421,53 @@ pub(crate) fn is_no_repository(err: &gix::Error) -> bool {
                 | Error::NoGitRepositoryWithinFs { .. }
         )
     )
+}
+
+/// Rewrites each link whose absolute target lies inside the shipped folder (one of `roots`:
+/// its canonical path, and the path it was given as) as the relative target that reaches the
+/// same place from the link's folder: in the run the folder is `/workspace`, so the absolute
+/// target would point at nothing there, or at something else. Other absolute targets stay as
+/// they are (and are left out by [`drop_unsafe_links`]).
+fn relative_absolute_links(looked: &mut [hash::Looked], roots: &[&Path]) {
+    for l in looked.iter_mut() {
+        let Some(target) = l.entry.target.as_deref().filter(|t| t.starts_with('/')) else {
+            continue;
+        };
+        if let Some(relative) = relative_target(&l.entry.path, target, roots) {
+            l.entry.target = Some(relative);
+        }
+    }
+}
+
+/// The relative target for a link at `link_path` (a manifest path) whose absolute `target`
+/// is inside one of `roots`, lexically, or once the target's folder is resolved on this
+/// machine (a root reached through a link); `None` when it is not.
+fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<String> {
+    let target = Path::new(target);
+    let canonical = || {
+        let parent = target.parent()?.canonicalize().ok()?;
+        Some(match target.file_name() {
+            Some(name) => parent.join(name),
+            None => parent,
+        })
+    };
+    let rest = roots
+        .iter()
+        .find_map(|root| target.strip_prefix(root).ok().map(Path::to_owned))
+        .or_else(|| {
+            let target = canonical()?;
+            roots
+                .iter()
+                .find_map(|root| target.strip_prefix(root).ok().map(Path::to_owned))
+        })?;
+    let rest = rest.to_str()?;
+    let depth = link_path.matches('/').count();
+    let mut relative = "../".repeat(depth);
+    relative.push_str(rest);
+    if relative.is_empty() {
+        relative.push('.');
+    }
+    Some(relative.trim_end_matches('/').to_owned())
 }
 
 /// Leaves out links that resolve outside the shipped tree, and anything listed under a link,

@@ -735,3 +735,112 @@ fn a_folder_outside_the_named_work_tree_is_refused() {
     hint: run from `TMP/work` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`
     ");
 }
+
+/// A registered submodule and a nested repository are shipped alike, each with its own set
+/// (its untracked files included, its own ignore rules applied), and each named in a warning.
+#[test]
+fn submodules_and_nested_repositories_are_shipped_alike_and_both_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    for (name, register) in [("vendor/sub", true), ("vendor/nested", false)] {
+        let inner = r.join(name);
+        git_init(&inner);
+        write(&inner, ".gitignore", "*.o\n");
+        write(&inner, "lib.py", "");
+        write(&inner, "lib.o", "");
+        git(&inner, &["add", "."]);
+        git(&inner, &["commit", "-qm", "lib"]);
+        write(&inner, "untracked.py", "");
+        if register {
+            git(&r, &["add", name]);
+        }
+    }
+    write(&r, "a.py", "");
+    assert_matches_git(&r);
+    let shipment = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap();
+    let paths: Vec<&str> = shipment
+        .manifest
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "a.py",
+            "vendor/nested/.gitignore",
+            "vendor/nested/lib.py",
+            "vendor/nested/untracked.py",
+            "vendor/sub/.gitignore",
+            "vendor/sub/lib.py",
+            "vendor/sub/untracked.py",
+        ]
+    );
+    let mut warnings = shipment.warnings.clone();
+    warnings.sort();
+    insta::assert_snapshot!(warnings.join("\n"), @r"
+    `vendor/nested` is a git repository inside this one (not a submodule): shipping what it lists itself, its untracked files included
+    `vendor/sub` is a submodule: shipping what it lists itself, its untracked files included
+    ");
+}
+
+/// git lists a symlink as one path whatever it points to. An absolute link into the shipped
+/// folder is shipped as the relative link that reaches the same place, so the run (where
+/// the folder is `/workspace`) sees what this machine sees; one pointing outside the shipped
+/// folder is left out, and the warning says so truly. What is shipped passes the server's own
+/// check (`validate_entries`).
+#[test]
+fn an_absolute_symlink_into_the_tree_ships_as_the_relative_link_to_the_same_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().canonicalize().unwrap().join("repo");
+    git_init(&r);
+    write(&r, "a.py", "");
+    write(&r, "sub/b.py", "");
+    let abs = |p: &str| r.join(p).to_str().unwrap().to_owned();
+    symlink(&r, "top", &abs("a.py"));
+    symlink(&r, "sub/up", &abs("a.py"));
+    symlink(&r, "sub/here", &abs("sub"));
+    symlink(&r, "sub/deep/root", &abs(""));
+    symlink(&r, "dangling", &abs("nope/x"));
+    symlink(&r, "outside", "/etc/passwd");
+    git(&r, &["add", "top"]);
+    let git_says = crate::support::git_set(&r);
+    assert!(
+        git_says.contains("top") && git_says.contains("sub/up") && git_says.contains("outside")
+    );
+    let shipment = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap();
+    let links: Vec<(&str, &str)> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.path.as_str(), e.target.as_deref()?)))
+        .collect();
+    assert_eq!(
+        links,
+        [
+            ("dangling", "nope/x"),
+            ("sub/deep/root", "../.."),
+            ("sub/here", "../sub"),
+            ("sub/up", "../a.py"),
+            ("top", "a.py"),
+        ]
+    );
+    let mut expected = git_says;
+    expected.remove("outside");
+    assert_eq!(ship_set(&r), expected);
+    div_ship::validate_entries(&shipment.manifest.entries).unwrap();
+    insta::assert_snapshot!(shipment.warnings.join("\n"), @"symlink `outside` points outside the shipped folder (`/etc/passwd`): not shipped");
+
+    // From `sub`, a link to the repository's `a.py` points outside what is shipped.
+    let sub = div_ship::collect(&r.join("sub"), &div_ship::ShipOptions::default()).unwrap();
+    let warnings = sub.warnings.join("\n").replace(r.to_str().unwrap(), "REPO");
+    insta::assert_snapshot!(warnings, @r"
+    symlink `deep/root` points outside the shipped folder (`REPO/`): not shipped
+    symlink `up` points outside the shipped folder (`REPO/a.py`): not shipped
+    ");
+    assert_eq!(
+        sub.manifest.get("here").unwrap().target.as_deref(),
+        Some(".")
+    );
+}
