@@ -241,11 +241,16 @@ fn list_repo(
     } else {
         gix::index::File::from_state(gix::index::State::new(repo.object_hash()), index_path)
     };
-    if index.is_sparse() {
-        return Err(ShipError::SparseIndex {
+    // A sparse index holds whole folders outside the sparse cone as one entry (their tree);
+    // git expands them before it lists anything (`ensure_full_index`), and so does div.
+    let index = if index.is_sparse() {
+        expand_sparse(repo, &index).map_err(|source| ShipError::Git {
             repo: workdir.to_owned(),
-        });
-    }
+            source,
+        })?
+    } else {
+        index
+    };
     let dir_prefix = if prefix.is_empty() {
         String::new()
     } else {
@@ -345,6 +350,41 @@ fn list_repo(
         )?;
     }
     Ok(())
+}
+
+/// `index` with each sparse folder entry (a tree, outside the sparse cone) replaced by the
+/// files of that tree, each marked skip-worktree as git marks them when it expands the index:
+/// the full index git itself lists from.
+fn expand_sparse(
+    repo: &gix::Repository,
+    index: &gix::index::File,
+) -> Result<gix::index::File, Box<dyn std::error::Error + Send + Sync>> {
+    use gix::index::entry::{Flags, Mode};
+    let mut full = gix::index::State::new(repo.object_hash());
+    for entry in index.entries() {
+        let path = entry.path(index);
+        if entry.mode != Mode::DIR {
+            full.dangerously_push_entry(entry.stat, entry.id, entry.flags, entry.mode, path);
+            continue;
+        }
+        // The folder's path ends with `/`.
+        let tree = gix::index::State::from_tree(&entry.id, &repo.objects, Default::default())?;
+        let mut inner = Vec::with_capacity(path.len() + 64);
+        for file in tree.entries() {
+            inner.clear();
+            inner.extend_from_slice(path);
+            inner.extend_from_slice(file.path(&tree));
+            full.dangerously_push_entry(
+                file.stat,
+                file.id,
+                file.flags | Flags::SKIP_WORKTREE | Flags::EXTENDED,
+                file.mode,
+                inner.as_bstr(),
+            );
+        }
+    }
+    full.sort_entries();
+    Ok(gix::index::File::from_state(full, index.path().to_owned()))
 }
 
 /// Untracked files git is not ignoring, and nested repositories, under `prefix` (relative to

@@ -61,8 +61,6 @@ pub enum ShipError {
     Bare { repo: PathBuf },
     #[error("`{}` is outside the work tree `{}`", dir.display(), work_tree.display())]
     OutsideWorkTree { dir: PathBuf, work_tree: PathBuf },
-    #[error("repository `{}` uses a sparse index, which div cannot ship", repo.display())]
-    SparseIndex { repo: PathBuf },
     #[error("cannot list the files of repository `{}`", repo.display())]
     Git {
         repo: PathBuf,
@@ -99,9 +97,6 @@ impl ShipError {
                 "run from `{}` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`",
                 work_tree.display()
             )),
-            ShipError::SparseIndex { .. } => {
-                Some("run `git sparse-checkout disable`, or run from a full checkout".to_owned())
-            }
             ShipError::NonUtf8Path { .. } => {
                 Some("rename it, or name it in `.gitignore`".to_owned())
             }

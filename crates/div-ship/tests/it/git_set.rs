@@ -844,3 +844,52 @@ fn an_absolute_symlink_into_the_tree_ships_as_the_relative_link_to_the_same_plac
         Some(".")
     );
 }
+
+/// A sparse index (`index.sparse`, cone mode): folders outside the cone are one entry in the
+/// index. git expands them before listing; div does too, and ships what is on disk of git's
+/// list, from the top, from a folder in the cone, and with untracked files in and out of it.
+#[test]
+fn a_sparse_index_is_expanded_and_ships_what_git_lists() {
+    let setup = |r: &Path| {
+        write(r, ".gitignore", "*.log\n");
+        write(r, "top.py", "");
+        write(r, "in/a.py", "");
+        write(r, "in/deep/b.py", "");
+        write(r, "out/c.py", "");
+        write(r, "out/deep/d.py", "");
+        write(r, "other/e.py", "");
+        git(r, &["add", "."]);
+        git(r, &["commit", "-qm", "all"]);
+        git(r, &["sparse-checkout", "init", "--cone", "--sparse-index"]);
+        git(r, &["sparse-checkout", "set", "in"]);
+        write(r, "in/new.py", "");
+        write(r, "in/run.log", "");
+        write(r, "loose.py", "");
+        // Written by hand into a folder outside the cone.
+        write(r, "out/by-hand.py", "");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    setup(&r);
+    let index = fs::read(r.join(".git/index")).unwrap();
+    assert!(
+        index.windows(4).any(|w| w == b"sdir"),
+        "git wrote a sparse index"
+    );
+    assert!(!r.join("out/c.py").exists(), "`out` is outside the cone");
+    check(
+        setup,
+        "",
+        &[
+            ".gitignore",
+            "in/a.py",
+            "in/deep/b.py",
+            "in/new.py",
+            "loose.py",
+            "out/by-hand.py",
+            "top.py",
+        ],
+    );
+    check(setup, "in", &["a.py", "deep/b.py", "new.py"]);
+}
