@@ -1,6 +1,7 @@
 //! The shipped set inside a git repository: what `git ls-files -co --exclude-standard` prints,
 //! computed with gix, with submodules and nested repositories walked for their own sets.
 
+use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -10,6 +11,7 @@ use gix::dir::entry::{Kind, Status};
 use gix::dir::walk::{Action, Delegate, EmissionMode};
 
 use crate::git_walk::Untracked;
+use crate::name::{display_path, encode_path};
 use crate::{ShipError, ShipOptions};
 
 /// A repository opened as git opens it for a command run in the shipped folder.
@@ -204,8 +206,8 @@ pub(crate) fn list(
             dir: dir.to_owned(),
             work_tree: workdir.clone(),
         })?;
-    let prefix = path_to_str(prefix)?;
-    list_repo(opened, &workdir, prefix, "", out, warnings)
+    let prefix = encode_path(prefix.as_os_str().as_bytes());
+    list_repo(opened, &workdir, &prefix, "", out, warnings)
 }
 
 /// Lists `prefix` (relative to `workdir`, `""` for all) of `repo`; each path is written relative
@@ -263,11 +265,6 @@ fn list_repo(
         Some(found) => found,
         None => walk_untracked(opened, workdir, &index, prefix)?,
     };
-    if let Some(path) = collect.non_utf8 {
-        return Err(ShipError::NonUtf8Path {
-            path: workdir.join(path),
-        });
-    }
 
     let mut nested = Vec::new();
     for (path, kind) in collect.found {
@@ -294,14 +291,12 @@ fn list_repo(
             continue; // another conflict stage of the same path
         }
         last = Some(path);
-        let path = path.to_str().map_err(|_| ShipError::NonUtf8Path {
-            path: workdir.join(path.to_path_lossy()),
-        })?;
-        let Some(rel) = relative(path, prefix, &dir_prefix) else {
+        let path = encode_path(path);
+        let Some(rel) = relative(&path, prefix, &dir_prefix) else {
             continue;
         };
         if entry.mode == gix::index::entry::Mode::COMMIT {
-            nested.push((path.to_owned(), rel.to_owned(), Inner::Submodule));
+            nested.push((path.clone().into_owned(), rel.to_owned(), Inner::Submodule));
         } else {
             out.push(Listed {
                 path: join(out_prefix, rel),
@@ -311,10 +306,11 @@ fn list_repo(
 
     // Submodules and nested repositories, alike: each one's own set, and a word about it.
     for (path, rel, inner) in nested {
-        let sub_workdir = workdir.join(&path);
+        let sub_workdir = workdir.join(on_disk(&path));
+        let shown = display_path(&rel);
         if !sub_workdir.join(".git").exists() {
             warnings.push(format!(
-                "submodule `{out_prefix}{rel}` is not checked out: nothing of it is shipped"
+                "submodule `{out_prefix}{shown}` is not checked out: nothing of it is shipped"
             ));
             continue;
         }
@@ -323,7 +319,7 @@ fn list_repo(
             Inner::Nested => "a git repository inside this one (not a submodule)",
         };
         warnings.push(format!(
-            "`{out_prefix}{rel}` is {what}: shipping what it lists itself, its untracked files included"
+            "`{out_prefix}{shown}` is {what}: shipping what it lists itself, its untracked files included"
         ));
         let sub_repo = gix::open(&sub_workdir).map_err(|source| ShipError::Git {
             repo: sub_workdir.clone(),
@@ -434,20 +430,30 @@ fn walk_untracked(
     })
 }
 
-/// `:(top,literal)path`: relative to the work tree, and no glob.
+/// `:(top,literal)path`: relative to the work tree, and no glob (`path` as the manifest
+/// writes it).
 fn pathspec(path: &str) -> gix::bstr::BString {
-    format!(":(top,literal){path}").into()
+    let mut spec = BString::from(":(top,literal)");
+    spec.extend_from_slice(
+        &crate::name::decode_path(path).unwrap_or(Cow::Borrowed(path.as_bytes())),
+    );
+    spec
+}
+
+/// A path as the manifest writes it ([`encode_path`]), on disk.
+pub(crate) fn on_disk(path: &str) -> Cow<'_, Path> {
+    crate::name::fs_path(path).unwrap_or(Cow::Borrowed(Path::new(path)))
 }
 
 /// The pathspecs of each walk when the folder `prefix` is walked by `threads`: its
 /// subfolders dealt round, its other entries with the first. `None` when one walk will do:
 /// one thread, fewer than two subfolders, or a name that is not UTF-8 (the single walk
-/// reports it).
+/// takes it).
 fn split_top(workdir: &Path, prefix: &str, threads: usize) -> Option<Vec<Vec<gix::bstr::BString>>> {
     if threads < 2 {
         return None;
     }
-    let dir = workdir.join(prefix);
+    let dir = workdir.join(on_disk(prefix));
     let mut folders = Vec::new();
     let mut others = Vec::new();
     for entry in std::fs::read_dir(&dir).ok()? {
@@ -508,12 +514,6 @@ fn relative<'a>(path: &'a str, prefix: &str, dir_prefix: &str) -> Option<&'a str
         .filter(|rest| !rest.is_empty())
 }
 
-fn path_to_str(path: &Path) -> Result<&str, ShipError> {
-    path.to_str().ok_or_else(|| ShipError::NonUtf8Path {
-        path: path.to_owned(),
-    })
-}
-
 impl Delegate for Untracked {
     fn emit(&mut self, entry: gix::dir::EntryRef<'_>, _dir_status: Option<Status>) -> Action {
         if entry.status != Status::Untracked {
@@ -522,13 +522,8 @@ impl Delegate for Untracked {
         let Some(kind) = entry.disk_kind else {
             return Action::Continue(());
         };
-        match entry.rela_path.to_str() {
-            Ok(path) => self.found.push((path.to_owned(), kind)),
-            Err(_) => {
-                self.non_utf8 = Some(entry.rela_path.to_path_lossy().into_owned());
-                return Action::Break(());
-            }
-        }
+        self.found
+            .push((encode_path(entry.rela_path.as_bytes()).into_owned(), kind));
         Action::Continue(())
     }
 }

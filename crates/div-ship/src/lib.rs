@@ -35,12 +35,14 @@ mod git_walk;
 mod hash;
 mod manifest;
 mod materialise;
+mod name;
 mod plan;
 mod walk;
 
 pub use hash::{HashStats, cache_file_for, hash_file};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
 pub use materialise::{MaterialiseError, materialise, validate_entries};
+pub use name::{decode_path, display_path, encode_path, fs_path};
 pub use plan::{PlannedBlob, UploadPlan};
 pub use walk::{SKIPPED_NAMES, is_skipped};
 
@@ -67,8 +69,6 @@ pub enum ShipError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("path `{}` is not valid UTF-8", path.display())]
-    NonUtf8Path { path: PathBuf },
     #[error("cannot read `{}`", path.display())]
     Io {
         path: PathBuf,
@@ -97,9 +97,6 @@ impl ShipError {
                 "run from `{}` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`",
                 work_tree.display()
             )),
-            ShipError::NonUtf8Path { .. } => {
-                Some("rename it, or name it in `.gitignore`".to_owned())
-            }
             _ => None,
         }
     }
@@ -246,9 +243,11 @@ impl Shipment {
         std::fs::read(self.local_path(path))
     }
 
-    /// Where the shipped `path` is on this machine.
+    /// Where the shipped `path` (as the manifest writes it, see [`encode_path`]) is on this
+    /// machine.
     pub fn local_path(&self, path: &str) -> PathBuf {
-        self.root.join(path.strip_prefix("./").unwrap_or(path))
+        self.root
+            .join(git::on_disk(path.strip_prefix("./").unwrap_or(path)))
     }
 
     /// The line printed before uploading, like
@@ -438,7 +437,8 @@ fn relative_absolute_links(looked: &mut [hash::Looked], roots: &[&Path]) {
 /// is inside one of `roots`, lexically, or once the target's folder is resolved on this
 /// machine (a root reached through a link); `None` when it is not.
 fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<String> {
-    let target = Path::new(target);
+    let target = git::on_disk(target);
+    let target = target.as_ref();
     let canonical = || {
         let parent = target.parent()?.canonicalize().ok()?;
         Some(match target.file_name() {
@@ -455,10 +455,10 @@ fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<Str
                 .iter()
                 .find_map(|root| target.strip_prefix(root).ok().map(Path::to_owned))
         })?;
-    let rest = rest.to_str()?;
+    let rest = encode_path(rest.as_os_str().as_encoded_bytes()).into_owned();
     let depth = link_path.matches('/').count();
     let mut relative = "../".repeat(depth);
-    relative.push_str(rest);
+    relative.push_str(&rest);
     if relative.is_empty() {
         relative.push('.');
     }
@@ -485,7 +485,10 @@ fn drop_unsafe_links(looked: Vec<hash::Looked>, warnings: &mut Vec<String>) -> V
             .match_indices('/')
             .any(|(at, _)| targets.contains_key(&path[..at]));
         if under_link {
-            warnings.push(format!("`{path}` is under a symlink: not shipped"));
+            warnings.push(format!(
+                "`{}` is under a symlink: not shipped",
+                display_path(path)
+            ));
             dropped.push(i);
             continue;
         }
@@ -493,7 +496,9 @@ fn drop_unsafe_links(looked: Vec<hash::Looked>, warnings: &mut Vec<String>) -> V
             && manifest::resolve_link(path, target, &lookup).is_err()
         {
             warnings.push(format!(
-                "symlink `{path}` points outside the shipped folder (`{target}`): not shipped"
+                "symlink `{}` points outside the shipped folder (`{}`): not shipped",
+                display_path(path),
+                display_path(target)
             ));
             dropped.push(i);
             continue;

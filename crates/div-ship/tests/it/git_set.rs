@@ -893,3 +893,76 @@ fn a_sparse_index_is_expanded_and_ships_what_git_lists() {
     );
     check(setup, "in", &["a.py", "deep/b.py", "new.py"]);
 }
+
+/// A file name that is not UTF-8 is shipped as git lists it, tracked or not, in a folder or
+/// as a link's target: the manifest writes each byte that is not UTF-8 as NUL and two hex
+/// digits (`caf\u0000e9.txt`), which reads back to the same bytes, goes through the hash
+/// cache, and is materialised under the original name.
+#[test]
+fn a_name_that_is_not_utf8_ships_as_git_lists_it() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    let raw = |b: &[u8]| r.join(OsStr::from_bytes(b));
+    fs::write(raw(b"caf\xe9.txt"), "latin-1").unwrap();
+    fs::create_dir(raw(b"d\xff")).unwrap();
+    fs::write(raw(b"d\xff/x.py"), "x").unwrap();
+    write(&r, "a.py", "");
+    git(&r, &["add", "."]);
+    fs::write(raw(b"new\xfe.py"), "untracked").unwrap();
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"caf\xe9.txt"), raw(b"link")).unwrap();
+    assert_matches_git(&r);
+
+    let cache = tmp.path().join("cache");
+    let options = div_ship::ShipOptions {
+        cache: Some(cache.clone()),
+        ..Default::default()
+    };
+    let shipment = div_ship::collect(&r, &options).unwrap();
+    let paths: Vec<&str> = shipment
+        .manifest
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(
+        paths,
+        ["a.py", "caf\0e9.txt", "d\0ff/x.py", "link", "new\0fe.py"]
+    );
+    let link = shipment.manifest.get("link").unwrap();
+    assert_eq!(link.target.as_deref(), Some("caf\0e9.txt"));
+    assert_eq!(shipment.read("caf\0e9.txt").unwrap(), b"latin-1");
+    let json = serde_json::to_string(shipment.manifest.get("caf\0e9.txt").unwrap()).unwrap();
+    assert!(json.contains(r#""path":"caf\u0000e9.txt""#), "{json}");
+    assert!(shipment.warnings.is_empty(), "{:?}", shipment.warnings);
+    let again = div_ship::collect(&r, &options).unwrap();
+    assert_eq!((again.stats.cached_files, again.stats.hashed_files), (4, 0));
+    assert_eq!(again.manifest.id(), shipment.manifest.id());
+
+    // Written back out under the same bytes.
+    let blobs: std::collections::HashMap<String, std::path::PathBuf> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.hash.clone()?, shipment.local_path(&e.path))))
+        .collect();
+    let out = tmp.path().join("out");
+    div_ship::materialise(&shipment.manifest.entries, |h| blobs[h].clone(), &out).unwrap();
+    assert_eq!(
+        fs::read(out.join(OsStr::from_bytes(b"caf\xe9.txt"))).unwrap(),
+        b"latin-1"
+    );
+    assert_eq!(
+        fs::read(out.join(OsStr::from_bytes(b"d\xff/x.py"))).unwrap(),
+        b"x"
+    );
+    assert_eq!(
+        fs::read_link(out.join("link"))
+            .unwrap()
+            .as_os_str()
+            .as_bytes(),
+        b"caf\xe9.txt"
+    );
+}

@@ -100,20 +100,22 @@ fn git_set_into(dir: &Path, env: &[(&str, &Path)], prefix: &str, set: &mut BTree
         .filter(|r| r.starts_with(b"160000 "))
         .map(|r| {
             let tab = r.iter().position(|b| *b == b'\t').unwrap();
-            String::from_utf8(r[tab + 1..].to_vec()).unwrap()
+            div_ship::encode_path(&r[tab + 1..]).into_owned()
         })
         .collect();
     let listed = git_env(dir, env, &["ls-files", "-z", "-co", "--exclude-standard"]);
     for raw in listed.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let path = String::from_utf8(raw.to_vec()).unwrap();
+        // Names that are not UTF-8 as the manifest writes them.
+        let path = div_ship::encode_path(raw).into_owned();
+        let on_disk = |p: &str| dir.join(div_ship::fs_path(p).unwrap());
         if let Some(nested) = path.strip_suffix('/') {
-            git_set_into(&dir.join(nested), &[], &format!("{prefix}{nested}/"), set);
+            git_set_into(&on_disk(nested), &[], &format!("{prefix}{nested}/"), set);
         } else if gitlinks.contains(&path) {
-            if dir.join(&path).join(".git").exists() {
-                git_set_into(&dir.join(&path), &[], &format!("{prefix}{path}/"), set);
+            if on_disk(&path).join(".git").exists() {
+                git_set_into(&on_disk(&path), &[], &format!("{prefix}{path}/"), set);
             }
         } else {
-            match fs::symlink_metadata(dir.join(&path)) {
+            match fs::symlink_metadata(on_disk(&path)) {
                 Ok(meta) if !meta.is_dir() => {
                     set.insert(format!("{prefix}{path}"));
                 }
