@@ -966,3 +966,37 @@ fn a_name_that_is_not_utf8_ships_as_git_lists_it() {
         b"caf\xe9.txt"
     );
 }
+
+/// git appends a newline to every ignore file it reads, then drops one CR before each
+/// newline: a last line ending in a lone CR, no LF, is the pattern without its CR. (A CR
+/// before a CRLF stays, as in git.)
+#[test]
+fn an_ignore_file_whose_last_line_ends_in_a_lone_cr_reads_as_git_reads_it() {
+    check(
+        |r| {
+            fs::write(r.join(".gitignore"), "b.txt\r\nc.txt\r\r\na.txt\r").unwrap();
+            write(r, ".git/info/exclude", "*.tmp \r");
+            write(r, "sub/.gitignore", "d.txt\r");
+            for name in [
+                "a.txt",
+                "b.txt",
+                "c.txt",
+                "keep.py",
+                "x.tmp",
+                "sub/d.txt",
+                "sub/e.txt",
+            ] {
+                write(r, name, "");
+            }
+            write(r, "c.txt\r", "");
+        },
+        "",
+        &[
+            ".gitignore",
+            "c.txt",
+            "keep.py",
+            "sub/.gitignore",
+            "sub/e.txt",
+        ],
+    );
+}
