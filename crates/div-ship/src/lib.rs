@@ -298,8 +298,10 @@ pub fn human_bytes(bytes: u64) -> String {
 /// `git ls-files --cached --others --exclude-standard` prints when run in `dir`, minus tracked
 /// files deleted from the work tree, with each submodule and nested repository replaced by its
 /// own set; paths are relative to `dir`. Outside one, everything under `dir` but
-/// [`SKIPPED_NAMES`], `*.pyc` and names beginning with `.env`. Symlinks are shipped as links;
-/// one that points outside `dir` is left out with a warning, never followed.
+/// [`SKIPPED_NAMES`], `*.pyc` and names beginning with `.env`. Symlinks are shipped as links,
+/// never followed; an absolute one into `dir` is rewritten as the relative link to the same
+/// place, one that points outside `dir` is left out with a warning. Names that are not UTF-8
+/// are written as [`encode_path`] says.
 ///
 /// Refuses a repository owned by another user (as git does), and a directory with nothing
 /// to send.
