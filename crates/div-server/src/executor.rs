@@ -17,6 +17,8 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod slurm;
+
 use crate::SupervisorCommand;
 use crate::cgroup::{self, RunCgroups};
 use crate::sys;
@@ -26,6 +28,18 @@ use crate::sys;
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
     pub(crate) run_dir: &'a Path,
+    /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
+    /// scheduler for room needs them).
+    pub(crate) run: &'a div_api::Run,
+}
+
+/// What a run asks for, as validated: what an executor checks before the run is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement<'a> {
+    pub(crate) sku: &'a str,
+    pub(crate) gpus: u32,
+    pub(crate) cores: u32,
+    pub(crate) memory_gib: u32,
 }
 
 /// Where a started run's supervisor is, as its executor recorded it; kept in the run's
@@ -60,6 +74,11 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn reclaim(&self, run_id: &str);
     /// One line for people: where this executor runs runs.
     fn describe(&self) -> String;
+    /// Refuses, before anything is created, a run this executor can never place (the local
+    /// executor has nothing to add to the server's own checks).
+    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Runs each run under a supervisor process on this machine, in its own session so that it

@@ -95,6 +95,15 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             )));
         }
     }
+    server
+        .executor
+        .check(&crate::executor::Placement {
+            sku: sku.name,
+            gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+        })
+        .map_err(HttpError::invalid)?;
     Ok(Valid {
         sku,
         sizing,
