@@ -525,6 +525,15 @@ impl Executor for SlurmExecutor {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&job);
+                // Gone before its batch script ran (scancel while it waited): nothing of it
+                // ran and nothing will gather it, so its end is gathered here, the same way:
+                // canceled, nothing spent.
+                let started = run_dir.join("slurm.exit").exists()
+                    || run_dir.join("nodes").join("0").join("node.env").exists();
+                if !started && !run_dir.join("end.json").exists() {
+                    let _ = fs::write(run_dir.join("slurm.signaled"), b"");
+                    let _ = node_or_gather(run_dir);
+                }
                 Liveness::Gone
             }
             Ok(Some(s)) => {
@@ -872,7 +881,16 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
                 (k, end, last_lines(&node.join("log"), 3))
             })
             .collect();
-        let end = gather_ends(&ends, &srun);
+        let mut end = gather_ends(&ends, &srun);
+        // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with its
+        // spend, unless the run had already ended on its own terms.
+        if dir.join("slurm.signaled").exists()
+            && !matches!(end.status, RunStatus::Succeeded | RunStatus::HitCeiling)
+        {
+            end.status = RunStatus::Canceled;
+            end.exit_code = None;
+            end.reason = Some("canceled in Slurm (scancel, or the job's time limit)".to_owned());
+        }
         let node0 = dir.join("nodes").join("0");
         for kept in ["result.kept.json", "telemetry.kept.json"] {
             let _ = fs::copy(node0.join(kept), dir.join(kept));

@@ -7,6 +7,11 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export SLURM_EXPORT_ENV=ALL
 RUN_DIR=@RUN_DIR@
 SUPERVISE=(@SUPERVISE@)
+# scancel and the time limit signal this shell too (maybe before srun starts): mark it and
+# pass it on. The mark makes the run canceled: Slurm stopped the job from outside div (div's
+# own stops and ceilings end the run before any signal from Slurm).
+step=""
+trap ': > "$RUN_DIR/slurm.signaled"; [ -n "$step" ] && kill -TERM "$step" 2>/dev/null' TERM INT USR1
 addrs=""
 hosts=""
 for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
@@ -26,9 +31,8 @@ srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" /bi
     "${CUDA_VISIBLE_DEVICES-}" "$SLURM_JOB_ID" "${SLURMD_NODENAME:-$(hostname)}" > "$d/node.env"
   exec "$@" "$d"' div-node "${SUPERVISE[@]}" &
 step=$!
-# scancel and the time limit signal this shell too: pass it on, then wait for the nodes'
-# supervisors to write their ends, and gather them.
-trap 'kill -TERM "$step" 2>/dev/null' TERM INT USR1
+# Wait for the nodes' supervisors to write their ends (a signal interrupts `wait`), then
+# gather them.
 while :; do
   wait "$step"
   rc=$?
