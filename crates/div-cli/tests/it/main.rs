@@ -12,5 +12,6 @@ mod https;
 mod json_nulls;
 mod local;
 mod run;
+mod slurm;
 mod support;
 mod terminal;

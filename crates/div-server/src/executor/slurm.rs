@@ -806,7 +806,10 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
         spent_cents: spent,
         verdicts,
     };
-    for (rank, end, tail) in ends {
+    // The node that failed first is the cause: srun stops the others, which then fail too.
+    let mut order: Vec<&(u32, Option<EndRecord>, String)> = ends.iter().collect();
+    order.sort_by_key(|(rank, end, _)| (end.as_ref().map_or(0, |e| e.ended_ms), *rank));
+    for (rank, end, tail) in order {
         match end {
             None => {
                 return EndRecord {
