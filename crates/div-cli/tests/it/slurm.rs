@@ -2,7 +2,7 @@
 //! `home/slurm.toml`, and the loopback cluster `.ci/slurm-up` brings up (4 nodes × 8 fake
 //! GPUs). Each test skips, loudly, when no cluster answers (`sinfo` fails).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -15,9 +15,12 @@ fn cluster() -> bool {
         .output()
         .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
     if !ok {
-        eprintln!(
-            "SKIPPED: no Slurm cluster answers here (`sinfo -h` failed); `.ci/slurm-up` brings one up"
-        );
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "\n!!!!! SKIPPED: no Slurm cluster answers here (`sinfo -h` failed); `.ci/slurm-up` brings one up (as root) !!!!!\n"
+            );
+        }
     }
     ok
 }

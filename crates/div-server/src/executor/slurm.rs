@@ -81,7 +81,7 @@ pub(crate) fn shape(config: &SlurmConfig, placement: &Placement<'_>) -> Result<S
     let gpus = placement.gpus;
     let (nodes, gpus_per_node) = if gpus <= per {
         (1, gpus)
-    } else if gpus % per == 0 {
+    } else if gpus.is_multiple_of(per) {
         (gpus / per, per)
     } else {
         let below = gpus / per * per;
@@ -186,7 +186,8 @@ pub(crate) fn parse_sinfo(text: &str, gres: &str) -> Vec<PartitionInfo> {
             .filter_map(|item| {
                 let item = item.split('(').next().unwrap_or("");
                 let mut it = item.split(':');
-                (it.next() == Some(gres)).then(|| it.last().and_then(|n| n.parse::<u32>().ok()))?
+                (it.next() == Some(gres))
+                    .then(|| it.next_back().and_then(|n| n.parse::<u32>().ok()))?
             })
             .sum::<u32>();
         match parts.iter_mut().find(|p| p.name == name) {
