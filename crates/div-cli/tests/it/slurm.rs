@@ -382,3 +382,60 @@ fn a_server_killed_mid_job_reconciles_when_it_starts_again() {
         text(&out.stdout)
     );
 }
+
+#[test]
+fn a_waiting_run_shows_slurms_reason_in_its_log() {
+    if !cluster() {
+        return;
+    }
+    let c = Cluster::new();
+    // Hold every GPU of the cluster with a job of our own, running before the run is placed.
+    let blocker = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--nodes=4",
+            "--gres=gpu:8",
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+        ])
+        .output()
+        .expect("sbatch runs");
+    assert!(blocker.status.success(), "{}", text(&blocker.stderr));
+    let blocker = text(&blocker.stdout).trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let state = Command::new("squeue")
+            .args(["-h", "-j", &blocker, "-o", "%T"])
+            .output()
+            .expect("squeue runs");
+        if text(&state.stdout).trim() == "RUNNING" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the blocking job never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let name = detach(&c, &["--gpu", "h100", "--", "echo", "placed at last"]);
+    let log = c.run_dir(&name).join("log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let seen = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("div: waiting in Slurm's queue (job ") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = Command::new("scancel").arg(&blocker).status();
+    assert!(
+        seen.contains("div: waiting in Slurm's queue (job "),
+        "{seen}"
+    );
+    c.wait_for(&name, "succeeded once the GPUs were free", |r| {
+        r["status"] == "succeeded"
+    });
+    let out = c.div(&["logs", &name]);
+    assert!(
+        text(&out.stdout).contains("placed at last"),
+        "{}",
+        text(&out.stdout)
+    );
+}
