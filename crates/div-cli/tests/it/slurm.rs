@@ -8,12 +8,16 @@ use std::time::{Duration, Instant};
 
 use crate::support::DIV;
 
-/// Whether a Slurm cluster answers here; says so loudly when not.
+/// Whether a Slurm cluster answers here (asked once, within 10 s: `sinfo` retries a missing
+/// configuration for a minute); says so loudly when not.
 fn cluster() -> bool {
-    let ok = Command::new("sinfo")
-        .arg("-h")
-        .output()
-        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    static ANSWERS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *ANSWERS.get_or_init(|| {
+        Command::new("timeout")
+            .args(["10", "sinfo", "-h"])
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+    });
     if !ok {
         #[allow(clippy::print_stderr)]
         {

@@ -137,13 +137,36 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// One Slurm command's output; the error says what ran and what it said.
+/// How long one Slurm command may take: Slurm's clients retry an unreachable controller
+/// (`MessageTimeout`) or a missing configuration (a minute), and the scheduler waits on them.
+const SLURM_DEADLINE: Duration = Duration::from_secs(15);
+
+/// One Slurm command's output; the error says what ran and what it said. Killed past
+/// [`SLURM_DEADLINE`].
 fn slurm(program: &str, args: &[String]) -> Result<String, String> {
-    let out = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("`{program}` could not run: {e} (is Slurm installed here?)"))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(SLURM_DEADLINE) {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return Err(format!("`{program}` failed: {e}")),
+        Err(_) => {
+            crate::sys::kill(pid, libc::SIGKILL);
+            return Err(format!(
+                "`{program}` did not answer within {}s (is slurmctld up, and SLURM_CONF right?)",
+                SLURM_DEADLINE.as_secs()
+            ));
+        }
+    };
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
