@@ -191,15 +191,18 @@ fn a_run_that_exits_3_makes_div_exit_3() {
 }
 
 #[test]
-fn thirty_two_gpus_are_four_whole_nodes_each_with_its_rank() {
+fn thirty_two_gpus_are_four_whole_nodes_each_with_its_rank_and_they_rendezvous() {
     if !cluster() {
         return;
     }
     let c = Cluster::new();
     c.write(
         "ranks.sh",
-        "echo \"node $NODE_RANK of $NNODES gpus=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT world=$WORLD_SIZE sky=$SKYPILOT_NODE_RANK dstack=$DSTACK_NODE_RANK\"\n",
+        "echo \"node $NODE_RANK of $NNODES gpus=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR world=$WORLD_SIZE sky=$SKYPILOT_NODE_RANK dstack=$DSTACK_NODE_RANK\"\nexec python3 rendezvous.py\n",
     );
+    // What torchrun's static rendezvous does first: rank 0 listens on MASTER_ADDR:MASTER_PORT
+    // and every other node connects to it and says its rank.
+    c.write("rendezvous.py", RENDEZVOUS);
     let out = c.div(&[
         "run", "--gpu", "h100", "--gpus", "32", "--name", "wide", "--", "sh", "ranks.sh",
     ]);
@@ -212,9 +215,12 @@ fn thirty_two_gpus_are_four_whole_nodes_each_with_its_rank() {
     );
     // The run's log is rank 0's.
     assert!(
-        stdout.contains(
-            "node 0 of 4 gpus=0,1,2,3,4,5,6,7 master=127.0.0.1:29500 world=32 sky=0 dstack=0"
-        ),
+        stdout
+            .contains("node 0 of 4 gpus=0,1,2,3,4,5,6,7 master=127.0.0.1 world=32 sky=0 dstack=0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rendezvous: ranks 1 2 3 joined rank 0"),
         "{stdout}"
     );
     let dir = c.run_dir("wide");
@@ -225,8 +231,33 @@ fn thirty_two_gpus_are_four_whole_nodes_each_with_its_rank() {
             log.contains(&format!("node {k} of 4 gpus=0,1,2,3,4,5,6,7")),
             "{log}"
         );
+        assert!(log.contains(&format!("rank {k} joined")), "{log}");
     }
 }
+
+const RENDEZVOUS: &str = r#"import os, socket, sys, time
+rank, nodes = int(os.environ["NODE_RANK"]), int(os.environ["NNODES"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(nodes)
+    s.settimeout(120)
+    joined = sorted(int(s.accept()[0].recv(16)) for _ in range(nodes - 1))
+    print("rendezvous: ranks", " ".join(map(str, joined)), "joined rank 0", flush=True)
+else:
+    for _ in range(600):
+        try:
+            c = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        sys.exit("rank %d never reached %s:%d" % (rank, addr, port))
+    c.sendall(str(rank).encode())
+    print("rank %d joined" % rank, flush=True)
+"#;
 
 #[test]
 fn a_request_the_cluster_can_never_place_is_refused_before_anything_is_created() {

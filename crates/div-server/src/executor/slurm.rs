@@ -36,8 +36,13 @@ use crate::supervisor::{self, EndRecord, RunSpec};
 
 /// The batch script's template: `@RUN_DIR@` and `@SUPERVISE@` are filled in, shell-quoted.
 const BATCH_TEMPLATE: &str = include_str!("slurm.sh");
-/// The port torchrun's rendezvous is told (`MASTER_PORT`).
+/// The first port torchrun's rendezvous is told (`MASTER_PORT`): 29500 (torchrun's own
+/// default) plus the job id modulo 1000, so that jobs sharing a node do not collide.
 pub(crate) const MASTER_PORT: u16 = 29500;
+
+fn master_port(job: &str) -> u16 {
+    MASTER_PORT + job.parse::<u32>().map_or(0, |j| (j % 1000) as u16)
+}
 /// Minutes added to the job's `--time` past the ceiling, so div's own stop (which writes the
 /// run's end) comes first and Slurm's is the backstop.
 const TIME_MARGIN_MINUTES: u64 = 1;
@@ -718,7 +723,7 @@ pub(crate) fn node_vars(node: &NodeEnv) -> Vec<(String, String)> {
         ("DSTACK_MASTER_NODE_IP", master.clone()),
         ("DSTACK_GPUS_PER_NODE", gpus_per_node.to_string()),
         ("MASTER_ADDR", master),
-        ("MASTER_PORT", MASTER_PORT.to_string()),
+        ("MASTER_PORT", master_port(&node.job).to_string()),
         ("NODE_RANK", rank),
         ("NNODES", count),
         ("WORLD_SIZE", world),
@@ -1066,7 +1071,7 @@ mod tests {
     #[test]
     fn a_node_gets_its_rank_and_the_addresses_under_every_anchor_name() {
         let node = parse_node_env(
-            "rank=2\nnodes=4\naddrs=10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4\nhosts=a,b,c,d\ncuda=0,1,2,3,4,5,6,7\njob=77\nhost=c\n",
+            "rank=2\nnodes=4\naddrs=10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4\nhosts=a,b,c,d\ncuda=0,1,2,3,4,5,6,7\njob=2077\nhost=c\n",
         );
         let vars: BTreeMap<String, String> = node_vars(&node).into_iter().collect();
         for (k, v) in [
@@ -1079,7 +1084,7 @@ mod tests {
             ("NNODES", "4"),
             ("MASTER_ADDR", "10.0.0.1"),
             ("DSTACK_MASTER_NODE_IP", "10.0.0.1"),
-            ("MASTER_PORT", "29500"),
+            ("MASTER_PORT", "29577"),
             ("WORLD_SIZE", "32"),
             (
                 "SKYPILOT_NODE_IPS",
