@@ -437,6 +437,7 @@ fn a_waiting_run_shows_slurms_reason_in_its_log() {
         .expect("sbatch runs");
     assert!(blocker.status.success(), "{}", text(&blocker.stderr));
     let blocker = text(&blocker.stdout).trim().to_owned();
+    let hold = Scancel(blocker.clone());
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let state = Command::new("squeue")
@@ -459,11 +460,30 @@ fn a_waiting_run_shows_slurms_reason_in_its_log() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = Command::new("scancel").arg(&blocker).status();
     assert!(
         seen.contains("div: waiting in Slurm's queue (job "),
         "{seen}"
     );
+    // A second waiting run, stopped before it ever ran: canceled, nothing spent.
+    let stopped = detach(&c, &["--gpu", "h100", "--", "sleep", "600"]);
+    let log = c.run_dir(&stopped).join("log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("div: waiting in Slurm's queue")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{stopped} never waited in the queue"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = c.div(&["stop", &stopped]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    c.wait_for(&stopped, "ended canceled with nothing spent", |r| {
+        r["status"] == "canceled" && r["spent_cents"] == 0
+    });
+    drop(hold);
     c.wait_for(&name, "succeeded once the GPUs were free", |r| {
         r["status"] == "succeeded"
     });
@@ -473,4 +493,13 @@ fn a_waiting_run_shows_slurms_reason_in_its_log() {
         "{}",
         text(&out.stdout)
     );
+}
+
+/// Cancels a Slurm job when dropped, so a failing test leaves nothing holding the cluster.
+struct Scancel(String);
+
+impl Drop for Scancel {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(&self.0).status();
+    }
 }

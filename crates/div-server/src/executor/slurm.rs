@@ -399,12 +399,17 @@ impl SlurmExecutor {
         let nodes_dir = dir.join("nodes");
         let _ = fs::remove_dir_all(&nodes_dir);
         let (tmp0, mnt0) = (dir.join("tmp"), dir.join("mnt"));
-        for k in 0..shape.nodes {
+        for k in (0..shape.nodes).rev() {
             let node = nodes_dir.join(k.to_string());
             fs::create_dir_all(&node).map_err(|e| io("nodes", e))?;
             let (workspace, tmp, mnt) =
                 (node.join("workspace"), node.join("tmp"), node.join("mnt"));
-            copy_tree(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
+            // Rank 0 (made last) takes the launcher's copy; the others get their own.
+            if k == 0 {
+                fs::rename(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
+            } else {
+                copy_tree(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
+            }
             fs::create_dir_all(tmp.join("divergent")).map_err(|e| io("tmp", e))?;
             fs::create_dir_all(&mnt).map_err(|e| io("mnt", e))?;
             for v in &spec.volumes {
@@ -447,7 +452,6 @@ impl SlurmExecutor {
             supervisor::write_json_atomic(&node.join("spec.json"), &node_spec)
                 .map_err(|e| io("a node's spec.json", e))?;
         }
-        let _ = fs::remove_dir_all(&spec.workspace);
         // The run's log is rank 0's: one file, two names.
         let log = dir.join("log");
         let log0 = nodes_dir.join("0").join("log");
