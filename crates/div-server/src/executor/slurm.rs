@@ -220,7 +220,7 @@ pub(crate) fn parse_sinfo(text: &str, gres: &str) -> Vec<PartitionInfo> {
             .sum::<u32>();
         match parts.iter_mut().find(|p| p.name == name) {
             Some(p) => {
-                p.nodes += nodes;
+                p.nodes = p.nodes.saturating_add(nodes);
                 p.cpus_per_node = p.cpus_per_node.max(cpus);
                 p.gres_per_node = p.gres_per_node.max(count);
                 p.states.push_str(&format!(", {nodes} {state}"));
@@ -316,10 +316,13 @@ impl SlurmExecutor {
                     seen.join(", ")
                 ));
             };
-            host_cores = host_cores.max(p.nodes * p.cpus_per_node);
+            host_cores = host_cores.max(p.nodes.saturating_mul(p.cpus_per_node));
             let price = rules::sku(sku).ok_or_else(|| format!("`{sku}` is not a SKU"))?;
             if price.gpu {
-                let total = p.nodes * p.gres_per_node.min(config.gpus_per_node);
+                let total = p
+                    .nodes
+                    .saturating_mul(p.gres_per_node.min(config.gpus_per_node))
+                    .min(1024 * 64);
                 if total == 0 {
                     return Err(format!(
                         "the partition `{partition}` (for `{sku}`) has no `{}` GRES",
