@@ -14,9 +14,9 @@
 //! [partitions]   # the partition of each SKU; a SKU not named here is refused
 //! h100 = "gpu"
 //! cpu = "cpu"
+//! [prices]       # optional: an hour of each unit, replacing the catalogue's (`div-pricing`)
+//! h100 = "$3.10"
 //! ```
-//!
-//! Prices are the catalogue's (`div-pricing`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +38,8 @@ pub(crate) struct SlurmConfig {
     pub(crate) div: Option<PathBuf>,
     /// SKU name (`h100`) → partition.
     pub(crate) partitions: BTreeMap<String, String>,
+    /// SKU name → cents an hour, replacing the catalogue's; empty: the catalogue's.
+    pub(crate) prices: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +55,8 @@ struct Raw {
     #[serde(default)]
     div: Option<PathBuf>,
     partitions: BTreeMap<String, String>,
+    #[serde(default)]
+    prices: BTreeMap<String, String>,
 }
 
 fn default_gres() -> String {
@@ -144,7 +148,21 @@ pub(crate) fn parse(text: &str, home: &Path) -> Result<SlurmConfig, String> {
             div.display()
         ));
     }
+    let mut prices = BTreeMap::new();
+    for (sku, typed) in raw.prices {
+        let Some(price) = rules::sku(&sku) else {
+            return Err(format!(
+                "{FILE_NAME}: `[prices]` names `{sku}`, which is not a SKU; the SKUs are {}",
+                names.join(", ")
+            ));
+        };
+        let money: div_spec::Money = typed.parse().map_err(|e| {
+            format!("{FILE_NAME}: the price of `{sku}` must be an hourly price like \"$4.95\": {e}")
+        })?;
+        prices.insert(price.name.to_owned(), money.cents());
+    }
     Ok(SlurmConfig {
+        prices,
         shared_dir: shared,
         gres: raw.gres,
         gpus_per_node: raw.gpus_per_node,
@@ -177,7 +195,7 @@ mod tests {
         let dir = home();
         let shared = dir.path().display().to_string();
         let text = format!(
-            "shared_dir = \"{shared}\"\ngres = \"gpu\"\ngpus_per_node = 4\ngrace_seconds = 3\ndiv = \"/opt/div\"\n[partitions]\nH100 = \"gpu-h100\"\ncpu = \"cpu\"\n"
+            "shared_dir = \"{shared}\"\ngres = \"gpu\"\ngpus_per_node = 4\ngrace_seconds = 3\ndiv = \"/opt/div\"\n[partitions]\nH100 = \"gpu-h100\"\ncpu = \"cpu\"\n[prices]\nh100 = \"$3.10\"\n"
         );
         let c = parse(&text, &dir.path().join("home")).expect("valid");
         assert_eq!(c.gpus_per_node, 4);
@@ -188,6 +206,8 @@ mod tests {
             Some("gpu-h100")
         );
         assert_eq!(c.partitions.get("cpu").map(String::as_str), Some("cpu"));
+        assert_eq!(c.prices.get("h100"), Some(&310));
+        assert_eq!(c.prices.get("cpu"), None, "the catalogue's");
     }
 
     #[test]
@@ -235,6 +255,18 @@ mod tests {
             (
                 format!("shared_dir = \"{shared}\"\nshared = 1\n[partitions]\nh100 = \"gpu\"\n"),
                 "unknown field `shared`",
+            ),
+            (
+                format!(
+                    "shared_dir = \"{shared}\"\n[partitions]\nh100 = \"gpu\"\n[prices]\nh100 = \"free\"\n"
+                ),
+                "the price of `h100` must be an hourly price like \"$4.95\"",
+            ),
+            (
+                format!(
+                    "shared_dir = \"{shared}\"\n[partitions]\nh100 = \"gpu\"\n[prices]\nh100 = \"0\"\n"
+                ),
+                "the price of `h100` must be an hourly price",
             ),
             (
                 "shared_dir = \"/proc\"\n[partitions]\nh100 = \"gpu\"\n".to_owned(),

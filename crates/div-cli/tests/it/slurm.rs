@@ -151,12 +151,19 @@ fn a_one_gpu_run_with_checks_runs_on_slurm_and_the_status_names_the_cluster() {
         return;
     }
     let c = Cluster::new();
+    // This cluster's own price for an H100 hour, in place of the catalogue's $4.95.
+    let toml = c.home().join("slurm.toml");
+    let mut settings = std::fs::read_to_string(&toml).expect("slurm.toml");
+    settings.push_str("[prices]\nh100 = \"$3.10\"\n");
+    std::fs::write(&toml, settings).expect("slurm.toml");
     c.write(
         "train.py",
         "import json, os\nprint('on', os.environ.get('CUDA_VISIBLE_DEVICES'))\njson.dump({'accuracy': 0.91}, open(os.environ['DIVERGENT_RESULT_PATH'], 'w'))\n",
     );
     let out = c.div(&[
         "run",
+        "--name",
+        "one",
         "--gpu",
         "h100",
         "--check",
@@ -168,6 +175,12 @@ fn a_one_gpu_run_with_checks_runs_on_slurm_and_the_status_names_the_cluster() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("div: Slurm job "), "{stdout}");
+    assert!(stderr.contains("H100  $3.10/h"), "{stderr}");
+    let run = c.run_json("one");
+    assert_eq!(
+        run["cents_per_hour"], 310,
+        "metered at the cluster's price: {run}"
+    );
     assert!(stdout.contains("on 0\n"), "Slurm's one GPU: {stdout}");
     assert!(stdout.contains("check passed: accuracy >= 0.8"), "{stdout}");
     let status = c.div(&["server", "status"]);

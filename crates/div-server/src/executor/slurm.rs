@@ -361,11 +361,17 @@ impl SlurmExecutor {
                 *cluster.lock().unwrap_or_else(|e| e.into_inner()) = line;
             }
         });
-        let inventory = Inventory {
+        let mut inventory = Inventory {
             host_cores: host_cores.max(1),
             gpus,
             emulated: false,
+            prices: config.prices.clone(),
         };
+        for group in &mut inventory.gpus {
+            if let Some(cents) = config.prices.get(group.sku.name) {
+                group.sku.cents_per_hour = *cents;
+            }
+        }
         Ok((
             SlurmExecutor {
                 config,
@@ -980,6 +986,7 @@ mod tests {
             grace_seconds: 10,
             div: None,
             partitions: BTreeMap::from([("h100".to_owned(), "gpu".to_owned())]),
+            prices: BTreeMap::new(),
         }
     }
 
