@@ -17,6 +17,8 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod slurm;
+
 use crate::SupervisorCommand;
 use crate::cgroup::{self, RunCgroups};
 use crate::sys;
@@ -26,6 +28,18 @@ use crate::sys;
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
     pub(crate) run_dir: &'a Path,
+    /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
+    /// scheduler for room needs them).
+    pub(crate) run: &'a div_api::Run,
+}
+
+/// What a run asks for, as validated: what an executor checks before the run is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement<'a> {
+    pub(crate) sku: &'a str,
+    pub(crate) gpus: u32,
+    pub(crate) cores: u32,
+    pub(crate) memory_gib: u32,
 }
 
 /// Where a started run's supervisor is, as its executor recorded it; kept in the run's
@@ -60,6 +74,11 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn reclaim(&self, run_id: &str);
     /// One line for people: where this executor runs runs.
     fn describe(&self) -> String;
+    /// Refuses, before anything is created, a run this executor can never place (the local
+    /// executor has nothing to add to the server's own checks).
+    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Runs each run under a supervisor process on this machine, in its own session so that it
@@ -182,6 +201,18 @@ mod tests {
     use super::{Executor, Handle, Launch, Liveness, LocalExecutor};
     use crate::SupervisorCommand;
 
+    /// A placed run, as the launcher hands it over (the local executor does not look at it).
+    fn placed() -> div_api::Run {
+        serde_json::from_value(serde_json::json!({
+            "id": "r_test", "name": "run-test", "project": "tests", "status": "queued",
+            "entrypoint": "true", "command": "true", "sku": "cpu", "gpus": 0, "cores": 1,
+            "memory_gib": 2, "cents_per_hour": 30, "spent_cents": 0,
+            "image": div_spec::DEFAULT_IMAGE, "env": [], "checks": [], "verdicts": [],
+            "created_at": "2026-11-30T00:00:00Z", "log_bytes": 0
+        }))
+        .expect("a placed run")
+    }
+
     /// A local executor whose "supervisor" is `sh -c SCRIPT <run-dir>`: the run directory is
     /// on its command line, as the real supervisor's is.
     fn local(script: &str) -> LocalExecutor {
@@ -212,6 +243,7 @@ mod tests {
         let handle = executor
             .start(&Launch {
                 run_dir: dir.path(),
+                run: &placed(),
             })
             .unwrap();
         assert_eq!(
@@ -236,6 +268,7 @@ mod tests {
         let handle = executor
             .start(&Launch {
                 run_dir: other.path(),
+                run: &placed(),
             })
             .unwrap();
         assert_eq!(
@@ -268,6 +301,7 @@ mod tests {
         let err = executor
             .start(&Launch {
                 run_dir: dir.path(),
+                run: &placed(),
             })
             .unwrap_err();
         assert!(

@@ -39,6 +39,7 @@ mod runs;
 mod sandbox;
 mod secrets;
 mod server;
+mod slurm_config;
 mod store;
 mod supervisor;
 mod sys;
@@ -136,6 +137,9 @@ pub enum ServerError {
     },
     #[error("tcp listening is loopback only; `{0}` is not a loopback address")]
     NotLoopback(SocketAddr),
+    /// `home/slurm.toml` chose Slurm, and the file or the cluster is not usable.
+    #[error("the Slurm executor cannot start: {0}")]
+    Slurm(String),
 }
 
 /// Where the server listens under `home`: `home/server.sock`.
@@ -156,5 +160,9 @@ pub async fn serve(
 /// described by `run-dir/spec.json` to its end and writes `run-dir/end.json`. Blocks; returns
 /// the process's exit code.
 pub fn supervise(run_dir: &Path) -> i32 {
+    // On a Slurm node, or gathering a Slurm job's nodes (docs/slurm.md).
+    if let Some(code) = executor::slurm::node_or_gather(run_dir) {
+        return code;
+    }
     supervisor::supervise(run_dir)
 }

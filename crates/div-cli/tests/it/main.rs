@@ -12,6 +12,7 @@ mod https;
 mod json_nulls;
 mod local;
 mod run;
+mod slurm;
 mod support;
 mod terminal;
 mod user_loop;

@@ -28,7 +28,10 @@ pub(crate) fn launch(
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     let _ = fs::remove_file(dir.join("end.json"));
     let _ = fs::remove_file(dir.join("stop"));
-    let handle = server.executor.start(&Launch { run_dir: &dir })?;
+    let handle = server.executor.start(&Launch {
+        run_dir: &dir,
+        run: &record.run,
+    })?;
     record.internal = RunInternal {
         handle: Some(handle),
         cores: cores.to_vec(),

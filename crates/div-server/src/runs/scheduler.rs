@@ -206,6 +206,7 @@ mod tests {
                 host_cores: 4,
                 gpus: Vec::new(),
                 emulated: false,
+                prices: Default::default(),
             },
             false,
             Default::default(),

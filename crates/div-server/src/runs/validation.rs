@@ -34,6 +34,7 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             )
             .with_details(json!({ "accepted": accepted }))
         })?;
+    let sku = server.inventory.priced(sku);
     let sizing = rules::size(&sku, request.gpus, request.cpu, request.memory_gib)
         .map_err(HttpError::invalid)?;
     let gpus = if sku.gpu { request.gpus } else { 0 };
@@ -95,6 +96,15 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             )));
         }
     }
+    server
+        .executor
+        .check(&crate::executor::Placement {
+            sku: sku.name,
+            gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+        })
+        .map_err(HttpError::invalid)?;
     Ok(Valid {
         sku,
         sizing,
