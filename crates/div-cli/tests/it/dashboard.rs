@@ -1,0 +1,907 @@
+//! The dashboard in a real browser: Debian's `chromium`, headless, driven over WebDriver
+//! (`chromedriver`) with fantoccini, against the real `div` and its local control plane.
+//!
+//! Without chromium and chromedriver these tests say so loudly on stderr and pass, unless
+//! `DIV_REQUIRE_BROWSER=1` (CI sets it) makes that a failure. With `UPDATE_DOCS=1` the
+//! screenshots they take are written to `docs/dashboard/*.png`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::support::DIV;
+
+/// One browser at a time: the machines running these are small.
+static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How long a page has to show what a test waits for. A bound on waiting, not a claim about
+/// speed: the wait ends as soon as the page shows it.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// `ticks()`: the tick numbers the log view shows, in order.
+const TICKS_FN: &str = "function ticks() { return [...document.getElementById('logview')\
+    .textContent.matchAll(/tick (\\d+) /g)].map(m => Number(m[1])); }";
+/// `lastTick()`: the last tick the log view shows, or -1.
+const LAST_TICK_FN: &str = "function ticks() { return [...document.getElementById('logview')\
+    .textContent.matchAll(/tick (\\d+) /g)].map(m => Number(m[1])); }\
+    function lastTick() { const t = ticks(); return t.length ? t[t.length - 1] : -1; }";
+
+const TICKER: &str = r#"import json, os, sys, time
+
+def main():
+    tel = open(os.environ["DIVERGENT_TELEMETRY_PATH"], "a")
+    for i in range(100000):
+        print(f"\x1b[32mtick {i}\x1b[0m \x1b[1;31mwarm\x1b[0m plain", flush=True)
+        tel.write(json.dumps({"step": i, "loss": 1.0 / (i + 1)}) + "\n")
+        tel.flush()
+        time.sleep(0.25)
+"#;
+
+const TRAIN: &str = r#"import json, os
+
+def main():
+    tel = open(os.environ["DIVERGENT_TELEMETRY_PATH"], "a")
+    for step in range(30):
+        print(f"step {step}", flush=True)
+        tel.write(json.dumps({"step": step, "loss": 2.0 / (step + 1), "val_loss": 2.5 / (step + 1),
+                              "opt": {"lr": 0.001 * (1 + step % 5)}}) + "\n")
+    json.dump({"metrics": {"accuracy": 0.91}}, open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
+"#;
+
+const LAYOUT: &str = r#"[[chart]]
+title = "losses"
+series = ["loss", "val_loss"]
+
+[[chart]]
+title = "learning rate"
+series = ["opt.lr"]
+"#;
+
+const EVIL: &str = r#"import json, os, sys
+print("<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'>", flush=True)
+print("<b>not bold</b> " + " ".join(sys.argv[1:]), flush=True)
+json.dump({"html": "<script>window.__pwned = 3</script>", "metrics": {"accuracy": 0.9}},
+          open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
+"#;
+
+/// A temp home and project with the local control plane started on demand; stopped when
+/// dropped.
+struct Local {
+    tmp: tempfile::TempDir,
+}
+
+impl Local {
+    fn new() -> Local {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let project = tmp.path().join("vision");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        std::fs::write(project.join("ticker.py"), TICKER).expect("write");
+        std::fs::write(project.join("train.py"), TRAIN).expect("write");
+        std::fs::write(project.join("evil.py"), EVIL).expect("write");
+        std::fs::write(project.join("telemetry.toml"), LAYOUT).expect("write");
+        Local { tmp }
+    }
+
+    fn div(&self, args: &[&str]) -> Output {
+        let out = Command::new(DIV)
+            .args(args)
+            .current_dir(self.tmp.path().join("vision"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.tmp.path().join("div-home"))
+            .env("DIVERGENT_EMULATE_GPUS", "h100:2")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("div runs");
+        out
+    }
+
+    /// `div args…`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.div(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "div {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The dashboard's URL, with a fresh token.
+    fn dashboard(&self) -> String {
+        let url = self.ok(&["dashboard"]);
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        assert!(url.contains("/?token="), "{url}");
+        url
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+/// The base of a dashboard URL: `http://127.0.0.1:PORT`.
+fn origin(url: &str) -> String {
+    url.split("/?").next().unwrap_or(url).to_owned()
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Headless Chromium under chromedriver, with its own profile; both end when it drops.
+struct Browser {
+    client: Option<Client>,
+    driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    /// A browser, or `None` (said loudly) when chromium or chromedriver is missing.
+    async fn start() -> Option<Browser> {
+        let chromium = on_path("chromium").or_else(|| on_path("chromium-browser"));
+        let driver = on_path("chromedriver");
+        let (Some(chromium), Some(driver)) = (chromium, driver) else {
+            let msg = "chromium and chromedriver are not installed: the dashboard's browser \
+                       tests did NOT run (apt-get install -y chromium chromium-driver)";
+            if std::env::var_os("DIV_REQUIRE_BROWSER").is_some_and(|v| v == "1") {
+                panic!("{msg}");
+            }
+            eprintln!("\n!!! SKIPPED: {msg}\n");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let profile = tempfile::tempdir().expect("a profile dir");
+        let mut browser = Browser {
+            client: None,
+            driver: child,
+            _profile: profile,
+        };
+        let caps: serde_json::Map<String, Value> = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--window-size=1280,900",
+                    format!("--user-data-dir={}", browser._profile.path().display()),
+                ],
+            },
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+        let webdriver = format!("http://127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&webdriver)
+                .await
+            {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("chromedriver on {webdriver} did not start chromium: {e}"),
+            }
+        };
+        browser.client = Some(client);
+        Some(browser)
+    }
+
+    fn c(&self) -> &Client {
+        self.client.as_ref().expect("a session")
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.c()
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("`{script}` failed in the page: {e}"))
+    }
+
+    /// Waits until `script` returns true in the page; fails saying `what` was awaited.
+    async fn until(&self, what: &str, script: &str) {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            if self.c().execute(script, vec![]).await.ok() == Some(Value::Bool(true)) {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                let source = self.c().source().await.unwrap_or_default();
+                panic!("the page never showed {what}; it holds:\n{source}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn goto(&self, url: &str) {
+        self.c()
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+
+    /// A screenshot of the page as it is, kept under `docs/dashboard/` with `UPDATE_DOCS=1`.
+    async fn screenshot(&self, name: &str) -> PathBuf {
+        let png = self.c().screenshot().await.expect("a screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let dir = if std::env::var_os("UPDATE_DOCS").is_some() {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard")
+        } else {
+            std::env::temp_dir().join("div-dashboard-screenshots")
+        };
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write the screenshot");
+        path
+    }
+}
+
+/// Runs `body` with one browser, when there is one.
+fn with_browser<F, Fut>(body: F)
+where
+    F: FnOnce(Browser) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async move {
+        if let Some(browser) = Browser::start().await {
+            body(browser).await;
+        }
+    });
+}
+
+#[test]
+fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
+    let local = Local::new();
+    local.ok(&["run", "--gpu", "cpu", "--max-spend", "1", "train.py::main"]);
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        // The token became a cookie and left the address bar.
+        let here = b.c().current_url().await.expect("a url");
+        assert_eq!(here.as_str(), format!("{}/", origin(&url)));
+        b.until(
+            "the first run",
+            "return document.querySelectorAll('#rows tr').length === 1",
+        )
+        .await;
+
+        // Placed while the page is open: it appears without a reload.
+        let name = local.ok(&[
+            "run",
+            "--detach",
+            "--gpu",
+            "cpu",
+            "--max-spend",
+            "2.50",
+            "--project",
+            "other",
+            "--name",
+            "fresh-run",
+            "ticker.py::main",
+        ]);
+        assert_eq!(name, "fresh-run");
+        b.until(
+            "the new run, running, in the list",
+            "return [...document.querySelectorAll('#rows tr')].some(r => \
+               r.cells[0].textContent === 'fresh-run' && r.dataset.status === 'running')",
+        )
+        .await;
+        let row = b
+            .js("const r = [...document.querySelectorAll('#rows tr')]\
+                   .find(r => r.cells[0].textContent === 'fresh-run');\
+                 return [...r.cells].map(c => c.textContent);")
+            .await;
+        let cells: Vec<String> = serde_json::from_value(row).expect("cells");
+        assert_eq!(cells[1], "other", "{cells:?}");
+        assert_eq!(cells[3], "ticker.py::main", "{cells:?}");
+        assert_eq!(cells[4], "cpu × 0", "{cells:?}");
+        assert!(cells[7].ends_with(" / $2.50"), "{cells:?}");
+        b.screenshot("runs").await;
+
+        // Filters: the project, then the status.
+        b.c()
+            .find(Locator::Css("#project"))
+            .await
+            .expect("project")
+            .send_keys("other")
+            .await
+            .expect("typed");
+        b.c()
+            .find(Locator::Css("#filters button"))
+            .await
+            .expect("button")
+            .click()
+            .await
+            .expect("clicked");
+        b.until(
+            "only the other project's run",
+            "const rs = [...document.querySelectorAll('#rows tr')];\
+             return rs.length === 1 && rs[0].cells[1].textContent === 'other' \
+               && location.search.includes('project=other')",
+        )
+        .await;
+        b.js("document.getElementById('project').value = '';\
+              document.getElementById('status').value = 'succeeded';\
+              document.getElementById('filters').requestSubmit(); return true;")
+            .await;
+        b.until(
+            "only the succeeded run",
+            "const rs = [...document.querySelectorAll('#rows tr')];\
+             return rs.length === 1 && rs[0].dataset.status === 'succeeded'",
+        )
+        .await;
+        local.ok(&["stop", "fresh-run"]);
+    });
+}
+
+#[test]
+fn the_list_pages_through_runs_with_the_servers_cursor() {
+    let local = Local::new();
+    // 52 runs: a page holds 50.
+    for _ in 0..52 {
+        local.ok(&[
+            "run",
+            "--detach",
+            "--gpu",
+            "cpu",
+            "--no-upload",
+            "--",
+            "sleep",
+            "0",
+        ]);
+    }
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.until(
+            "a full first page",
+            "return document.querySelectorAll('#rows tr').length === 50",
+        )
+        .await;
+        let first: Vec<String> = serde_json::from_value(
+            b.js("return [...document.querySelectorAll('#rows tr')].map(r => r.dataset.run)")
+                .await,
+        )
+        .expect("ids");
+        b.c()
+            .find(Locator::Css("#older"))
+            .await
+            .expect("older")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the second page",
+            "return document.querySelectorAll('#rows tr').length === 2",
+        )
+        .await;
+        let second: Vec<String> = serde_json::from_value(
+            b.js("return [...document.querySelectorAll('#rows tr')].map(r => r.dataset.run)")
+                .await,
+        )
+        .expect("ids");
+        assert!(second.iter().all(|id| !first.contains(id)), "pages overlap");
+        b.until(
+            "Older disabled on the last page",
+            "return document.getElementById('older').disabled",
+        )
+        .await;
+    });
+}
+
+#[test]
+fn the_run_page_log_grows_while_the_run_prints_in_colour() {
+    let local = Local::new();
+    let name = local.ok(&[
+        "run",
+        "--detach",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "1",
+        "--name",
+        "ticking",
+        "ticker.py::main",
+    ]);
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/{name}#log", origin(&url))).await;
+        b.until(
+            "the log's first ticks",
+            "return document.getElementById('logview').textContent.includes('tick 2 ')",
+        )
+        .await;
+        // The last tick the page shows now; then three past it, with no reload.
+        let last = format!("{LAST_TICK_FN} return lastTick();");
+        let before = b.js(&last).await.as_i64().expect("a tick");
+        let before_len = b
+            .js("return document.getElementById('logview').textContent.length")
+            .await;
+        b.until(
+            "more ticks, without a reload",
+            &format!("{LAST_TICK_FN} return lastTick() >= {};", before + 3),
+        )
+        .await;
+        let after = b.js(&last).await.as_i64().expect("a tick");
+        let after_len = b
+            .js("return document.getElementById('logview').textContent.length")
+            .await;
+        assert!(after >= before + 3, "tick {before} then {after}");
+        assert!(
+            after_len.as_u64() > before_len.as_u64(),
+            "{before_len} then {after_len}"
+        );
+        // Every tick is there once, in order: nothing lost or doubled between reads.
+        let ticks = b.js(&format!("{TICKS_FN} return ticks();")).await;
+        let ticks: Vec<i64> = serde_json::from_value(ticks).expect("ticks");
+        assert!(
+            ticks.first() == Some(&0) && ticks.windows(2).all(|w| w[1] == w[0] + 1),
+            "{ticks:?}"
+        );
+        // ANSI colours render as classes; the escape bytes themselves are gone.
+        let green = b
+            .js("return [...document.querySelectorAll('#logview span.fg2')].some(s => s.textContent.startsWith('tick '))")
+            .await;
+        assert_eq!(green, Value::Bool(true));
+        let bold_red = b
+            .js("return [...document.querySelectorAll('#logview span.fg1.b')].some(s => s.textContent === 'warm')")
+            .await;
+        assert_eq!(bold_red, Value::Bool(true));
+        let escapes = b
+            .js("return document.getElementById('logview').textContent.includes('\\u001b')")
+            .await;
+        assert_eq!(escapes, Value::Bool(false));
+        // Followed while at the bottom.
+        b.until(
+            "the view following the end",
+            "const v = document.getElementById('logview');\
+             return v.scrollHeight <= v.clientHeight || v.scrollTop + v.clientHeight >= v.scrollHeight - 4",
+        )
+        .await;
+        let href = b
+            .js("return document.getElementById('download').getAttribute('href')")
+            .await;
+        assert!(
+            href.as_str()
+                .is_some_and(|h| h.ends_with("/log?download=1")),
+            "{href}"
+        );
+        b.screenshot("log").await;
+        local.ok(&["stop", "ticking"]);
+    });
+}
+
+#[test]
+fn stop_asks_for_a_confirmation_and_the_status_changes() {
+    let local = Local::new();
+    let name = local.ok(&[
+        "run",
+        "--detach",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "1",
+        "--name",
+        "to-stop",
+        "--env",
+        "MODE=fast",
+        "--check",
+        "metrics.accuracy>=0.8",
+        "ticker.py::main",
+    ]);
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/{name}", origin(&url))).await;
+        b.until(
+            "the run running",
+            "return document.body.dataset.status === 'running'",
+        )
+        .await;
+        // What was typed, what the container was told, and the replay.
+        let typed = b
+            .js("return document.getElementById('typed').textContent")
+            .await;
+        assert_eq!(typed, json!("ticker.py::main"));
+        let told = b
+            .js("return document.getElementById('told').textContent")
+            .await;
+        assert!(
+            told.as_str()
+                .is_some_and(|t| t.contains("from ticker import main")),
+            "{told}"
+        );
+        let replay = b
+            .js("return document.getElementById('replay').textContent")
+            .await;
+        let replay = replay.as_str().unwrap_or_default().to_owned();
+        assert!(
+            replay.starts_with("div run --project vision --gpu cpu ")
+                && replay.contains(" --max-spend 1.00 ")
+                && replay.contains(" --env MODE=fast ")
+                && replay.contains(" --check 'metrics.accuracy >= 0.8' ")
+                && replay.ends_with(" ticker.py::main"),
+            "{replay}"
+        );
+        b.screenshot("run").await;
+
+        // Stop, then change one's mind: nothing happens.
+        b.c()
+            .find(Locator::Css("#stop"))
+            .await
+            .expect("stop")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the confirmation",
+            "return document.getElementById('confirm').open",
+        )
+        .await;
+        b.screenshot("stop-confirmation").await;
+        b.c()
+            .find(Locator::Css("#confirm-no"))
+            .await
+            .expect("no")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the confirmation closed",
+            "return !document.getElementById('confirm').open",
+        )
+        .await;
+        assert_eq!(
+            b.js("return document.body.dataset.status").await,
+            json!("running")
+        );
+
+        // Stop, and mean it.
+        b.c()
+            .find(Locator::Css("#stop"))
+            .await
+            .expect("stop")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the confirmation",
+            "return document.getElementById('confirm').open",
+        )
+        .await;
+        b.c()
+            .find(Locator::Css("#confirm-yes"))
+            .await
+            .expect("yes")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the run ended",
+            "return ['canceled', 'failed', 'succeeded'].includes(document.body.dataset.status)",
+        )
+        .await;
+        assert_eq!(
+            b.js("return document.getElementById('stop').hidden").await,
+            json!(true)
+        );
+        let status = local.ok(&["runs", "--json", "--all"]);
+        let runs: Value = serde_json::from_str(&status).expect("json");
+        let run = runs
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == "to-stop"))
+            .expect("the run");
+        assert_ne!(run["status"], json!("running"), "{run}");
+        assert!(run["ended_at"].is_string(), "{run}");
+    });
+}
+
+#[test]
+fn the_telemetry_tab_draws_the_layouts_series() {
+    let local = Local::new();
+    local.ok(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "1",
+        "--name",
+        "charted",
+        "train.py::main",
+    ]);
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/charted#telemetry", origin(&url)))
+            .await;
+        b.until(
+            "two charts",
+            "return document.querySelectorAll('#charts figure.chart canvas').length === 2",
+        )
+        .await;
+        let charts = b
+            .js("return [...document.querySelectorAll('#charts figure.chart')].map(f => ({\
+                   title: f.querySelector('figcaption').textContent,\
+                   series: f.dataset.series.split('\\n'),\
+                   points: Number(f.dataset.points),\
+                   legend: [...f.querySelectorAll('.u-legend .u-series .u-label')].map(l => l.textContent),\
+                 }))")
+            .await;
+        assert_eq!(charts[0]["title"], json!("losses"), "{charts}");
+        assert_eq!(charts[0]["series"], json!(["loss", "val_loss"]), "{charts}");
+        assert_eq!(charts[0]["points"], json!(60), "{charts}");
+        assert_eq!(charts[1]["title"], json!("learning rate"), "{charts}");
+        assert_eq!(charts[1]["series"], json!(["opt.lr"]), "{charts}");
+        assert_eq!(charts[1]["points"], json!(30), "{charts}");
+        let legend: Vec<String> =
+            serde_json::from_value(charts[0]["legend"].clone()).expect("legend");
+        assert!(
+            legend.contains(&"loss".to_owned()) && legend.contains(&"val_loss".to_owned()),
+            "{legend:?}"
+        );
+        // The canvas has drawn something: not every pixel is the same.
+        let drawn = b
+            .js("const c = document.querySelector('#charts canvas');\
+                 const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;\
+                 for (let i = 4; i < d.length; i += 4) if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2] || d[i+3] !== d[3]) return true;\
+                 return false;")
+            .await;
+        assert_eq!(drawn, Value::Bool(true));
+        let info = b
+            .js("return document.getElementById('telemetry-info').textContent")
+            .await;
+        assert!(
+            info.as_str().is_some_and(|i| i.contains("telemetry.toml")),
+            "{info}"
+        );
+        b.screenshot("telemetry").await;
+    });
+}
+
+#[test]
+fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {
+    let local = Local::new();
+    let secret = "s3cr3t-value-that-must-not-show";
+    let file = local.tmp.path().join("secret");
+    std::fs::write(&file, secret).expect("write");
+    local.ok(&[
+        "secrets",
+        "set",
+        "API_KEY",
+        "--from-file",
+        file.to_str().expect("utf-8"),
+    ]);
+    let name = local.ok(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--name",
+        "inert",
+        "--check",
+        "metrics.accuracy>=0.8",
+        "--",
+        "python3",
+        "evil.py",
+        "<script>window.__pwned=4</script>",
+    ]);
+    let _ = name;
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.until(
+            "the run in the list",
+            "return document.querySelectorAll('#rows tr').length === 1",
+        )
+        .await;
+        b.goto(&format!("{}/runs/inert", origin(&url))).await;
+        b.until(
+            "the result",
+            "return document.getElementById('result').textContent.includes('html')",
+        )
+        .await;
+        b.c()
+            .find(Locator::Css("[data-tab=log]"))
+            .await
+            .expect("tab")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the log",
+            "return document.getElementById('logview').textContent.includes('not bold')",
+        )
+        .await;
+        // Nothing ran: no flag set, no image made, only the page's own scripts.
+        assert_eq!(
+            b.js("return window.__pwned === undefined").await,
+            Value::Bool(true)
+        );
+        assert_eq!(
+            b.js("return document.querySelectorAll('img, b').length")
+                .await,
+            json!(0)
+        );
+        let scripts = b
+            .js("return [...document.querySelectorAll('script')].map(s => s.getAttribute('src'))")
+            .await;
+        assert_eq!(
+            scripts,
+            json!([
+                "/assets/common.js",
+                "/assets/uPlot.iife.min.js",
+                "/assets/run.js"
+            ])
+        );
+        // The markup is there, as text.
+        let typed = b
+            .js("return document.getElementById('typed').textContent")
+            .await;
+        assert!(
+            typed
+                .as_str()
+                .is_some_and(|t| t.contains("<script>window.__pwned=4</script>")),
+            "{typed}"
+        );
+        let log = b
+            .js("return document.getElementById('logview').textContent")
+            .await;
+        assert!(
+            log.as_str()
+                .is_some_and(|l| l.contains("<img src=x onerror=")),
+            "{log}"
+        );
+        let result = b
+            .js("return document.getElementById('result').textContent")
+            .await;
+        assert!(
+            result
+                .as_str()
+                .is_some_and(|r| r.contains("<script>window.__pwned = 3</script>")),
+            "{result}"
+        );
+        b.screenshot("inert").await;
+        // No page or answer behind one holds the secret's value.
+        for path in [
+            "/",
+            "/runs/inert",
+            "/api/runs",
+            "/api/runs/inert",
+            "/api/runs/inert/charts",
+        ] {
+            let body = b
+                .js(&format!("return fetch('{path}').then(r => r.text())"))
+                .await;
+            assert!(
+                !body.as_str().unwrap_or_default().contains(secret),
+                "{path} shows the secret"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
+    let local = Local::new();
+    local.ok(&[
+        "run",
+        "--detach",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "1",
+        "--name",
+        "guarded",
+        "ticker.py::main",
+    ]);
+    let url = local.dashboard();
+    let base = origin(&url);
+    let token = url.split("token=").nth(1).expect("a token").to_owned();
+    let page = base.clone();
+    with_browser(|b| async move {
+        let base = page;
+        // A wrong token: refused, and no cookie comes of it.
+        b.goto(&format!("{base}/?token={}", "0".repeat(64))).await;
+        b.until(
+            "the refusal",
+            "return document.querySelector('h1').textContent.includes('not valid')",
+        )
+        .await;
+        let api = b.js("return fetch('/api/runs').then(r => r.status)").await;
+        assert_eq!(api, json!(401));
+        b.goto(&format!("{base}/runs/guarded")).await;
+        b.until(
+            "the refusal",
+            "return document.querySelector('h1').textContent.includes('not valid')",
+        )
+        .await;
+        b.screenshot("refused").await;
+        // The right one works.
+        b.goto(&url).await;
+        b.until(
+            "the list",
+            "return document.querySelectorAll('#rows tr').length === 1",
+        )
+        .await;
+    });
+
+    // Outside a browser: a request that carries the cookie but comes from another origin (a
+    // page elsewhere posting a form), or names another host (DNS rebinding), changes nothing.
+    let cookie = format!("div_dashboard={token}");
+    let port = base.rsplit(':').next().expect("a port").to_owned();
+    let cross_site = raw(
+        &port,
+        &format!(
+            "POST /api/runs/guarded/stop HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\
+             Origin: http://evil.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(cross_site.starts_with("HTTP/1.1 403"), "{cross_site}");
+    let no_origin = raw(
+        &port,
+        &format!(
+            "POST /api/runs/guarded/stop HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(no_origin.starts_with("HTTP/1.1 403"), "{no_origin}");
+    let rebound = raw(
+        &port,
+        &format!(
+            "GET /api/runs HTTP/1.1\r\nHost: evil.example:{port}\r\nCookie: {cookie}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    );
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    let runs: Value = serde_json::from_str(&local.ok(&["runs", "--json", "--all"])).expect("json");
+    assert_eq!(runs[0]["status"], json!("running"), "{runs}");
+    local.ok(&["stop", "guarded"]);
+}
+
+/// One HTTP/1.1 exchange written by hand, so a test can send what no browser would.
+fn raw(port: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
