@@ -51,6 +51,15 @@ def main():
     json.dump({"metrics": {"accuracy": 0.91}}, open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
 "#;
 
+/// 400,000 lines of 64 bytes: 25,600,000 bytes of log, printed as fast as it can.
+const BIG: &str = r#"import sys
+
+def main():
+    out = sys.stdout
+    for i in range(400000):
+        out.write(f"line {i:08d} " + "x" * 49 + "\n")
+"#;
+
 const LAYOUT: &str = r#"[[chart]]
 title = "losses"
 series = ["loss", "val_loss"]
@@ -81,6 +90,7 @@ impl Local {
         std::fs::write(project.join("ticker.py"), TICKER).expect("write");
         std::fs::write(project.join("train.py"), TRAIN).expect("write");
         std::fs::write(project.join("evil.py"), EVIL).expect("write");
+        std::fs::write(project.join("big.py"), BIG).expect("write");
         std::fs::write(project.join("telemetry.toml"), LAYOUT).expect("write");
         Local { tmp }
     }
@@ -507,6 +517,88 @@ fn the_run_page_log_grows_while_the_run_prints_in_colour() {
         );
         b.screenshot("log").await;
         local.ok(&["stop", "ticking"]);
+    });
+}
+
+/// `lines()`: the numbers of the whole lines of `big.py` the log view shows, in order.
+const LINES_FN: &str = "function lines() { return [...document.getElementById('logview')\
+    .textContent.matchAll(/line (\\d{8}) x{49}\\n/g)].map(m => Number(m[1])); }";
+
+#[test]
+fn a_large_log_shows_its_tail_and_loads_earlier_parts_on_demand() {
+    let local = Local::new();
+    local.ok(&["run", "--gpu", "cpu", "--name", "big", "big.py::main"]);
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/big#log", origin(&url))).await;
+        b.until(
+            "the log's last line",
+            "return document.getElementById('logview').textContent.includes('line 00399999 ')",
+        )
+        .await;
+        // Only the tail is on the page: 256 KiB of 25.6 MB.
+        let shown = b
+            .js("const v = document.getElementById('logview'); return [Number(v.dataset.start), Number(v.dataset.end), v.textContent.length]")
+            .await;
+        let end = shown[1].as_u64().expect("end");
+        assert!(end >= 25_600_000, "{shown}");
+        assert_eq!(shown[0].as_u64(), Some(end - 256 * 1024), "{shown}");
+        assert!(
+            shown[2].as_u64().is_some_and(|n| n <= 256 * 1024),
+            "{shown}"
+        );
+        let info = b
+            .js("return document.getElementById('log-info').textContent")
+            .await;
+        assert!(
+            info.as_str()
+                .is_some_and(|i| i.starts_with("showing the last 262,144 of ")),
+            "{info}"
+        );
+        let first = b.js(&format!("{LINES_FN} return lines()[0];")).await;
+        let first = first.as_i64().expect("a line");
+        assert!(first > 300_000, "{first}");
+
+        // Load earlier: the part before, joined to what was there, nothing lost or doubled.
+        b.c()
+            .find(Locator::Css("#earlier"))
+            .await
+            .expect("earlier")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the earlier part",
+            &format!("{LINES_FN} return lines()[0] < {first} - 3000;"),
+        )
+        .await;
+        let numbers = b.js(&format!("{LINES_FN} return lines();")).await;
+        let numbers: Vec<i64> = serde_json::from_value(numbers).expect("lines");
+        assert!(
+            numbers.windows(2).all(|w| w[1] == w[0] + 1),
+            "a gap or a repeat"
+        );
+        assert_eq!(numbers.last(), Some(&399_999));
+        b.screenshot("large-log").await;
+
+        // The raw download is the whole log, as a file.
+        let download = b
+            .js("return fetch(document.getElementById('download').href)\
+                 .then(r => [r.status, r.headers.get('content-length'), r.headers.get('content-disposition')])")
+            .await;
+        assert_eq!(download[0], json!(200), "{download}");
+        assert_eq!(
+            download[1].as_str().map(|n| n.parse::<u64>().ok()),
+            Some(Some(end)),
+            "{download}"
+        );
+        assert!(
+            download[2]
+                .as_str()
+                .is_some_and(|d| d.starts_with("attachment;")),
+            "{download}"
+        );
     });
 }
 
