@@ -96,7 +96,7 @@ impl Local {
     }
 
     fn div(&self, args: &[&str]) -> Output {
-        let out = Command::new(DIV)
+        Command::new(DIV)
             .args(args)
             .current_dir(self.tmp.path().join("vision"))
             .env_clear()
@@ -106,8 +106,7 @@ impl Local {
             .env("DIVERGENT_EMULATE_GPUS", "h100:2")
             .env("NO_COLOR", "1")
             .output()
-            .expect("div runs");
-        out
+            .expect("div runs")
     }
 
     /// `div args…`, which must succeed; its stdout.
@@ -173,7 +172,11 @@ impl Browser {
             if std::env::var_os("DIV_REQUIRE_BROWSER").is_some_and(|v| v == "1") {
                 panic!("{msg}");
             }
-            eprintln!("\n!!! SKIPPED: {msg}\n");
+            // A skip must be seen: said on stderr, where cargo shows it.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("\n!!! SKIPPED: {msg}\n");
+            }
             return None;
         };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
