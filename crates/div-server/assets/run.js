@@ -21,8 +21,10 @@
   for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.tab));
 
   // ---- overview
-  function timeline(r) {
-    const items = [["queued", r.created_at], ["started", r.started_at], ["ended", r.ended_at]];
+  function timeline(r, signalled) {
+    const items = [["queued", r.created_at], ["started", r.started_at]];
+    if (signalled) items.push(["signalled", signalled]);
+    items.push(["ended", r.ended_at]);
     $("timeline").replaceChildren(...items.map(([what, at]) =>
       div.el("li", { class: at ? "done" : "pending" },
         div.el("span", { class: "what", text: what }),
@@ -74,7 +76,7 @@
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
     $("exit").textContent = r.exit_code == null ? "" : String(r.exit_code);
     $("reason").textContent = r.reason || "";
-    timeline(r);
+    timeline(r, detail.signalled_at);
     spend(r);
     checks(r, detail.result);
     const res = detail.result || {};

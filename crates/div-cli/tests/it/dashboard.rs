@@ -719,6 +719,14 @@ fn stop_asks_for_a_confirmation_and_the_status_changes() {
             b.js("return document.getElementById('stop').hidden").await,
             json!(true)
         );
+        // The timeline says when it was signalled, between started and ended.
+        b.until(
+            "the full timeline",
+            "return [...document.querySelectorAll('#timeline .what')].map(w => w.textContent)\
+               .join() === 'queued,started,signalled,ended'",
+        )
+        .await;
+        b.screenshot("stopped").await;
         let status = local.ok(&["runs", "--json", "--all"]);
         let runs: Value = serde_json::from_str(&status).expect("json");
         let run = runs

@@ -318,7 +318,13 @@ async fn route(
                 let (r, _) = runs::get_run(s, &run)?;
                 let result = runs::result(s, &r.id)?;
                 let replay = replay::command(&r);
-                Ok(json!({ "run": r, "result": result, "replay": replay }))
+                let signalled = signalled_at(&s.run_dir(&r.id));
+                Ok(json!({
+                    "run": r,
+                    "result": result,
+                    "replay": replay,
+                    "signalled_at": signalled,
+                }))
             })
             .await?;
             Ok(wire::json(200, &detail))
@@ -344,6 +350,20 @@ async fn route(
         }
         _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
     }
+}
+
+/// When the run was asked to stop, in RFC 3339: the time the stop request was written into
+/// its directory (the local executor's `stop` file, which its supervisor watches). `None`
+/// when it never was (or its executor keeps no such file).
+fn signalled_at(run_dir: &std::path::Path) -> Option<String> {
+    let modified = std::fs::metadata(run_dir.join("stop"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let ms = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    Some(crate::clock::rfc3339(u64::try_from(ms).ok()?))
 }
 
 /// The whole log, as a file to save.
