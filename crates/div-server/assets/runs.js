@@ -75,6 +75,10 @@
       document.getElementById("older").disabled = !state.next;
       document.getElementById("newer").disabled = state.cursors.length <= 1;
       document.getElementById("page").textContent = `page ${state.cursors.length}`;
+      if (!document.body.dataset.loaded) {
+        // When the first rows were on the page, for `cargo xtask bench dashboard`.
+        document.body.dataset.firstRowsMs = String(Math.round(performance.now()));
+      }
       document.body.dataset.loaded = "true";
     } catch (e) {
       div.showError(e);

@@ -1008,3 +1008,104 @@ fn raw(port: &str, request: &str) -> String {
     let _ = s.read_to_string(&mut answer);
     answer
 }
+
+/// `cargo xtask bench dashboard`: with `DIV_BENCH_STORED` runs stored (100,000 unless told),
+/// how long the list's first page takes to answer, and how long the page takes to be
+/// interactive and to show its first rows in headless Chromium. Prints the medians against
+/// the goals (≤ 50 ms, ≤ 1 s); a benchmark, so it asserts only that the page worked.
+#[test]
+#[ignore = "a benchmark: cargo xtask bench dashboard"]
+fn bench_the_list_with_many_runs_stored() {
+    let stored: u64 = std::env::var("DIV_BENCH_STORED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let local = Local::new();
+    local.ok(&["run", "--gpu", "cpu", "--no-upload", "--", "sleep", "0"]);
+    local.ok(&["server", "stop"]);
+    // One real run, copied straight into the store while the server is stopped.
+    let db = local.tmp.path().join("div-home/state.db");
+    let sql = format!(
+        "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {stored}) \
+         INSERT INTO runs (id, name, project, status, run, internal) \
+         SELECT 'bulk-' || i, 'bulk-' || i, r.project, r.status, \
+         json_set(r.run, '$.id', 'bulk-' || i, '$.name', 'bulk-' || i), r.internal \
+         FROM c, (SELECT * FROM runs LIMIT 1) AS r;"
+    );
+    let out = Command::new("sqlite3")
+        .arg(&db)
+        .arg(&sql)
+        .output()
+        .expect("sqlite3 (apt-get install sqlite3)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = local.dashboard();
+    let base = origin(&url);
+    let port = base.rsplit(':').next().expect("a port").to_owned();
+    let token = url.split("token=").nth(1).expect("a token").to_owned();
+
+    let mut api = Vec::new();
+    for _ in 0..15 {
+        let started = std::time::Instant::now();
+        let answer = raw(
+            &port,
+            &format!(
+                "GET /api/runs?limit=50 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+                 Cookie: div_dashboard={token}\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        api.push(started.elapsed());
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.contains("bulk-"),
+            "{answer}"
+        );
+    }
+    api.sort();
+    let api_median = api[api.len() / 2];
+
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        let mut interactive = Vec::new();
+        let mut rows = Vec::new();
+        for _ in 0..5 {
+            b.goto(&format!("{base}/")).await;
+            b.until(
+                "a full first page",
+                "return document.querySelectorAll('#rows tr').length === 50",
+            )
+            .await;
+            let t = b
+                .js(
+                    "return [performance.getEntriesByType('navigation')[0].domInteractive, \
+                     Number(document.body.dataset.firstRowsMs)]",
+                )
+                .await;
+            interactive.push(t[0].as_f64().unwrap_or(f64::NAN));
+            rows.push(t[1].as_f64().unwrap_or(f64::NAN));
+        }
+        interactive.sort_by(f64::total_cmp);
+        rows.sort_by(f64::total_cmp);
+        let (i, r) = (interactive[2], rows[2]);
+        let api_ms = api_median.as_secs_f64() * 1000.0;
+        let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+        #[allow(clippy::print_stdout)]
+        {
+            println!("dashboard with {stored} runs stored (medians):");
+            println!(
+                "  first page, GET /api/runs?limit=50  {api_ms:8.2} ms  (goal <= 50 ms: {})",
+                verdict(api_ms <= 50.0)
+            );
+            println!(
+                "  page interactive (domInteractive)   {i:8.2} ms  (goal <= 1000 ms: {})",
+                verdict(i <= 1000.0)
+            );
+            println!(
+                "  first rows on the page              {r:8.2} ms  (goal <= 1000 ms: {})",
+                verdict(r <= 1000.0)
+            );
+        }
+    });
+}
