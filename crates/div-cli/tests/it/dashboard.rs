@@ -968,8 +968,8 @@ fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
 
     // Outside a browser: a request that carries the cookie but comes from another origin (a
     // page elsewhere posting a form), or names another host (DNS rebinding), changes nothing.
-    let cookie = format!("div_dashboard={token}");
     let port = base.rsplit(':').next().expect("a port").to_owned();
+    let cookie = format!("div_dashboard_{port}={token}");
     let cross_site = raw(
         &port,
         &format!(
@@ -996,7 +996,17 @@ fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
     assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
     let runs: Value = serde_json::from_str(&local.ok(&["runs", "--json", "--all"])).expect("json");
     assert_eq!(runs[0]["status"], json!("running"), "{runs}");
-    local.ok(&["stop", "guarded"]);
+    // The same request from the dashboard's own origin stops it.
+    let own = raw(
+        &port,
+        &format!(
+            "POST /api/runs/guarded/stop HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\
+             Origin: http://127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(own.starts_with("HTTP/1.1 200"), "{own}");
+    let runs: Value = serde_json::from_str(&local.ok(&["runs", "--json", "--all"])).expect("json");
+    assert_ne!(runs[0]["status"], json!("running"), "{runs}");
 }
 
 /// One HTTP/1.1 exchange written by hand, so a test can send what no browser would.
@@ -1054,7 +1064,7 @@ fn bench_the_list_with_many_runs_stored() {
             &port,
             &format!(
                 "GET /api/runs?limit=50 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
-                 Cookie: div_dashboard={token}\r\nConnection: close\r\n\r\n"
+                 Cookie: div_dashboard_{port}={token}\r\nConnection: close\r\n\r\n"
             ),
         );
         api.push(started.elapsed());

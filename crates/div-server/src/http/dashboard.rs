@@ -8,7 +8,7 @@
 //! read-mostly API of its own, never `/v1` (no secrets, no uploads, no run placement).
 //!
 //! - **The token.** The URL's `?token=` is checked once, then kept as the cookie
-//!   `div_dashboard` (`HttpOnly`, `SameSite=Strict`, `Path=/`) and the browser is sent on to
+//!   `div_dashboard_PORT` (`HttpOnly`, `SameSite=Strict`, `Path=/`) and the browser is sent on to
 //!   the same page without it. Every other request needs the cookie; a wrong or missing one
 //!   is 401. Tokens are compared in constant time.
 //! - **Loopback only.** The listener binds `127.0.0.1`; a `Host` other than
@@ -39,8 +39,12 @@ use crate::server::{Server, blocking};
 mod assets;
 mod replay;
 
-/// The cookie that carries the token.
-const COOKIE: &str = "div_dashboard";
+/// The cookie that carries the token: `div_dashboard_PORT`. Cookies are kept per host, not
+/// per port, so two local control planes (two state directories) on 127.0.0.1 would
+/// otherwise overwrite each other's.
+fn cookie_name(port: u16) -> String {
+    format!("div_dashboard_{port}")
+}
 /// How many tokens are kept: each `div dashboard` adds one; the oldest go first.
 const MAX_TOKENS: usize = 64;
 /// The most bytes of a log one request answers.
@@ -154,8 +158,13 @@ async fn accept(
     server: Arc<Server>,
 ) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, most likely: let some connections end first.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let (state, server) = (Arc::clone(&state), Arc::clone(&server));
         tokio::spawn(async move {
@@ -205,15 +214,15 @@ fn refuse(status: StatusCode, message: &str) -> Resp {
     )
 }
 
-/// The token the request's cookie holds.
-fn cookie_token(req: &Request<Incoming>) -> Option<String> {
+/// The token the request's cookie `name` holds.
+fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers()
         .get_all("cookie")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
 }
 
@@ -251,12 +260,15 @@ async fn serve(
             .header("location", req.uri().path())
             .header(
                 "set-cookie",
-                format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/"),
+                format!(
+                    "{}={given}; HttpOnly; SameSite=Strict; Path=/",
+                    cookie_name(port)
+                ),
             )
             .body(Full::new(Bytes::new()).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
     }
-    if !cookie_token(&req).is_some_and(|t| state.knows(&t)) {
+    if !cookie_token(&req, &cookie_name(port)).is_some_and(|t| state.knows(&t)) {
         return unauthorized(&req);
     }
     if req.method() == Method::POST {
@@ -281,14 +293,9 @@ fn unauthorized(req: &Request<Incoming>) -> Resp {
             "the dashboard needs its token: open the URL `div dashboard` prints",
         ));
     }
-    let mut resp = wire::full(401, "text/html; charset=utf-8", assets::UNAUTHORIZED);
-    resp.headers_mut().insert(
-        "set-cookie",
-        http::HeaderValue::from_static(
-            "div_dashboard=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
-        ),
-    );
-    resp
+    // A cookie already held is left as it is: a wrong link another site makes one open
+    // must not sign the dashboard out.
+    wire::full(401, "text/html; charset=utf-8", assets::UNAUTHORIZED)
 }
 
 async fn route(
