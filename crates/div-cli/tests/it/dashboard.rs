@@ -1119,3 +1119,58 @@ fn bench_the_list_with_many_runs_stored() {
         }
     });
 }
+
+#[test]
+fn div_dashboard_prints_a_fresh_link_each_time_and_says_when_no_browser_can_open() {
+    let local = Local::new();
+    let first = local.dashboard();
+    let second = local.dashboard();
+    // The same listener, a fresh token each time; stdout holds the URL alone.
+    assert_eq!(origin(&first), origin(&second));
+    assert_ne!(first, second);
+    let token = second.split("token=").nth(1).unwrap_or_default();
+    assert_eq!(token.len(), 64, "{second}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{second}");
+    assert!(!second.contains('\n'), "{second}");
+
+    // `--open` where no xdg-open is on the PATH: the link still comes, and stderr says why
+    // no browser opened.
+    let empty = local.tmp.path().join("no-programs");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let out = Command::new(DIV)
+        .args(["dashboard", "--open"])
+        .current_dir(local.tmp.path().join("vision"))
+        .env_clear()
+        .env("PATH", &empty)
+        .env("HOME", local.tmp.path().join("home"))
+        .env("DIVERGENT_HOME", local.tmp.path().join("div-home"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("div runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&origin(&first)) && stdout.lines().count() == 1,
+        "{stdout}"
+    );
+    assert!(stderr.contains("`xdg-open` is not installed"), "{stderr}");
+
+    // With a remote control plane configured, it refuses, saying why.
+    let out = Command::new(DIV)
+        .args(["dashboard"])
+        .current_dir(local.tmp.path().join("vision"))
+        .env_clear()
+        .env("HOME", local.tmp.path().join("home"))
+        .env("DIVERGENT_HOME", local.tmp.path().join("div-home"))
+        .env("DIVERGENT_API_URL", "https://api.example.com")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("div runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(200), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("is a remote one"), "{stderr}");
+}
