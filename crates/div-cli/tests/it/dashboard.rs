@@ -307,7 +307,7 @@ fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
     let url = local.dashboard();
     with_browser(|b| async move {
         b.goto(&url).await;
-        // The token became a cookie and left the address bar.
+        // The link was exchanged for a session cookie and its token left the address bar.
         let here = b.c().current_url().await.expect("a url");
         assert_eq!(here.as_str(), format!("{}/", origin(&url)));
         b.until(
@@ -937,8 +937,8 @@ fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
     ]);
     let url = local.dashboard();
     let base = origin(&url);
-    let token = url.split("token=").nth(1).expect("a token").to_owned();
     let page = base.clone();
+    let used = url.clone();
     with_browser(|b| async move {
         let base = page;
         // A wrong token: refused, and no cookie comes of it.
@@ -969,7 +969,23 @@ fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
     // Outside a browser: a request that carries the cookie but comes from another origin (a
     // page elsewhere posting a form), or names another host (DNS rebinding), changes nothing.
     let port = base.rsplit(':').next().expect("a port").to_owned();
-    let cookie = format!("div_dashboard_{port}={token}");
+    // A link opens the dashboard once: used (by the browser, or here when there is none),
+    // it opens nothing again.
+    let token = used.split("token=").nth(1).expect("a token");
+    let _first_use = raw(
+        &port,
+        &format!(
+            "GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    let again = raw(
+        &port,
+        &format!(
+            "GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(again.starts_with("HTTP/1.1 401"), "{again}");
+    let cookie = session_cookie(&port, &local.dashboard());
     let cross_site = raw(
         &port,
         &format!(
@@ -1007,6 +1023,36 @@ fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
     assert!(own.starts_with("HTTP/1.1 200"), "{own}");
     let runs: Value = serde_json::from_str(&local.ok(&["runs", "--json", "--all"])).expect("json");
     assert_ne!(runs[0]["status"], json!("running"), "{runs}");
+}
+
+/// The session cookie a link's token is exchanged for, as a `Cookie` header's value.
+fn session_cookie(port: &str, link: &str) -> String {
+    let token = link.split("token=").nth(1).expect("a token");
+    let answer = raw(
+        port,
+        &format!(
+            "GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap_or_else(|| panic!("no cookie in {answer}"));
+    assert!(
+        cookie.contains("; HttpOnly; SameSite=Strict; Path=/"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap_or_default().to_owned();
+    assert!(
+        pair.starts_with(&format!("div_dashboard_{port}=")),
+        "{pair}"
+    );
+    assert!(
+        !pair.ends_with(token),
+        "the link's token is not the session's"
+    );
+    pair
 }
 
 /// One HTTP/1.1 exchange written by hand, so a test can send what no browser would.
@@ -1055,7 +1101,7 @@ fn bench_the_list_with_many_runs_stored() {
     let url = local.dashboard();
     let base = origin(&url);
     let port = base.rsplit(':').next().expect("a port").to_owned();
-    let token = url.split("token=").nth(1).expect("a token").to_owned();
+    let cookie = session_cookie(&port, &local.dashboard());
 
     let mut api = Vec::new();
     for _ in 0..15 {
@@ -1064,7 +1110,7 @@ fn bench_the_list_with_many_runs_stored() {
             &port,
             &format!(
                 "GET /api/runs?limit=50 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
-                 Cookie: div_dashboard_{port}={token}\r\nConnection: close\r\n\r\n"
+                 Cookie: {cookie}\r\nConnection: close\r\n\r\n"
             ),
         );
         api.push(started.elapsed());

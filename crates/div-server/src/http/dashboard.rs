@@ -7,10 +7,11 @@
 //! dashboard: its pages, its assets (vendored, nothing from another origin) and a small,
 //! read-mostly API of its own, never `/v1` (no secrets, no uploads, no run placement).
 //!
-//! - **The token.** The URL's `?token=` is checked once, then kept as the cookie
-//!   `div_dashboard_PORT` (`HttpOnly`, `SameSite=Strict`, `Path=/`) and the browser is sent on to
-//!   the same page without it. Every other request needs the cookie; a wrong or missing one
-//!   is 401. Tokens are compared in constant time.
+//! - **The token.** The URL's `?token=` opens the dashboard once: it is exchanged for a
+//!   fresh session token, kept as the cookie `div_dashboard_PORT` (`HttpOnly`,
+//!   `SameSite=Strict`, `Path=/`), and the browser is sent on to the same page without it.
+//!   Every other request needs the cookie; a wrong or missing one is 401. Tokens are
+//!   compared in constant time.
 //! - **Loopback only.** The listener binds `127.0.0.1`; a `Host` other than
 //!   `127.0.0.1:PORT` or `localhost:PORT` is refused (421), so a page of another site that
 //!   rebinds its name to 127.0.0.1 cannot read the dashboard.
@@ -45,7 +46,8 @@ mod replay;
 fn cookie_name(port: u16) -> String {
     format!("div_dashboard_{port}")
 }
-/// How many tokens are kept: each `div dashboard` adds one; the oldest go first.
+/// How many links' and sessions' tokens are kept: each `div dashboard` adds a link, each
+/// link used a session; the oldest go first.
 const MAX_TOKENS: usize = 64;
 /// The most bytes of a log one request answers.
 const MAX_LOG_READ: u64 = 4 << 20;
@@ -60,7 +62,10 @@ pub(crate) struct Dashboard {
 
 #[derive(Debug, Default)]
 struct State {
-    tokens: Mutex<Vec<String>>,
+    /// Links' tokens not yet used: each opens the dashboard once.
+    links: Mutex<Vec<String>>,
+    /// Sessions' tokens, each held as a browser's cookie.
+    sessions: Mutex<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -78,21 +83,51 @@ impl Drop for Dashboard {
 }
 
 impl State {
-    fn add_token(&self, token: String) {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if tokens.len() >= MAX_TOKENS {
-            tokens.remove(0);
-        }
-        tokens.push(token);
+    fn add_link(&self, token: String) {
+        keep(&self.links, token);
     }
 
-    /// Whether `given` is one of the tokens, compared in constant time for each.
-    fn knows(&self, given: &str) -> bool {
-        let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.iter().fold(false, |found, t| {
-            found | constant_time_eq(t.as_bytes(), given.as_bytes())
-        })
+    fn add_session(&self, token: String) {
+        keep(&self.sessions, token);
     }
+
+    /// Whether `given` is a link's token not yet used; using it now.
+    fn use_link(&self, given: &str) -> bool {
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        match find(&links, given) {
+            Some(i) => {
+                links.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `given` is a session's token.
+    fn knows_session(&self, given: &str) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        find(&sessions, given).is_some()
+    }
+}
+
+/// Adds `token` to `list`, the oldest going past [`MAX_TOKENS`].
+fn keep(list: &Mutex<Vec<String>>, token: String) {
+    let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+    if list.len() >= MAX_TOKENS {
+        list.remove(0);
+    }
+    list.push(token);
+}
+
+/// Where `given` is in `tokens`: every one compared, each in constant time.
+fn find(tokens: &[String], given: &str) -> Option<usize> {
+    tokens.iter().enumerate().fold(None, |found, (i, t)| {
+        if constant_time_eq(t.as_bytes(), given.as_bytes()) {
+            Some(i)
+        } else {
+            found
+        }
+    })
 }
 
 /// Whether `a` and `b` are equal, in a time that depends on their lengths only.
@@ -141,7 +176,7 @@ pub(crate) async fn open(dashboard: &Dashboard, server: &Arc<Server>) -> Result<
         }
     };
     let token = fresh_token()?;
-    dashboard.state.add_token(token.clone());
+    dashboard.state.add_link(token.clone());
     Ok(wire::json(
         200,
         &json!({
@@ -251,24 +286,39 @@ async fn serve(
     }
     let q = query(&req);
     // The first load: the URL's token becomes the cookie, and the URL loses it.
+    let session = cookie_token(&req, &cookie_name(port)).filter(|t| state.knows_session(t));
     if let Some(given) = param(&q, "token") {
-        if !state.knows(&given) {
-            return unauthorized(&req);
-        }
-        return Response::builder()
+        let redirect = Response::builder()
             .status(StatusCode::SEE_OTHER)
-            .header("location", req.uri().path())
-            .header(
-                "set-cookie",
-                format!(
-                    "{}={given}; HttpOnly; SameSite=Strict; Path=/",
-                    cookie_name(port)
-                ),
-            )
-            .body(Full::new(Bytes::new()).boxed())
-            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+            .header("location", req.uri().path());
+        // A link opens the dashboard once: its token is exchanged for a session's, kept as
+        // the cookie, so the link left in the browser's history opens nothing. The same
+        // link opened again where the session already is goes on to the page.
+        if state.use_link(&given) {
+            let session = match fresh_token() {
+                Ok(t) => t,
+                Err(e) => return fail(e),
+            };
+            state.add_session(session.clone());
+            return redirect
+                .header(
+                    "set-cookie",
+                    format!(
+                        "{}={session}; HttpOnly; SameSite=Strict; Path=/",
+                        cookie_name(port)
+                    ),
+                )
+                .body(Full::new(Bytes::new()).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+        }
+        if session.is_some() {
+            return redirect
+                .body(Full::new(Bytes::new()).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+        }
+        return unauthorized(&req);
     }
-    if !cookie_token(&req, &cookie_name(port)).is_some_and(|t| state.knows(&t)) {
+    if session.is_none() {
         return unauthorized(&req);
     }
     if req.method() == Method::POST {
