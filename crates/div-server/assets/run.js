@@ -187,6 +187,8 @@
           view.scrollTop = view.scrollHeight;
           this.info(part.size);
         }
+        // When the tail was on the page, for `cargo xtask bench dashboard`.
+        view.dataset.tailMs = String(Math.round(performance.now()));
       } catch (e) { div.showError(e); }
       this.poll();
     },
@@ -371,6 +373,10 @@
     await refresh();
     setTimeout(loop, run && div.terminal(run.status) ? 10000 : 1500);
   }
+  addEventListener("hashchange", () => {
+    const wanted = location.hash.replace("#", "");
+    if (["overview", "log", "telemetry"].includes(wanted) && wanted !== tab) show(wanted);
+  });
   loop().then(() => {
     const wanted = location.hash.replace("#", "");
     if (["log", "telemetry"].includes(wanted)) show(wanted);

@@ -797,6 +797,24 @@ fn the_telemetry_tab_draws_the_layouts_series() {
             "{info}"
         );
         b.screenshot("telemetry").await;
+        // Everything the page loaded (scripts, styles, the chart library, its API calls) came
+        // from the control plane itself.
+        let elsewhere = b
+            .js(
+                "return performance.getEntriesByType('resource').map(e => e.name)\
+                   .filter(n => !n.startsWith(location.origin + '/'))",
+            )
+            .await;
+        assert_eq!(elsewhere, json!([]));
+        let loaded = b
+            .js("return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)")
+            .await;
+        assert!(
+            loaded
+                .as_array()
+                .is_some_and(|l| l.contains(&json!("/assets/uPlot.iife.min.js"))),
+            "{loaded}"
+        );
     });
 }
 
@@ -1163,8 +1181,102 @@ fn bench_the_list_with_many_runs_stored() {
                 verdict(r <= 1000.0)
             );
         }
+
+        // A log of DIV_BENCH_LOG_MIB MiB (1 GiB unless told): the page shows its tail, and
+        // how long that and one "Load earlier" take.
+        let mib: u64 = std::env::var("DIV_BENCH_LOG_MIB")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1024);
+        std::fs::write(local.tmp.path().join("vision/huge.py"), HUGE).expect("write");
+        let env = format!("DIV_BENCH_LOG_MIB={mib}");
+        local.ok(&[
+            "run",
+            "--detach",
+            "--gpu",
+            "cpu",
+            "--name",
+            "huge",
+            "--max-spend",
+            "5",
+            "--env",
+            &env,
+            "huge.py::main",
+        ]);
+        b.goto(&format!("{base}/runs/huge")).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(1800);
+        while b.js("return document.body.dataset.status").await != json!("succeeded") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the {mib} MiB run never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut tails = Vec::new();
+        let mut earlier = Vec::new();
+        let mut held = 0;
+        for _ in 0..3 {
+            // A fresh page each time (a change of the fragment alone loads nothing).
+            b.goto(&format!("{base}/")).await;
+            b.goto(&format!("{base}/runs/huge#log")).await;
+            b.until(
+                "the huge log's tail",
+                "return document.getElementById('logview').textContent.endsWith('the end\\n')",
+            )
+            .await;
+            let t = b
+                .js("const v = document.getElementById('logview');\
+                     return [Number(v.dataset.tailMs), v.textContent.length, Number(v.dataset.end)]")
+                .await;
+            tails.push(t[0].as_f64().unwrap_or(f64::NAN));
+            held = t[1].as_u64().unwrap_or(0);
+            assert_eq!(t[2].as_u64(), Some(mib * ((1 << 20) + 9) + 8), "{t}");
+            let clicked = std::time::Instant::now();
+            b.c()
+                .find(Locator::Css("#earlier"))
+                .await
+                .expect("earlier")
+                .click()
+                .await
+                .expect("click");
+            b.until(
+                "the earlier part",
+                "const v = document.getElementById('logview');\
+                 return Number(v.dataset.end) - Number(v.dataset.start) > 300000",
+            )
+            .await;
+            earlier.push(clicked.elapsed().as_secs_f64() * 1000.0);
+        }
+        tails.sort_by(f64::total_cmp);
+        earlier.sort_by(f64::total_cmp);
+        #[allow(clippy::print_stdout)]
+        {
+            println!("a {mib} MiB log (medians of 3):");
+            println!(
+                "  its tail on the page                {:8.2} ms  ({held} characters held)",
+                tails[1]
+            );
+            println!(
+                "  Load earlier, clicked to shown      {:8.2} ms  (polled every 200 ms)",
+                earlier[1]
+            );
+        }
     });
 }
+
+/// `DIV_BENCH_LOG_MIB` MiB of 64-byte lines, each MiB after a `mib N` line, then `the end`.
+const HUGE: &str = r#"import os, sys
+
+def main():
+    mib = int(os.environ.get("DIV_BENCH_LOG_MIB", "1024"))
+    block = "".join(f"line {j:05d} " + "x" * 52 + "\n" for j in range(16384)).encode()
+    out = sys.stdout.buffer
+    for i in range(mib):
+        out.write(f"mib {i:04d}\n".encode())
+        out.write(block)
+    out.write(b"the end\n")
+    out.flush()
+"#;
 
 #[test]
 fn div_dashboard_prints_a_fresh_link_each_time_and_says_when_no_browser_can_open() {
