@@ -303,7 +303,23 @@ where
 #[test]
 fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
     let local = Local::new();
-    local.ok(&["run", "--gpu", "cpu", "--max-spend", "1", "train.py::main"]);
+    // One check passed and one missed.
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "1",
+        "--name",
+        "judged",
+        "--check",
+        "metrics.accuracy>=0.8",
+        "--check",
+        "metrics.accuracy>=0.95",
+        "train.py::main",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missed 1 of 2 checks"), "{stderr}");
     let url = local.dashboard();
     with_browser(|b| async move {
         b.goto(&url).await;
@@ -347,6 +363,15 @@ fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
         assert_eq!(cells[3], "ticker.py::main", "{cells:?}");
         assert_eq!(cells[4], "cpu × 0", "{cells:?}");
         assert!(cells[7].ends_with(" / $2.50"), "{cells:?}");
+        let judged = b
+            .js("const r = [...document.querySelectorAll('#rows tr')]\
+                   .find(r => r.cells[0].textContent === 'judged');\
+                 return [...r.cells].map(c => c.textContent);")
+            .await;
+        let judged: Vec<String> = serde_json::from_value(judged).expect("cells");
+        assert_eq!(judged[2], "succeeded", "{judged:?}");
+        assert_eq!(judged[8], "0", "{judged:?}");
+        assert_eq!(judged[9], "1/2 passed · 1 missed", "{judged:?}");
         b.screenshot("runs").await;
 
         // Filters: the project, then the status.
