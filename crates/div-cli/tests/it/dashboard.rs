@@ -544,6 +544,20 @@ fn the_run_page_log_grows_while_the_run_prints_in_colour() {
             "{href}"
         );
         b.screenshot("log").await;
+        // Scrolled up to read, the view stays where it was while lines keep arriving.
+        b.js("document.getElementById('logview').scrollTop = 0; return true;")
+            .await;
+        let now = b.js(&last).await.as_i64().expect("a tick");
+        b.until(
+            "more ticks while scrolled up",
+            &format!("{LAST_TICK_FN} return lastTick() >= {};", now + 2),
+        )
+        .await;
+        assert_eq!(
+            b.js("return document.getElementById('logview').scrollTop")
+                .await,
+            json!(0)
+        );
         local.ok(&["stop", "ticking"]);
     });
 }
@@ -683,6 +697,28 @@ fn stop_asks_for_a_confirmation_and_the_status_changes() {
             "{replay}"
         );
         b.screenshot("run").await;
+        // Copy: to the clipboard where the browser allows it, else the command is selected
+        // for Ctrl-C.
+        b.c()
+            .find(Locator::Css("#copy"))
+            .await
+            .expect("copy")
+            .click()
+            .await
+            .expect("click");
+        b.until(
+            "the copy said",
+            "return document.getElementById('copied').textContent !== ''",
+        )
+        .await;
+        let copied = b
+            .js("return [document.getElementById('copied').textContent, String(getSelection())]")
+            .await;
+        assert!(
+            copied[0] == json!("copied")
+                || (copied[0] == json!("selected: press Ctrl-C") && copied[1] == json!(replay)),
+            "{copied}"
+        );
 
         // Stop, then change one's mind: nothing happens.
         b.c()
