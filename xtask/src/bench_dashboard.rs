@@ -41,6 +41,9 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         .env("DIV_REQUIRE_BROWSER", "1")
         .status()
         .context("running cargo test")?;
-    ensure!(status.success(), "the dashboard benchmark failed ({status})");
+    ensure!(
+        status.success(),
+        "the dashboard benchmark failed ({status})"
+    );
     Ok(())
 }
