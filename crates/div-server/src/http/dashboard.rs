@@ -46,6 +46,7 @@ mod replay;
 fn cookie_name(port: u16) -> String {
     format!("div_dashboard_{port}")
 }
+
 /// How many links' and sessions' tokens are kept: each `div dashboard` adds a link, each
 /// link used a session; the oldest go first.
 const MAX_TOKENS: usize = 64;
@@ -285,12 +286,12 @@ async fn serve(
             .unwrap_or_else(|| fail(HttpError::not_found(format!("no asset `{name}`"))));
     }
     let q = query(&req);
-    // The first load: the URL's token becomes the cookie, and the URL loses it.
+    // The first load: the URL's token is exchanged for a session's, and the URL loses it.
     let session = cookie_token(&req, &cookie_name(port)).filter(|t| state.knows_session(t));
     if let Some(given) = param(&q, "token") {
         let redirect = Response::builder()
             .status(StatusCode::SEE_OTHER)
-            .header("location", req.uri().path());
+            .header("location", same_page(req.uri().path()));
         // A link opens the dashboard once: its token is exchanged for a session's, kept as
         // the cookie, so the link left in the browser's history opens nothing. The same
         // link opened again where the session already is goes on to the page.
@@ -334,6 +335,16 @@ async fn serve(
         }
     }
     route(server, req, &q).await.unwrap_or_else(fail)
+}
+
+/// Where the first load goes on to: the same path, when it is one of this origin's
+/// (`//host/…` or a backslash would send the browser elsewhere); else `/`.
+fn same_page(path: &str) -> &str {
+    if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') {
+        path
+    } else {
+        "/"
+    }
 }
 
 fn unauthorized(req: &Request<Incoming>) -> Resp {
@@ -648,7 +659,7 @@ pub async fn open_url(socket: &std::path::Path) -> Result<DashboardLink, Dashboa
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_LOG_READ, constant_time_eq, wanted_range};
+    use super::{MAX_LOG_READ, constant_time_eq, same_page, wanted_range};
 
     #[test]
     fn ranges_are_read_as_asked_and_held_to_the_most_one_read_answers() {
@@ -664,6 +675,15 @@ mod tests {
         assert_eq!(wanted_range(Some("bytes=0-"), big), Ok((0, MAX_LOG_READ)));
         assert_eq!(wanted_range(Some("bytes=x-y"), 10), Ok((0, 10)));
         assert_eq!(wanted_range(Some("bytes=9-3"), 10), Ok((0, 10)));
+    }
+
+    #[test]
+    fn the_first_load_goes_on_to_a_page_of_this_origin_only() {
+        assert_eq!(same_page("/runs/r_1"), "/runs/r_1");
+        assert_eq!(same_page("/"), "/");
+        assert_eq!(same_page("//evil.example/x"), "/");
+        assert_eq!(same_page("/\\evil.example"), "/");
+        assert_eq!(same_page(""), "/");
     }
 
     #[test]
