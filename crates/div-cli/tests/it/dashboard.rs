@@ -172,11 +172,12 @@ impl Browser {
             if std::env::var_os("DIV_REQUIRE_BROWSER").is_some_and(|v| v == "1") {
                 panic!("{msg}");
             }
-            // A skip must be seen: said on stderr, where cargo shows it.
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("\n!!! SKIPPED: {msg}\n");
-            }
+            // A skip must be seen: written to stderr itself, past the test harness's
+            // capture (which hides what a passing test prints with `eprintln!`).
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("\n!!! SKIPPED: {msg}\n\n").as_bytes(),
+            );
             return None;
         };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
