@@ -52,6 +52,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+pub use http::dashboard::{DashboardError, DashboardLink, open_url as open_dashboard};
 pub use inventory::InventoryError;
 
 /// How to run the local control plane.

@@ -7,6 +7,7 @@ mod attached;
 mod cli_reference;
 mod commands;
 mod crash;
+mod dashboard;
 mod hostile_client;
 mod https;
 mod json_nulls;

@@ -92,6 +92,7 @@ pub(crate) async fn serve(
     let shared = Arc::new(Shared {
         server: Arc::clone(&server),
         uploads: Default::default(),
+        dashboard: Default::default(),
     });
     let accept = async {
         loop {

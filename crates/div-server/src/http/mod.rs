@@ -3,6 +3,7 @@
 //! are [`wire`]'s, the streams [`logstream`]'s and [`files`]'s, the blob upload
 //! [`upload`]'s, and the listeners [`listen`]'s.
 
+pub(crate) mod dashboard;
 mod files;
 pub(crate) mod listen;
 mod logstream;
@@ -28,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) server: Arc<Server>,
     /// Uploads of one blob take turns.
     pub(crate) uploads: upload::UploadLocks,
+    /// The dashboard's loopback listener and tokens, opened on demand.
+    pub(crate) dashboard: dashboard::Dashboard,
 }
 
 pub(crate) async fn handle(
@@ -151,6 +154,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let t = blocking(server, move |s| runs::telemetry(s, &run, after)).await?;
             Ok(wire::json(200, &t))
         }
+        (&Method::POST, ["v1", "dashboard"]) => dashboard::open(&shared.dashboard, server).await,
         (&Method::GET, ["v1", "secrets"]) => {
             let list = blocking(server, secrets::list).await?;
             Ok(wire::json(200, &json!({ "secrets": list })))
