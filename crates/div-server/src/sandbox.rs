@@ -5,13 +5,44 @@ use std::path::{Path, PathBuf};
 /// The top-level host directories a run never sees from the host.
 const SKIPPED: [&str; 6] = ["proc", "dev", "sys", "tmp", "mnt", "workspace"];
 
+/// What of a run's `/proc` is read-only: each is the host's own, bound read-only.
+const PROC_COVERS: [&str; 5] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/fs",
+    "/proc/acpi",
+    "/proc/driver",
+];
+
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
-/// Whether bubblewrap works here.
+/// Where `bwrap` is looked for: fixed folders, never a PATH (the run's or anyone's).
+const BWRAP_DIRS: [&str; 4] = ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin"];
+
+/// The absolute path of `bwrap` in [`BWRAP_DIRS`]; `/usr/bin/bwrap` when none is found (the
+/// start then fails and says so).
+pub(crate) fn bwrap_program() -> PathBuf {
+    BWRAP_DIRS
+        .iter()
+        .map(|d| Path::new(d).join("bwrap"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/bwrap"))
+}
+
+/// Whether bubblewrap works here, with every capability dropped as runs have them.
 pub(crate) fn bwrap_works() -> bool {
-    std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
+    std::process::Command::new(bwrap_program())
+        .args([
+            "--cap-drop",
+            "ALL",
+            "--unshare-user",
+            "--disable-userns",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -53,18 +84,30 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// `bwrap … sh -lc <command>`: the host's system read-only, one top-level directory at a
-/// time; the state directory hidden; `/tmp`, `/mnt`, each volume and `/workspace` bound.
+/// `bwrap … sh -lc <command>`: no capability and no way to gain one in a nested user
+/// namespace (as root too: bwrap keeps root's otherwise, and
+/// a run could remount `/etc` read-write or unmount the cover over the state directory); the
+/// host's system read-only, one top-level directory at a time; the state directory hidden;
+/// `/tmp`, `/mnt`, each volume and `/workspace` bound, each volume's committed code
+/// (`code/`) read-only over it. The run's environment is not here: the supervisor adds it
+/// (`--args`), and starts bwrap with a fixed one.
 pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
-    let mut argv: Vec<String> = [
-        "bwrap",
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-all",
-        "--share-net",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut argv: Vec<String> = vec![bwrap_program().display().to_string()];
+    argv.extend(
+        [
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            // Its own user namespace, in which no further one can be made: a nested one
+            // would hold every capability over itself.
+            "--unshare-user",
+            "--disable-userns",
+            "--share-net",
+        ]
+        .map(str::to_owned),
+    );
     let home = input
         .home
         .canonicalize()
@@ -96,6 +139,17 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         }
     }
     argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
+    // Without capabilities a run under a root server is still uid 0, and the kernel lets
+    // uid 0 write root's files in /proc with no capability check (`/proc/sys/vm/drop_caches`
+    // was writable, and so `kernel.core_pattern`): they are bound read-only over the run's
+    // own /proc. (bwrap covers `irq` and `bus` itself, and `sys` only when it can tell.)
+    for cover in PROC_COVERS {
+        argv.extend([
+            "--ro-bind-try".to_owned(),
+            cover.to_owned(),
+            cover.to_owned(),
+        ]);
+    }
     for dev in input.devices.iter().filter(|d| d.exists()) {
         argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
     }
@@ -129,6 +183,17 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
     for (name, dir) in input.volumes {
         argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
+        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
+        // a snapshot another run will start from. A link there (left by some run) is not
+        // followed: it is not bound, so nothing outside the volume is.
+        let code = dir.join("code");
+        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
+            argv.extend([
+                "--ro-bind".to_owned(),
+                s(&code),
+                format!("/mnt/{name}/code"),
+            ]);
+        }
     }
     argv.extend([
         "--bind".to_owned(),
@@ -154,7 +219,7 @@ pub(crate) fn direct_argv(command: &str, bin: &Path) -> Vec<String> {
         }
     }
     text.push_str(command);
-    vec!["sh".to_owned(), "-lc".to_owned(), text]
+    vec!["/bin/sh".to_owned(), "-lc".to_owned(), text]
 }
 
 /// The GPU device nodes a GPU run gets.

@@ -67,18 +67,6 @@ pub(crate) fn kill(pid: u32, signal: libc::c_int) -> bool {
     unsafe { libc::kill(pid, signal) == 0 }
 }
 
-/// Sends `signal` to the process group `pgid`.
-pub(crate) fn kill_group(pgid: u32, signal: libc::c_int) -> bool {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return false;
-    };
-    if pgid <= 1 {
-        return false;
-    }
-    // SAFETY: killpg takes plain integers; pgid > 1 so it never signals every process.
-    unsafe { libc::killpg(pgid, signal) == 0 }
-}
-
 /// Whether a process with this pid exists (zombies included).
 pub(crate) fn alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
@@ -106,4 +94,72 @@ pub(crate) fn disk_full(path: &std::path::Path) -> bool {
     // SAFETY: as above; both pointers are valid for the call.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     rc == 0 && st.f_blocks > 0 && st.f_bavail == 0
+}
+
+/// Opens `base/rest[0]/…/rest[n-1]` for reading without following a link at any of the
+/// `rest` components (a run may have put one there): each folder is opened `O_NOFOLLOW |
+/// O_DIRECTORY` beneath the one before, the last component `O_NOFOLLOW | O_NONBLOCK` (so a
+/// FIFO never blocks the open). `base` itself is trusted. The caller still checks what was
+/// opened (`File::metadata`): it may be a FIFO, a folder or a device.
+pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut dir: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(base)?
+        .into();
+    for (i, name) in rest.iter().enumerate() {
+        if name.is_empty() || name.contains('/') || *name == "." || *name == ".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{name}` is not one path component"),
+            ));
+        }
+        let c = std::ffi::CString::new(*name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))?;
+        let last = i + 1 == rest.len();
+        let flags = libc::O_RDONLY
+            | libc::O_NOFOLLOW
+            | libc::O_CLOEXEC
+            | libc::O_NOCTTY
+            | if last {
+                libc::O_NONBLOCK
+            } else {
+                libc::O_DIRECTORY
+            };
+        // SAFETY: `dir` is an open descriptor and `c` a valid NUL-terminated string, both
+        // alive for the call.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by openat, is open and owned by nothing else.
+        dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    }
+    Ok(std::fs::File::from(dir))
+}
+
+/// Whether the child `pid` has exited, without reaping it: while it stays a zombie its pid
+/// (and so its process-group id) cannot be given to another process, so what is killed by
+/// that pid afterwards is still the run's.
+pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
+    let pid: libc::id_t = pid;
+    // SAFETY: siginfo_t is plain data; zeroed means "no child changed state".
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid siginfo_t for waitid to fill; WNOWAIT leaves the child
+    // waitable (unreaped).
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled `info` (or left it zeroed); si_pid reads its pid field.
+    Ok(unsafe { info.si_pid() } != 0)
 }
