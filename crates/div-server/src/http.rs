@@ -446,6 +446,9 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, Failur
                 )));
             }
             let body: SetSecret = read_json(req).await?;
+            if let Some(problem) = crate::sandbox::env_value_problem("secret", &name, &body.value) {
+                return Err(Failure::invalid(problem));
+            }
             let info = blocking(&state, move |s| {
                 s.store.set_secret(
                     &name,

@@ -249,6 +249,13 @@ pub(crate) fn create_run(state: &State, key: &str, body: &[u8]) -> Result<(u16, 
             bad.key
         )));
     }
+    if let Some(problem) = request
+        .env
+        .iter()
+        .find_map(|e| sandbox::env_value_problem("environment variable", &e.key, &e.value))
+    {
+        return Err(Failure::invalid(problem));
+    }
     if request.project.trim().is_empty() {
         return Err(Failure::invalid("the run has no project"));
     }
@@ -485,10 +492,13 @@ pub(crate) fn tick(state: &State) -> Result<bool, StoreError> {
 fn check_running(state: &State, mut record: RunRecord) -> Result<Option<RunRecord>, StoreError> {
     let dir = state.run_dir(&record.run.id);
     let end_path = dir.join("end.json");
+    // The supervisor writes its end atomically, so one that is there but does not parse was
+    // damaged afterwards: it is said to be unreadable, never read as "the supervisor was lost".
     let read_end = || -> Option<EndRecord> {
-        fs::read(&end_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        let bytes = fs::read(&end_path).ok()?;
+        Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            supervisor::unreadable_end(&bytes, &e.to_string(), &record.run, &record.internal)
+        }))
     };
     let end = match read_end() {
         Some(end) => Some(end),

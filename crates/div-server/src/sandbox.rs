@@ -17,6 +17,29 @@ const PROC_COVERS: [&str; 5] = [
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
+/// The most bytes one environment variable's value (a secret's or an `--env`'s) may hold.
+/// The kernel takes no single variable over 128 KiB (`MAX_ARG_STRLEN`), so a larger one could
+/// never reach a run; it is refused when it is set instead.
+pub(crate) const MAX_ENV_VALUE_BYTES: usize = 64 << 10;
+
+/// What is wrong with `value` as the value of the variable `key` (`what`: "secret" or
+/// "environment variable"), if anything: a NUL byte (no process can be given one), or more
+/// than [`MAX_ENV_VALUE_BYTES`].
+pub(crate) fn env_value_problem(what: &str, key: &str, value: &str) -> Option<String> {
+    if value.contains('\0') {
+        return Some(format!(
+            "the {what} `{key}` holds a NUL byte, which no program's environment can hold; remove it"
+        ));
+    }
+    if value.len() > MAX_ENV_VALUE_BYTES {
+        return Some(format!(
+            "the {what} `{key}` is {} bytes; a value may be at most {MAX_ENV_VALUE_BYTES} bytes (64 KiB)",
+            value.len()
+        ));
+    }
+    None
+}
+
 /// Where `bwrap` is looked for: fixed folders, never a PATH (the run's or anyone's).
 const BWRAP_DIRS: [&str; 4] = ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin"];
 
@@ -200,7 +223,8 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         s(input.workspace),
         "/workspace".to_owned(),
     ]);
-    argv.extend(["--chdir", input.chdir, "sh", "-lc"].map(str::to_owned));
+    // By absolute path: the run's own PATH is already set when bwrap looks for it.
+    argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
     argv.push(input.command.to_owned());
     argv
 }

@@ -394,6 +394,56 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     }
 }
 
+/// The end of a run whose `end.json` is there but could not be parsed (`error`): what can
+/// still be found in its bytes (the exit code, the times, the spend) is kept, and the reason
+/// says the record was unreadable.
+pub(crate) fn unreadable_end(
+    bytes: &[u8],
+    error: &str,
+    run: &div_api::Run,
+    internal: &crate::store::RunInternal,
+) -> EndRecord {
+    let text = String::from_utf8_lossy(bytes);
+    let number = |key: &str| -> Option<i64> {
+        let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
+        let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    let now = now_ms();
+    let started_ms = number("started_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .or(internal.started_ms)
+        .unwrap_or(now);
+    let ended_ms = number("ended_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(now);
+    let exit_code = number("exit_code").and_then(|n| i32::try_from(n).ok());
+    let duration_seconds = ended_ms.saturating_sub(started_ms) / 1000;
+    let found = match exit_code {
+        Some(code) => format!("; its exit code, {code}, was found in it"),
+        None => "; no exit code could be found in it".to_owned(),
+    };
+    EndRecord {
+        status: RunStatus::Failed,
+        exit_code,
+        reason: Some(format!(
+            "the run's end record (runs/{}/end.json) could not be read: {error}{found}",
+            run.id
+        )),
+        started_ms,
+        ended_ms,
+        duration_seconds,
+        // Metered from its times when the record does not say.
+        spent_cents: number("spent_cents").unwrap_or_else(|| {
+            deps::charge(run.cents_per_hour, duration_seconds, run.max_spend_cents)
+        }),
+        verdicts: Vec::new(),
+    }
+}
+
 fn early_end(spec: &RunSpec, reason: String) -> EndRecord {
     let now = now_ms();
     EndRecord {

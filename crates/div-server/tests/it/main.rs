@@ -9,6 +9,8 @@ mod example;
 mod faults;
 mod harness;
 mod hostile;
+mod hostile_env;
+mod hostile_files;
 mod limits;
 mod races;
 mod runs;
