@@ -22,7 +22,6 @@ use tokio::sync::mpsc;
 
 use crate::inventory::Inventory;
 use crate::runs::{self, Failure, State};
-use crate::store::Store;
 use crate::supervisor::{KeptResult, KeptTelemetry};
 use crate::{ServerError, ServerOptions, sandbox, volumes};
 
@@ -185,6 +184,18 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     })
 }
 
+/// Whether `given` is `token`, in a time that depends on their lengths only, never on where
+/// they first differ (a byte-by-byte `==` stops there, which a caller could time).
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    let mut differ = given.len() ^ token.len();
+    for i in 0..given.len().max(token.len()) {
+        let a = given.get(i).copied().unwrap_or(0);
+        let b = token.get(i).copied().unwrap_or(0);
+        differ |= usize::from(std::hint::black_box(a ^ b));
+    }
+    differ == 0
+}
+
 async fn handle(
     state: Arc<State>,
     token: Option<Arc<String>>,
@@ -196,7 +207,7 @@ async fn handle(
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t == token.as_str());
+            .is_some_and(|t| same_token(t.as_bytes(), token.as_bytes()));
         if !ok {
             return Ok(fail(Failure::new(
                 401,
@@ -847,7 +858,7 @@ pub(crate) async fn serve(
             true
         }
     };
-    let store = Store::open(&home.join("state.db")).map_err(|e| ServerError::Store(Box::new(e)))?;
+    let store = crate::store::open_with_history(&home)?;
     {
         use std::os::unix::fs::PermissionsExt;
         for name in ["state.db", "state.db-wal", "state.db-shm"] {
@@ -940,6 +951,11 @@ pub(crate) async fn serve(
     }
     drop(scheduler);
     let _ = std::fs::remove_file(&socket);
+    // `state.db` self-contained once the server stops: the WAL copied in and emptied.
+    {
+        let s = Arc::clone(&state);
+        let _ = tokio::task::spawn_blocking(move || s.store.checkpoint()).await;
+    }
     drop(lock);
     Ok(())
 }

@@ -14,4 +14,5 @@ mod hostile_files;
 mod limits;
 mod races;
 mod runs;
+mod state;
 mod unprivileged;
