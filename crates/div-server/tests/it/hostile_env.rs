@@ -1,5 +1,6 @@
 //! A run's environment stays the run's: `PATH`, a secret named `LD_PRELOAD` and the loader's
-//! `LD_DEBUG` reach the run, never the sandbox's launch; values no process could be given
+//! `LD_DEBUG` reach the run, never the sandbox's launch, and the secret is in no file others
+//! can read; values no process could be given
 //! (a NUL byte, over 64 KiB) are refused when they are set.
 
 use serde_json::json;
@@ -42,6 +43,19 @@ async fn the_runs_environment_never_changes_how_the_sandbox_is_started() {
     assert!(
         !log.contains("bwrap"),
         "the launch saw the run's variables:\n{log}"
+    );
+    // The secret is in no file another user could read: spec.json is the owner's alone, and
+    // the file bwrap read the variables from is gone.
+    use std::os::unix::fs::PermissionsExt;
+    let run_dir = server.home.join("runs").join(&id);
+    let mode = std::fs::metadata(run_dir.join("spec.json"))
+        .expect("spec.json")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "spec.json is {:o}", mode & 0o777);
+    assert!(
+        !run_dir.join("launch.args").exists(),
+        "launch.args was left"
     );
 }
 
