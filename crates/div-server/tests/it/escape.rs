@@ -184,3 +184,58 @@ echo done"#;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     assert_eq!(server.log_text(&again).await, "print('original')\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_a_run_leaves_in_a_volume_never_carries_a_commit_out_of_it() {
+    const EMPTY: &str = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262";
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    // A host folder outside every volume: where the link points.
+    let victim = server.home.parent().expect("a parent").join("victim");
+    std::fs::create_dir_all(&victim).expect("victim");
+    let (s, v) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "fresh-code"})))
+        .await;
+    assert!(matches!(s, 200 | 201), "{s} {v}");
+    let (s, v) = server
+        .request(
+            "PUT",
+            &format!("/v1/volumes/fresh-code/blobs/{EMPTY}?offset=0&total=0"),
+            None,
+        )
+        .await;
+    assert!(matches!(s, 201 | 204), "{s} {v}");
+    // The volume has no code yet: the run leaves `code` as a link to the host folder.
+    let (_, run) = server
+        .create_run(
+            &format!(
+                "ln -s {} /mnt/fresh-code/code && echo planted",
+                victim.display()
+            ),
+            json!({}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(server.log_text(&id).await, "planted\n");
+    // The next `div run` commits its code at code/<id>.
+    let (status, body) = server
+        .request(
+            "POST",
+            "/v1/volumes/fresh-code/trees",
+            Some(json!({"path": "code/c0ffee03", "entries": [
+                {"path": "train.py", "kind": "file", "size": 0, "hash": EMPTY}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "`code` in volume `fresh-code` is not a folder (a link or a file left there, perhaps by a run); remove it to commit `code/c0ffee03`"
+    );
+    assert_eq!(
+        std::fs::read_dir(&victim).expect("victim").count(),
+        0,
+        "the commit was written outside the volume"
+    );
+}
