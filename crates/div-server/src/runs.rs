@@ -417,13 +417,22 @@ fn supervisor_alive(pid: u32, run_dir: &Path) -> bool {
         return false;
     }
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    if stat
+    let rest = stat
         .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-    {
+        .map_or("", |(_, rest)| rest.trim_start());
+    // A zombie, or a kernel thread (a child of kthreadd, pid 2) that got the pid.
+    if rest.starts_with('Z') || rest.split_whitespace().nth(1) == Some("2") {
         return false;
     }
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    // A supervisor just spawned can still be inside its exec: the kernel lets the spawner go
+    // on once the new program's memory is in place, but fills in its arguments only after, so
+    // its cmdline reads empty meanwhile. Under load that lasted past the next tick, and the
+    // run was recorded as "the supervisor was lost" while its supervisor went on. Not known
+    // yet, so alive: the next tick looks again.
+    if cmdline.is_empty() {
+        return true;
+    }
     let needle = run_dir.as_os_str().as_encoded_bytes();
     cmdline.split(|b| *b == 0).any(|arg| arg == needle)
 }

@@ -53,24 +53,39 @@ pub(crate) fn bwrap_program() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/bin/bwrap"))
 }
 
-/// Whether bubblewrap works here, with every capability dropped as runs have them.
-pub(crate) fn bwrap_works() -> bool {
+/// Whether runs get their own user namespace (`--unshare-user --disable-userns`): found by
+/// [`bwrap_works`]; until then, yes.
+static OWN_USERNS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn bwrap_true(userns: bool) -> bool {
+    let mut args = vec!["--cap-drop", "ALL"];
+    if userns {
+        args.extend(["--unshare-user", "--disable-userns"]);
+    }
+    args.extend(["--ro-bind", "/", "/", "true"]);
     std::process::Command::new(bwrap_program())
-        .args([
-            "--cap-drop",
-            "ALL",
-            "--unshare-user",
-            "--disable-userns",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Whether bubblewrap works here, with every capability dropped as runs have them: with a
+/// user namespace of the run's own in which no other can be made, or — where user namespaces
+/// are turned off (`user.max_user_namespaces` 0), which only root's bwrap can do without —
+/// without one (no nested one can be made there either).
+pub(crate) fn bwrap_works() -> bool {
+    if bwrap_true(true) {
+        let _ = OWN_USERNS.set(true);
+        return true;
+    }
+    let works = bwrap_true(false);
+    if works {
+        let _ = OWN_USERNS.set(false);
+    }
+    works
 }
 
 /// The host's `python3` when `python` is not on the login PATH.
@@ -123,14 +138,15 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             "--die-with-parent",
             "--new-session",
             "--unshare-all",
-            // Its own user namespace, in which no further one can be made: a nested one
-            // would hold every capability over itself.
-            "--unshare-user",
-            "--disable-userns",
             "--share-net",
         ]
         .map(str::to_owned),
     );
+    // Its own user namespace, in which no further one can be made: a nested one would hold
+    // every capability over itself.
+    if *OWN_USERNS.get().unwrap_or(&true) {
+        argv.extend(["--unshare-user", "--disable-userns"].map(str::to_owned));
+    }
     let home = input
         .home
         .canonicalize()

@@ -949,6 +949,18 @@ mod tests {
     }
 
     #[test]
+    fn the_runs_variables_are_bwrap_arguments_each_ended_by_a_nul() {
+        let env = vec![
+            ("A".to_owned(), "1".to_owned()),
+            ("B".to_owned(), "x y\nz".to_owned()),
+        ];
+        assert_eq!(
+            env_args(&env),
+            b"--clearenv\0--setenv\0A\0\x31\0--setenv\0B\0x y\nz\0".to_vec()
+        );
+    }
+
+    #[test]
     fn a_run_within_its_time_limit_ends_on_its_own() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let end = run(dir.path(), &spec(dir.path(), "echo done", 60));
