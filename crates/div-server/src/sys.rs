@@ -58,18 +58,6 @@ pub(crate) fn kill(pid: u32, signal: libc::c_int) -> bool {
     }
 }
 
-/// Sends `signal` to the process group `pgid`.
-pub(crate) fn kill_group(pgid: u32, signal: libc::c_int) -> bool {
-    if pgid <= 1 {
-        // Never group 1 (init's): a stray 1 must not signal every process.
-        return false;
-    }
-    match (one_process(pgid), Signal::from_named_raw(signal)) {
-        (Some(pgid), Some(signal)) => rustix::process::kill_process_group(pgid, signal).is_ok(),
-        _ => false,
-    }
-}
-
 /// Whether a process with this pid exists (zombies included).
 pub(crate) fn alive(pid: u32) -> bool {
     one_process(pid).is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
@@ -85,6 +73,60 @@ pub(crate) fn disk_full(path: &std::path::Path) -> bool {
     rustix::fs::statvfs(path).is_ok_and(|st| st.f_blocks > 0 && st.f_bavail == 0)
 }
 
+/// Opens `base/rest[0]/…/rest[n-1]` for reading without following a link at any of the
+/// `rest` components (a run may have put one there): each folder is opened `O_NOFOLLOW |
+/// O_DIRECTORY` beneath the one before, the last component `O_NOFOLLOW | O_NONBLOCK` (so a
+/// FIFO never blocks the open). `base` itself is trusted. The caller still checks what was
+/// opened (`File::metadata`): it may be a FIFO, a folder or a device.
+pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let mut dir = rustix::fs::open(
+        base,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    for (i, name) in rest.iter().enumerate() {
+        if name.is_empty() || name.contains('/') || *name == "." || *name == ".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{name}` is not one path component"),
+            ));
+        }
+        let last = i + 1 == rest.len();
+        let flags = OFlags::RDONLY
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY
+            | if last {
+                OFlags::NONBLOCK
+            } else {
+                OFlags::DIRECTORY
+            };
+        // rustix refuses a name holding a NUL (EINVAL) before the call.
+        dir = rustix::fs::openat(&dir, *name, flags, Mode::empty())?;
+    }
+    Ok(std::fs::File::from(dir))
+}
+
+/// Whether the child `pid` has exited, without reaping it: while it stays a zombie its pid
+/// (and so its process-group id) cannot be given to another process, so what is killed by
+/// that pid afterwards is still the run's.
+pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let Some(pid) = one_process(pid) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{pid} is not a process id"),
+        ));
+    };
+    // WNOWAIT leaves the child waitable (unreaped); WNOHANG answers at once.
+    let status = rustix::process::waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+    )?;
+    Ok(status.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -93,8 +135,6 @@ mod tests {
         assert!(!super::alive(0));
         assert!(!super::alive(u32::MAX));
         assert!(!super::kill(0, libc::SIGKILL));
-        assert!(!super::kill_group(1, libc::SIGKILL));
-        assert!(!super::kill_group(0, libc::SIGKILL));
     }
 
     #[test]
