@@ -1,5 +1,6 @@
 //! The few system calls std does not offer: sessions, CPU affinity, signals, page size, free
-//! space. Each goes through the safe calls of rustix or signal-hook instead of raw libc, so
+//! space, opening beneath a folder without following links, and waiting without reaping.
+//! Each goes through the safe calls of rustix or signal-hook instead of raw libc, so
 //! div-server holds no unsafe code of its own (the workspace lint denies it).
 
 use std::io;
@@ -135,6 +136,62 @@ mod tests {
         assert!(!super::alive(0));
         assert!(!super::alive(u32::MAX));
         assert!(!super::kill(0, libc::SIGKILL));
+    }
+
+    #[test]
+    fn open_beneath_follows_no_link_and_waits_on_no_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("d")).unwrap();
+        std::fs::write(base.join("d/f"), b"kept").unwrap();
+        std::os::unix::fs::symlink("/etc", base.join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", base.join("d/file-link")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(base.join("d/fifo"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+
+        let text = std::io::read_to_string(super::open_beneath(base, &["d", "f"]).unwrap());
+        assert_eq!(text.unwrap(), "kept");
+        // A link as a folder on the way, or as the file itself, is refused.
+        let err = super::open_beneath(base, &["link", "hostname"]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+        let err = super::open_beneath(base, &["d", "file-link"]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        // A FIFO with no writer opens at once (the caller then sees what it is).
+        let opened = super::open_beneath(base, &["d", "fifo"]).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+            &opened.metadata().unwrap().file_type()
+        ));
+        for bad in ["..", ".", "", "a/b"] {
+            let err = super::open_beneath(base, &["d", bad]).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        let err = super::open_beneath(base, &["d", "missing"]).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn child_exited_leaves_the_child_unreaped() {
+        let mut running = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(!super::child_exited(running.id()).unwrap());
+        running.kill().unwrap();
+        running.wait().unwrap();
+
+        let mut done = std::process::Command::new("true").spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !super::child_exited(done.id()).unwrap() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(super::child_exited(done.id()).unwrap());
+        // Still a zombie of ours: its status is there to be reaped, and only now is it.
+        assert!(super::alive(done.id()));
+        assert!(done.try_wait().unwrap().is_some_and(|s| s.success()));
+        assert!(super::child_exited(0).is_err());
     }
 
     #[test]
