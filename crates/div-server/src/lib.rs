@@ -126,6 +126,14 @@ pub enum ServerError {
     AlreadyRunning(PathBuf),
     #[error("could not open the state database")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(
+        "the state database `{path}` {problem}, but {history} beside it hold earlier runs and data: starting would forget them and every secret. Put state.db (with state.db-wal, if any) back from a copy; or, to start afresh, move {history} out of the state directory"
+    )]
+    StateLost {
+        path: PathBuf,
+        problem: String,
+        history: String,
+    },
     #[error("bubblewrap (`bwrap`) does not work on this machine")]
     NoSandbox,
     #[error(transparent)]

@@ -93,8 +93,8 @@ impl Server {
                 true
             }
         };
-        let store =
-            Store::open(&home.join("state.db")).map_err(|e| ServerError::Store(Box::new(e)))?;
+        // A lost state.db beside earlier runs or volumes refuses the start (ServerError::StateLost).
+        let store = crate::store::open_with_history(&home)?;
         for name in ["state.db", "state.db-wal", "state.db-shm"] {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }

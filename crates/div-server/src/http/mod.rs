@@ -33,6 +33,18 @@ pub(crate) struct Shared {
     pub(crate) dashboard: dashboard::Dashboard,
 }
 
+/// Whether `given` is `token`, in a time that depends on their lengths only, never on where
+/// they first differ (a byte-by-byte `==` stops there, which a caller could time).
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    let mut differ = given.len() ^ token.len();
+    for i in 0..given.len().max(token.len()) {
+        let a = given.get(i).copied().unwrap_or(0);
+        let b = token.get(i).copied().unwrap_or(0);
+        differ |= usize::from(std::hint::black_box(a ^ b));
+    }
+    differ == 0
+}
+
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     token: Option<Arc<String>>,
@@ -42,7 +54,7 @@ pub(crate) async fn handle(
         let ok = header(&req, "authorization")
             .as_deref()
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t == token.as_str());
+            .is_some_and(|t| same_token(t.as_bytes(), token.as_bytes()));
         if !ok {
             return Ok(fail(HttpError::new(
                 ErrorCode::Unauthorized,

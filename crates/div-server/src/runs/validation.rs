@@ -74,6 +74,13 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             bad.key
         )));
     }
+    if let Some(problem) = request
+        .env
+        .iter()
+        .find_map(|e| crate::sandbox::env_value_problem("environment variable", &e.key, &e.value))
+    {
+        return Err(HttpError::invalid(problem));
+    }
     if request.project.trim().is_empty() {
         return Err(HttpError::invalid("the run has no project"));
     }
