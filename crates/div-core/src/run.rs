@@ -625,8 +625,7 @@ fn layout_text(path: &Path, bytes: Vec<u8>) -> Result<String, RunError> {
     })?;
     match crate::telemetry::Layout::parse(&text) {
         Ok(_) => Ok(text),
-        Err(RunError::Layout(message)) => Err(refused(message)),
-        Err(e) => Err(refused(e.to_string())),
+        Err(crate::telemetry::LayoutError(message)) => Err(refused(message)),
     }
 }
 

@@ -547,7 +547,7 @@ async fn log_range(file: std::path::PathBuf, range: Option<String>) -> Result<Re
 /// The run's charts, laid out by its `telemetry.toml` (as `div telemetry` lays them out), or
 /// one per series when it has none; `{"layout": "…", "problem": …, "charts": [...]}`.
 fn charts(server: &Server, run: &str) -> Result<serde_json::Value, HttpError> {
-    use div_core::{Layout, charts};
+    use div_api::layout::{Layout, charts};
     let (r, _) = runs::get_run(server, run)?;
     let telemetry = runs::telemetry(server, &r.id, 0)?;
     let (layout, problem, from) = match &r.telemetry_layout {
