@@ -545,7 +545,15 @@ fn the_run_page_log_grows_while_the_run_prints_in_colour() {
             "{href}"
         );
         b.screenshot("log").await;
-        // Scrolled up to read, the view stays where it was while lines keep arriving.
+        // Scrolled up to read, the view stays where it was while lines keep arriving. Only a
+        // log taller than its view can be scrolled up: one that still fits is at its bottom
+        // whatever scrollTop says, and rightly follows.
+        b.until(
+            "a log taller than its view",
+            "const v = document.getElementById('logview');\
+             return v.scrollHeight > v.clientHeight + 40",
+        )
+        .await;
         b.js("document.getElementById('logview').scrollTop = 0; return true;")
             .await;
         let now = b.js(&last).await.as_i64().expect("a tick");
