@@ -3,10 +3,13 @@
 use std::path::{Path, PathBuf};
 
 /// The top-level host directories a run never sees from the host.
-const SKIPPED: [&str; 6] = ["proc", "dev", "sys", "tmp", "mnt", "workspace"];
+const SKIPPED: [&str; 7] = ["proc", "dev", "sys", "tmp", "mnt", "workspace", "cache"];
 
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// Where the shared download cache is inside the sandbox.
+pub(crate) const CACHE_MOUNT: &str = "/cache";
 
 /// Whether bubblewrap works here.
 pub(crate) fn bwrap_works() -> bool {
@@ -42,6 +45,8 @@ pub(crate) struct SandboxInput<'a> {
     pub(crate) mnt: &'a Path,
     /// Volume name and its host directory.
     pub(crate) volumes: &'a [(String, PathBuf)],
+    /// The download cache every run shares, bound writable at [`CACHE_MOUNT`].
+    pub(crate) cache: &'a Path,
     /// Device nodes to bind (GPU runs).
     pub(crate) devices: &'a [PathBuf],
     pub(crate) command: &'a str,
@@ -130,6 +135,7 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     for (name, dir) in input.volumes {
         argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
     }
+    argv.extend(["--bind".to_owned(), s(input.cache), CACHE_MOUNT.to_owned()]);
     argv.extend([
         "--bind".to_owned(),
         s(input.workspace),

@@ -12,6 +12,7 @@ mod https;
 mod json_nulls;
 mod local;
 mod run;
+mod server_loop;
 mod support;
 mod terminal;
 mod user_loop;

@@ -104,6 +104,16 @@ fn prepare(
     } else {
         tmp.clone()
     };
+    // The download cache every run shares (pip's and uv's): see docs/reliability.md.
+    let cache = server.home.join("cache");
+    for tool in ["pip", "uv"] {
+        fs::create_dir_all(cache.join(tool)).map_err(io)?;
+    }
+    let in_cache = if server.sandboxed {
+        PathBuf::from(sandbox::CACHE_MOUNT)
+    } else {
+        cache.clone()
+    };
     // Environment, later entries win: a sane base, then runtime.md's table in order.
     let mut env: Vec<(String, String)> = vec![
         (
@@ -113,6 +123,15 @@ fn prepare(
         ("LANG".into(), "C.UTF-8".into()),
         ("HOME".into(), in_tmp.display().to_string()),
         ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        (
+            "PIP_CACHE_DIR".into(),
+            in_cache.join("pip").display().to_string(),
+        ),
+        (
+            "UV_CACHE_DIR".into(),
+            in_cache.join("uv").display().to_string(),
+        ),
     ];
     env.extend(server.store.secret_values().map_err(|e| e.to_string())?);
     env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
@@ -151,6 +170,7 @@ fn prepare(
             tmp: &tmp,
             mnt: &mnt,
             volumes: &volumes,
+            cache: &cache,
             devices: &devices,
             command: &run.command,
             chdir: if shipped { "/workspace" } else { "/" },
