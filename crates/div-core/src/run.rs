@@ -12,7 +12,7 @@ use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink, Step};
-use crate::follow::follow_log;
+use crate::follow::{follow_log, wait_in_queue};
 use crate::project::{Project, resolve_project};
 
 /// The image a run gets when `--image` is not given (div-spec's, shared with the server).
@@ -189,6 +189,7 @@ pub async fn run(
     if options.detach {
         return Ok(RunOutcome::Detached(placed));
     }
+    wait_in_queue(cp, &placed, sink).await?;
     let ended = follow_log(cp, &placed.id, 0, sink).await?;
     Ok(RunOutcome::Ended(ended))
 }

@@ -1,10 +1,13 @@
 //! [`Server`]: the context every handler and the scheduler share (state directory, store,
 //! inventory, executor, the lock on runs' status), and how it is opened at start.
 
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use div_api::RunQueue;
 
 use crate::error::HttpError;
 use crate::executor::{Executor, LocalExecutor};
@@ -25,6 +28,8 @@ pub(crate) struct Server {
     pub(crate) executor: Box<dyn Executor>,
     /// Serializes changes of runs' status between handlers and the scheduler.
     lock: Mutex<()>,
+    /// Why each queued run waits, as the scheduler's last pass found it (run id to reason).
+    queue: Mutex<HashMap<String, RunQueue>>,
     /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
     pub(crate) kick: tokio::sync::Notify,
 }
@@ -106,6 +111,7 @@ impl Server {
             cgroups,
             executor,
             lock: Mutex::new(()),
+            queue: Mutex::default(),
             kick: tokio::sync::Notify::new(),
         }
     }
@@ -113,6 +119,10 @@ impl Server {
     /// Held while a run's status changes.
     pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Why each queued run waits, as the scheduler's last pass found it.
+    pub(crate) fn queue(&self) -> MutexGuard<'_, HashMap<String, RunQueue>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
     pub(crate) fn run_dir(&self, id: &str) -> PathBuf {
         self.home.join("runs").join(id)

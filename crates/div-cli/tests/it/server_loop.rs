@@ -104,3 +104,95 @@ fn python_is_unbuffered_and_every_run_shares_one_download_cache() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(stdout.contains("unbuffered=0\ndownloaded\n"), "{stdout}");
 }
+
+/// The run's name: the first word of the last line of `div run`'s stderr.
+fn name_of(out: &Output) -> String {
+    text(&out.stdout).trim().to_owned()
+}
+
+/// Reads `child`'s stderr up to the first line starting with `prefix`; returns the lines read.
+fn lines_until(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    prefix: &str,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("stderr is text");
+        let done = line.starts_with(prefix);
+        seen.push(line);
+        if done {
+            return seen;
+        }
+    }
+    panic!("no line starting with `{prefix}` in {seen:?}");
+}
+
+/// A run that waits says why, `div run` and `div logs --follow` alike, and says when it
+/// starts.
+#[test]
+fn a_queued_run_says_why_it_waits_and_when_it_starts() {
+    use std::io::BufRead;
+    let local = Local::new();
+    let div = |args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", "h100:1")
+            .output()
+            .expect("div runs")
+    };
+    let spawn = |args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", "h100:1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("div starts")
+    };
+    let holder = div(&["run", "-d", "--gpu", "h100", "--", "sleep 300"]);
+    assert_eq!(holder.status.code(), Some(0), "{}", text(&holder.stderr));
+    let holder = name_of(&holder);
+
+    let mut attached = spawn(&["run", "--gpu", "h100", "--", "echo b-ran"]);
+    let mut attached_err = std::io::BufReader::new(attached.stderr.take().expect("stderr")).lines();
+    let before = lines_until(&mut attached_err, "queued: ");
+    assert_eq!(
+        before.last().map(String::as_str),
+        Some("queued: waiting for 1 H100")
+    );
+
+    let behind = div(&["run", "-d", "--gpu", "h100", "--", "echo c-ran"]);
+    let behind = name_of(&behind);
+    let mut follower = spawn(&["logs", &behind, "--follow"]);
+    let mut follower_err = std::io::BufReader::new(follower.stderr.take().expect("stderr")).lines();
+    let said = lines_until(&mut follower_err, "queued: ");
+    assert_eq!(
+        said.last().map(String::as_str),
+        Some("queued: waiting for 1 H100, 1 run ahead")
+    );
+
+    let stop = div(&["stop", &holder]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop.stderr));
+
+    let rest: Vec<String> = attached_err.map(|l| l.expect("text")).collect();
+    let out = attached.wait_with_output().expect("div run ends");
+    assert_eq!(out.status.code(), Some(0), "{rest:?}");
+    assert!(text(&out.stdout).contains("b-ran"), "{}", text(&out.stdout));
+    assert!(rest[0].ends_with(" started"), "{rest:?}");
+    assert!(rest[0].starts_with("run-"), "{rest:?}");
+
+    let rest: Vec<String> = follower_err.map(|l| l.expect("text")).collect();
+    let out = follower.wait_with_output().expect("div logs ends");
+    assert_eq!(out.status.code(), Some(0), "{rest:?}");
+    assert!(text(&out.stdout).contains("c-ran"), "{}", text(&out.stdout));
+    let started = format!("{behind} started");
+    let at = rest
+        .iter()
+        .position(|l| *l == started)
+        .expect("it says it started");
+    // Until then, only how it waits: once the first run has the GPU, nothing is ahead.
+    assert!(
+        rest[..at].iter().all(|l| l == "queued: waiting for 1 H100"),
+        "{rest:?}"
+    );
+}

@@ -115,6 +115,7 @@ pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16
                     fs::create_dir_all(server.volume_dir(&volume))?;
                 }
             }
+            scheduler::refresh_queue(server)?;
             Ok((201, view(server, &record)))
         }
         Placed::Again(existing) => Ok((200, view(server, &existing))),
@@ -134,6 +135,12 @@ pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
         let seconds = now_ms().saturating_sub(started) / 1000;
         run.duration_seconds = seconds;
         run.spent_cents = rules::charge(run.cents_per_hour, seconds, run.max_spend_cents);
+    }
+    if run.status == RunStatus::Queued
+        && let Some(queue) = server.queue().get(&run.id)
+        && let Ok(value) = serde_json::to_value(queue)
+    {
+        run.extra.insert("queue".to_owned(), value);
     }
     run
 }
