@@ -369,6 +369,30 @@ pub struct Run {
     pub extra: Extra,
 }
 
+/// The org's usage this calendar month against its limit: the catalogue's `org_usage`,
+/// present when the control plane has a limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrgUsage {
+    pub limit_cents: i64,
+    pub spent_cents: i64,
+    /// The calendar month, UTC: `2026-11`.
+    pub month: String,
+    /// Whether the limit is reached: runs going are stopped and new ones refused.
+    pub reached: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Catalogue {
+    /// The org's usage this month, when the control plane has a usage limit and says so
+    /// (`org_usage`, kept in [`Catalogue::extra`]).
+    pub fn org_usage(&self) -> Option<OrgUsage> {
+        self.extra
+            .get("org_usage")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+}
+
 /// Why a queued run waits: the run's `queue` field, present only while it is queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunQueue {

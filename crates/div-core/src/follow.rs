@@ -79,7 +79,8 @@ pub(crate) async fn wait_in_queue(
             .await
             .map_err(|e| RunError::api("ask whether the run has started", e))?;
     }
-    if said.is_some() && !now.status.is_terminal() {
+    // It may have started and ended between two looks: it started if it has a start.
+    if said.is_some() && now.started_at.is_some() {
         sink.event(Event::Started { run: Box::new(now) });
     }
     Ok(())

@@ -260,6 +260,13 @@ async fn prepare(
         .catalogue()
         .await
         .map_err(|e| RunError::api("read the catalogue", e))?;
+    if let Some(usage) = api_catalogue.org_usage().filter(|u| u.reached) {
+        return Err(RunError::OrgLimitReached {
+            limit: Money::from_cents(usage.limit_cents),
+            spent: Money::from_cents(usage.spent_cents),
+            month: usage.month,
+        });
+    }
     let accepted: Vec<&str> = api_catalogue.skus.iter().map(|s| s.name.as_str()).collect();
     let sku = match options.gpu.parse::<Sku>() {
         Ok(sku) if accepted.contains(&sku.name()) => sku,

@@ -34,6 +34,7 @@ mod error;
 mod executor;
 mod http;
 mod inventory;
+mod org;
 mod rules;
 mod runs;
 mod sandbox;

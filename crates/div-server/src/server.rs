@@ -30,6 +30,8 @@ pub(crate) struct Server {
     lock: Mutex<()>,
     /// Why each queued run waits, as the scheduler's last pass found it (run id to reason).
     queue: Mutex<HashMap<String, RunQueue>>,
+    /// The last warning said on the server's log, so that one read on every pass is said once.
+    warned: Mutex<String>,
     /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
     pub(crate) kick: tokio::sync::Notify,
 }
@@ -112,6 +114,7 @@ impl Server {
             executor,
             lock: Mutex::new(()),
             queue: Mutex::default(),
+            warned: Mutex::default(),
             kick: tokio::sync::Notify::new(),
         }
     }
@@ -120,6 +123,15 @@ impl Server {
     pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
     }
+    /// Says `warning` on the server's log (its stderr), unless it was the last one said.
+    pub(crate) fn warn_once(&self, warning: &str) {
+        let mut last = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != warning {
+            eprintln!("warning: {warning}");
+            warning.clone_into(&mut last);
+        }
+    }
+
     /// Why each queued run waits, as the scheduler's last pass found it.
     pub(crate) fn queue(&self) -> MutexGuard<'_, HashMap<String, RunQueue>> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())

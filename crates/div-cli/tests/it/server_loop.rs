@@ -196,3 +196,99 @@ fn a_queued_run_says_why_it_waits_and_when_it_starts() {
         "{rest:?}"
     );
 }
+
+/// The org usage limit, set in the local control plane's `settings.json`: a run going when it
+/// is reached is stopped by the org (exit 207, runtime.md's last line), and while it stays
+/// reached a new run is refused before anything is uploaded or placed, with the limit and
+/// the month's spend. On an emulated H100, with a limit of one cent.
+#[test]
+fn the_org_usage_limit_stops_runs_going_and_refuses_new_ones() {
+    let local = Local::new();
+    let div = |args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", "h100:1")
+            .output()
+            .expect("div runs")
+    };
+    std::fs::create_dir_all(local.home()).expect("home");
+    std::fs::write(
+        local.home().join("settings.json"),
+        r#"{"org_usage_limit_cents": 1}"#,
+    )
+    .expect("settings");
+
+    let out = div(&["run", "--gpu", "h100", "--", "echo going; sleep 300"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(207), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("going\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    let name = last.split(' ').next().unwrap_or_default();
+    assert!(name.starts_with("run-"), "{stderr}");
+    let (head, tail) = last
+        .split_once(": org usage limit of $0.01 reached — $")
+        .unwrap_or_else(|| panic!("the org's reason: {last}"));
+    assert!(
+        head.starts_with(&format!("{name} was stopped by the org after ")),
+        "{last}"
+    );
+    assert!(tail.ends_with(" spent"), "{last}");
+    let logs = div(&["logs", name]);
+    assert!(
+        text(&logs.stdout).contains("div: stopped by the org: org usage limit of $0.01 reached\n"),
+        "{}",
+        text(&logs.stdout)
+    );
+
+    let runs_before = text(&div(&["runs", "--json"]).stdout);
+    let tree = |dir: &Path| walk(dir);
+    let volumes_before = tree(&local.home().join("volumes"));
+    std::fs::write(local.project().join("new.py"), "print('new')\n").expect("write");
+    let refused = div(&["run", "--gpu", "h100", "new.py"]);
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(200), "{stderr}");
+    assert!(
+        stderr.contains("error: the org usage limit of $0.01 is reached: $0.0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(" spent in 20"), "{stderr}");
+    assert!(
+        stderr.contains("nothing was uploaded or placed"),
+        "{stderr}"
+    );
+    // Nothing was created: no run, and not a byte more in any volume.
+    assert_eq!(text(&div(&["runs", "--json"]).stdout), runs_before);
+    assert_eq!(tree(&local.home().join("volumes")), volumes_before);
+
+    // Raised, runs go again.
+    std::fs::write(
+        local.home().join("settings.json"),
+        r#"{"org_usage_limit_cents": 100000}"#,
+    )
+    .expect("settings");
+    let out = div(&["run", "--gpu", "h100", "new.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("new\n"));
+}
+
+/// Every path under `dir`, with its size, sorted.
+fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).expect("metadata");
+        if meta.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push((path, meta.len()));
+    }
+    found.sort();
+    found
+}

@@ -28,6 +28,7 @@ pub(crate) fn launch(
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     let _ = fs::remove_file(dir.join("end.json"));
     let _ = fs::remove_file(dir.join("stop"));
+    let _ = fs::remove_file(dir.join(crate::org::STOP_FILE));
     let handle = server.executor.start(&Launch { run_dir: &dir })?;
     record.internal = RunInternal {
         handle: Some(handle),

@@ -9,11 +9,11 @@ use div_api::{RunQueue, RunStatus};
 
 use crate::clock::{self, now_ms};
 use crate::executor::Liveness;
-use crate::rules;
 use crate::runs::launcher;
 use crate::server::Server;
 use crate::store::{RunRecord, StoreError};
 use crate::supervisor::EndRecord;
+use crate::{org, rules};
 
 /// The reason of a run whose supervisor vanished without writing its end.
 pub(crate) const LOST_REASON: &str = "the supervisor was lost";
@@ -30,9 +30,42 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
         }
     }
     let queued = server.store.runs_with_status(RunStatus::Queued)?;
+    if let Some(usage) = org::usage(server)?.filter(|u| u.reached) {
+        // The org's limit is reached: every running run is stopped, and the queue waits.
+        let reason = usage.reason();
+        for record in &running {
+            stop_by_org(server, record, &reason);
+        }
+        *server.queue() = queued
+            .iter()
+            .zip(0u32..)
+            .map(|(record, ahead)| {
+                let wait = RunQueue {
+                    reason: format!("waiting: the {reason}"),
+                    ahead,
+                    extra: Default::default(),
+                };
+                (record.run.id.clone(), wait)
+            })
+            .collect();
+        return Ok(changed);
+    }
     let (started, waiting) = admit(server, &running, queued, true)?;
     *server.queue() = waiting;
     Ok(changed || started)
+}
+
+/// Tells a running run's supervisor it is stopped by the org, and why (`run-dir/stop-org`),
+/// then stops it the executor's way. Said again on each pass until its end is recorded.
+fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
+    let dir = server.run_dir(&record.run.id);
+    let said = dir.join(org::STOP_FILE);
+    if fs::write(&said, reason).is_err() {
+        return;
+    }
+    if let Some(handle) = &record.internal.handle {
+        let _ = server.executor.stop(&dir, handle);
+    }
 }
 
 /// Says why each queued run waits, as the next pass would find it, without starting any:
