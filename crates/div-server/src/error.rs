@@ -159,7 +159,7 @@ impl From<std::io::Error> for HttpError {
 mod tests {
     use super::ErrorCode::{self, *};
 
-    const ALL: [ErrorCode; 12] = [
+    const ALL: [ErrorCode; 13] = [
         Malformed,
         TooLarge,
         RangeNotSatisfiable,
