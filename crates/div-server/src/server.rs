@@ -127,7 +127,11 @@ impl Server {
     pub(crate) fn warn_once(&self, warning: &str) {
         let mut last = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if *last != warning {
-            eprintln!("warning: {warning}");
+            // The server's stderr is its log (`server.log` when `div` started it).
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr().lock(),
+                format!("warning: {warning}\n").as_bytes(),
+            );
             warning.clone_into(&mut last);
         }
     }
