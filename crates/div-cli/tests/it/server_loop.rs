@@ -292,3 +292,86 @@ fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
     found.sort();
     found
 }
+
+/// This machine's memory in whole GiB, as the server reads it.
+fn host_memory_gib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .expect("MemTotal");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    kib >> 20
+}
+
+/// Under emulation, div-run.md's own examples run whatever this machine's size: their cores
+/// and memory are emulated and shared, and the first log line says so. Without emulation,
+/// memory past the machine is refused, as cores are.
+#[test]
+fn emulated_containers_past_the_machine_run_and_say_so_and_real_ones_are_refused() {
+    let local = Local::new();
+    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let host_gib = host_memory_gib();
+    let div = |args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", "h100:8")
+            .output()
+            .expect("div runs")
+    };
+    let out = div(&[
+        "run", "--gpu", "h100", "--cpu", "8", "--memory", "64G", "hello.py",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("H100 · 8 cores · 64 GiB  $7.82/h")),
+        "{stderr}"
+    );
+    let stdout = text(&out.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    if host_cores < 8 || host_gib < 64 {
+        assert_eq!(
+            first,
+            format!(
+                "div: emulated H100 ×1 (DIVERGENT_EMULATE_GPUS): this run has no GPU; its 8 cores and 64 GiB are emulated too: it shares this machine's {host_cores} cores and {host_gib} GiB with every other run"
+            ),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("hello\n"), "{stdout}");
+
+    let out = div(&["run", "--gpu", "h100", "--gpus", "8", "hello.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("hello\n"));
+
+    // Emulated GPUs do not make the cpu SKU's cores or memory emulated: past the machine,
+    // refused.
+    if host_gib < 336 {
+        let out = div(&["run", "--gpu", "cpu", "--memory", "336G", "hello.py"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(200), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "this machine has {host_gib} GiB of memory; the run asks for 336 GiB"
+            )),
+            "{stderr}"
+        );
+        // Without emulation, refused before anything is shipped, from the catalogue.
+        let real = Local::new();
+        let out = real.div(&["run", "--gpu", "cpu", "--memory", "336G", "hello.py"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(200), "{stderr}");
+        assert!(
+            stderr.contains(&format!("the most is {host_gib} GiB")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("shipping"), "{stderr}");
+    }
+}

@@ -82,11 +82,20 @@ fn prepare(
     }
     let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
     let mut first_lines = Vec::new();
-    if sku.gpu && server.inventory.emulated {
-        first_lines.push(format!(
+    let inventory = &server.inventory;
+    let shared = inventory.shared(sku.gpu, run.cores, run.memory_gib);
+    if sku.gpu && inventory.emulated {
+        let mut line = format!(
             "div: emulated {} ×{} (DIVERGENT_EMULATE_GPUS): this run has no GPU",
             sku.label, run.gpus
-        ));
+        );
+        if shared {
+            line.push_str(&format!(
+                "; its {} cores and {} GiB are emulated too: it shares this machine's {} cores and {} GiB with every other run",
+                run.cores, run.memory_gib, inventory.host_cores, inventory.host_memory_gib
+            ));
+        }
+        first_lines.push(line);
     }
     // Locally the host is the image: any other named is not used.
     if run.image != div_spec::DEFAULT_IMAGE {
@@ -191,7 +200,11 @@ fn prepare(
         env,
         first_lines,
         cores: cores.to_vec(),
-        memory_bytes: u64::from(run.memory_gib) << 30,
+        memory_bytes: u64::from(if shared {
+            run.memory_gib.min(inventory.host_memory_gib)
+        } else {
+            run.memory_gib
+        }) << 30,
         cgroups: server.cgroups.clone(),
         cents_per_hour: run.cents_per_hour,
         max_spend_cents: run.max_spend_cents,

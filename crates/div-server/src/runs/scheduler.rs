@@ -100,7 +100,17 @@ fn admit(
         let free_cores: Vec<usize> = (0..server.inventory.host_cores as usize)
             .filter(|c| !busy_cores.contains(c))
             .collect();
-        let need_cores = record.run.cores as usize;
+        // A run that shares the machine (emulated past it) holds no core of its own.
+        let gpu_sku = rules::sku(&record.run.sku).is_some_and(|s| s.gpu);
+        let need_cores =
+            if server
+                .inventory
+                .shared(gpu_sku, record.run.cores, record.run.memory_gib)
+            {
+                0
+            } else {
+                record.run.cores as usize
+            };
         let free_gpus: Vec<u32> = server
             .inventory
             .group(&record.run.sku)
@@ -315,6 +325,7 @@ mod tests {
             Store::open(&dir.join("state.db")).unwrap(),
             Inventory {
                 host_cores: 4,
+                host_memory_gib: 16,
                 gpus: Vec::new(),
                 emulated: false,
             },
