@@ -32,6 +32,31 @@ pub(crate) struct Inventory {
     pub(crate) emulated: bool,
 }
 
+/// An emulated inventory written the one way the server shows it (`/v1/health`'s
+/// `emulated_gpus`): `h100:8,h200:2`, SKUs in the catalogue's order, lowercase.
+pub fn canonical_gpus(text: &str) -> Result<String, InventoryError> {
+    Ok(canonical(&parse_emulated(text)?))
+}
+
+fn canonical(groups: &[GpuGroup]) -> String {
+    let mut parts: Vec<(usize, String)> = groups
+        .iter()
+        .map(|g| {
+            let order = rules::skus()
+                .iter()
+                .position(|s| s.name == g.sku.name)
+                .unwrap_or(usize::MAX);
+            (order, format!("{}:{}", g.sku.name, g.indices.len()))
+        })
+        .collect();
+    parts.sort();
+    parts
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `MemTotal` of `/proc/meminfo` in whole GiB; `u32::MAX` when it cannot be read.
 fn host_memory_gib() -> u32 {
     std::fs::read_to_string("/proc/meminfo")
@@ -133,6 +158,11 @@ impl Inventory {
     /// on 2 cores). Its cores and memory are emulated as its GPUs are.
     pub(crate) fn shared(&self, gpu_sku: bool, cores: u32, memory_gib: u32) -> bool {
         gpu_sku && self.emulated && (cores > self.host_cores || memory_gib > self.host_memory_gib)
+    }
+
+    /// The emulated inventory in effect, canonical; `None` for this machine's own GPUs.
+    pub(crate) fn emulated_gpus(&self) -> Option<String> {
+        self.emulated.then(|| canonical(&self.gpus))
     }
 
     pub(crate) fn group(&self, sku: &str) -> Option<&GpuGroup> {

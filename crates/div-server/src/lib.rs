@@ -52,7 +52,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-pub use inventory::InventoryError;
+pub use inventory::{InventoryError, canonical_gpus};
 
 /// How to run the local control plane.
 #[derive(Debug, Clone)]

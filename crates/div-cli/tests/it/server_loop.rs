@@ -375,3 +375,52 @@ fn emulated_containers_past_the_machine_run_and_say_so_and_real_ones_are_refused
         assert!(!stderr.contains("shipping"), "{stderr}");
     }
 }
+
+/// With the server already running on another inventory, `DIVERGENT_EMULATE_GPUS=h100:8 div
+/// run --gpu h100` restarts it with the one asked for when no run is going, and says exactly
+/// why not when one is.
+#[test]
+fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
+    let local = Local::new();
+    let with = |gpus: &str, args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", gpus)
+            .output()
+            .expect("div runs")
+    };
+    let going = with("h100:2", &["run", "-d", "--gpu", "cpu", "--", "sleep 300"]);
+    assert_eq!(going.status.code(), Some(0), "{}", text(&going.stderr));
+    let going = name_of(&going);
+
+    let refused = with(
+        "h100:8",
+        &["run", "--gpu", "h100", "--gpus", "8", "hello.py"],
+    );
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(200), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: the local control plane is running with emulated GPUs `h100:2`, not the emulated GPUs `h100:8` asked for, and 1 run is going on it, so it cannot be restarted with them now"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`DIVERGENT_EMULATE_GPUS=h100:2`"),
+        "{stderr}"
+    );
+
+    let stop = with("h100:2", &["stop", &going]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop.stderr));
+    let out = with(
+        "H100:8",
+        &["run", "--gpu", "h100", "--gpus", "8", "hello.py"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("div: emulated H100 ×8"),
+        "{}",
+        text(&out.stdout)
+    );
+}

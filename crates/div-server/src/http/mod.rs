@@ -68,6 +68,8 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 "ok": true,
                 "version": env!("CARGO_PKG_VERSION"),
                 "executor": server.executor.describe(),
+                // The inventory in effect: a client asking for another restarts the server.
+                "emulated_gpus": server.inventory.emulated_gpus(),
             }),
         )),
         (&Method::GET, ["v1", "catalogue"]) => {
