@@ -39,6 +39,8 @@ pub(crate) enum Command {
     Config(ConfigArgs),
     /// Store a control plane's address and token in the user config file
     Login(LoginArgs),
+    /// Open the local control plane's dashboard: print its URL, with a fresh token
+    Dashboard(DashboardArgs),
     /// Run or control the local control plane
     #[command(
         subcommand,
@@ -170,6 +172,13 @@ pub(crate) struct LogsArgs {
     /// Print the run as JSON once the log is printed (the log goes to stderr)
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DashboardArgs {
+    /// Also open it in this machine's browser (with `xdg-open`)
+    #[arg(long)]
+    pub(crate) open: bool,
 }
 
 #[derive(Debug, Args)]

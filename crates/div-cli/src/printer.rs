@@ -109,6 +109,19 @@ impl Printer {
         eprintln!("{}", terminal_safe(line));
     }
 
+    /// A status line whose run-provided parts went through [`terminal_safe`] already, with
+    /// div's own colours in it.
+    pub(crate) fn status_escaped(&mut self, line: &str) {
+        self.flush_log_quietly();
+        self.end_log_line();
+        eprintln!("{line}");
+    }
+
+    /// Whether div's own colours are on (a terminal, no `NO_COLOR`, or `CLICOLOR_FORCE`).
+    pub(crate) fn colour(&self) -> bool {
+        self.color
+    }
+
     /// `warning: …` and `hint: …` on stderr.
     pub(crate) fn warning(&mut self, message: &str, hint: Option<&str>) {
         self.flush_log_quietly();
@@ -186,6 +199,12 @@ impl Printer {
         self.data_after_control("", text)
     }
 
+    /// `text` as it is, for output whose run-provided parts the caller has already passed
+    /// through [`terminal_safe`] (a verdict line coloured after it was escaped).
+    pub(crate) fn data_escaped(&mut self, text: &str) -> io::Result<()> {
+        self.data_after_control(text, "")
+    }
+
     /// `control` (div's own terminal sequences, such as clearing the screen) as it is, then
     /// `text` as [`Printer::data`] writes it.
     pub(crate) fn data_after_control(&mut self, control: &str, text: &str) -> io::Result<()> {
@@ -193,7 +212,8 @@ impl Printer {
         let mut out = io::stdout().lock();
         out.write_all(control.as_bytes())?;
         out.write_all(terminal_safe(text).as_bytes())?;
-        if !text.ends_with('\n') {
+        let ended = text.ends_with('\n') || (text.is_empty() && control.ends_with('\n'));
+        if !ended {
             out.write_all(b"\n")?;
         }
         out.flush()

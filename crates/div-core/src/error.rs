@@ -271,7 +271,7 @@ impl RunError {
             }
             RunError::LayoutFile { .. } => Some(
                 "a layout is `[[chart]]` tables, each with `series = [\"loss\"]` and optional \
-                 `title` and `x` (docs/commands.md)"
+                 `title` and `x` (`div telemetry --help`)"
                     .into(),
             ),
             RunError::SkuNotOffered { accepted, .. } => Some(format!(
@@ -318,5 +318,11 @@ mod tests {
         check(&["cpu", "h100"], "`--gpu cpu`");
         check(&["h100"], "`--gpu h100`");
         check(&[], "`--gpu cpu`");
+    }
+}
+
+impl From<div_api::layout::LayoutError> for RunError {
+    fn from(e: div_api::layout::LayoutError) -> RunError {
+        RunError::Layout(e.0)
     }
 }

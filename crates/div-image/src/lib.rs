@@ -33,6 +33,7 @@ mod reference;
 mod registry;
 mod store;
 mod unpack;
+mod user;
 
 pub use auth::{AuthFileError, CredentialSources, Credentials, Login};
 pub use error::{EnsureError, StoreError};
@@ -46,3 +47,4 @@ pub use store::{
     DiskUsage, Image, ImageInfo, ImageStore, PruneOptions, PruneReport, PullPolicy, StoreOptions,
 };
 pub use unpack::{LayerStats, UnpackError, Unpacker};
+pub use user::{UserError, UserIds};

@@ -79,6 +79,19 @@ pub struct Image {
     pub config: ImageConfig,
 }
 
+impl Image {
+    /// The ids the image's `User` names, resolved against its own `/etc/passwd` and
+    /// `/etc/group` (`None` when it names none, which means root). A name the image does
+    /// not know is an error that says so.
+    pub fn user(&self) -> Result<Option<crate::user::UserIds>, crate::user::UserError> {
+        self.config
+            .user
+            .as_deref()
+            .map(|spec| crate::user::resolve(&self.rootfs, spec))
+            .transpose()
+    }
+}
+
 /// One cached image, as [`ImageStore::list`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageInfo {
@@ -314,8 +327,11 @@ impl ImageStore {
     ) -> Result<Option<(PathBuf, Record)>, EnsureError> {
         if let Some(d) = reference.digest() {
             let dir = self.image_dir(d);
-            // A digest names one manifest: its platform is checked where it is used.
-            return Ok(self.read_record(&dir).map(|r| (dir, r)));
+            // A manifest's digest: its platform is checked where it is used. An index's
+            // digest is found below, among the references pulled.
+            if let Some(r) = self.read_record(&dir) {
+                return Ok(Some((dir, r)));
+            }
         }
         let name = reference.to_string();
         let records = self.records().map_err(io_at(self.root.join("images")))?;
@@ -586,7 +602,8 @@ impl ImageStore {
         Ok(())
     }
 
-    /// The cached images, by digest.
+    /// The cached images, by digest. Blocking file I/O: call it from `spawn_blocking` in
+    /// async code.
     pub fn list(&self) -> Result<Vec<ImageInfo>, StoreError> {
         let records = self.records().map_err(store_io(self.root.join("images")))?;
         Ok(records
@@ -603,7 +620,8 @@ impl ImageStore {
             .collect())
     }
 
-    /// How much disk the cache takes.
+    /// How much disk the cache takes (walks `blobs/` and `tmp/`). Blocking, like
+    /// [`list`](ImageStore::list).
     pub fn disk_usage(&self) -> Result<DiskUsage, StoreError> {
         let records = self.records().map_err(store_io(self.root.join("images")))?;
         let blobs = dir_size(&self.root.join("blobs"));

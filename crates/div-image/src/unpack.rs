@@ -72,6 +72,8 @@ pub struct Unpacker {
     /// Final mode and mtime of each directory, applied last (a read-only directory would
     /// stop later layers from writing into it when not root).
     dirs: BTreeMap<PathBuf, (u32, u64)>,
+    /// Paths known to be real directories (not symlinks): resolving skips their `lstat`.
+    known: HashSet<PathBuf>,
 }
 
 fn display(rel: &Path) -> String {
@@ -170,58 +172,30 @@ impl Unpacker {
         Unpacker {
             root: root.into(),
             dirs: BTreeMap::new(),
+            known: HashSet::new(),
         }
     }
 
-    /// Resolves `parts` inside the root, following symlinks as if the root were `/`.
-    /// Returns the resolved relative path and whether a symlink was followed.
-    fn resolve(&self, parts: &[OsString], name: &str) -> Result<(PathBuf, bool), UnpackError> {
-        let mut stack: Vec<OsString> = Vec::new();
-        let mut pending: VecDeque<OsString> = parts.iter().cloned().collect();
-        let mut links = 0u32;
-        let mut via_symlink = false;
-        while let Some(c) = pending.pop_front() {
-            if c == ".." {
-                stack.pop();
-                continue;
-            }
-            if c.is_empty() || c == "." {
-                continue;
-            }
-            stack.push(c);
-            let here = self.root.join(join(&stack));
-            let Some(meta) = lstat(&here) else { continue };
-            if !meta.file_type().is_symlink() {
-                continue;
-            }
-            links += 1;
-            if links > MAX_LINKS {
-                return Err(UnpackError::Invalid {
-                    path: name.to_owned(),
-                    why: "its parent directories go through more than 255 symlinks".to_owned(),
-                });
-            }
-            via_symlink = true;
-            let target = fs::read_link(&here).map_err(|source| UnpackError::Write {
+    fn resolve(&mut self, parts: &[OsString], name: &str) -> Result<(PathBuf, bool), UnpackError> {
+        resolve_in_root(&self.root, parts, Some(&mut self.known)).map_err(|e| match e {
+            Resolve::Loop => UnpackError::Invalid {
+                path: name.to_owned(),
+                why: "its parent directories go through more than 255 symlinks".to_owned(),
+            },
+            Resolve::Io(source) => UnpackError::Write {
                 path: name.to_owned(),
                 source,
-            })?;
-            stack.pop();
-            if target.is_absolute() {
-                stack.clear();
-            }
-            let mut next: VecDeque<OsString> = VecDeque::new();
-            for tc in target.components() {
-                match tc {
-                    Component::Normal(n) => next.push_back(n.to_owned()),
-                    Component::ParentDir => next.push_back("..".into()),
-                    _ => {}
-                }
-            }
-            next.extend(pending);
-            pending = next;
+            },
+        })
+    }
+
+    /// Removes whatever is at `rel`, forgetting directories known below it.
+    fn remove_at(&mut self, rel: &Path) -> io::Result<()> {
+        let full = self.root.join(rel);
+        if lstat(&full).is_some_and(|m| m.is_dir()) {
+            self.known.retain(|k| !k.starts_with(rel));
         }
-        Ok((join(&stack), via_symlink))
+        remove_any(&full)
     }
 
     /// Applies one layer's tar stream (already decompressed).
@@ -283,6 +257,10 @@ impl Unpacker {
                         path: display(&dir),
                         source,
                     })?;
+                    let mut p = dir.clone();
+                    while !p.as_os_str().is_empty() && self.known.insert(p.clone()) {
+                        p.pop();
+                    }
                 }
             }
             let mut p = rel.clone();
@@ -305,16 +283,17 @@ impl Unpacker {
                 T::Directory => {
                     let existing = lstat(&dest);
                     if !existing.as_ref().is_some_and(|m| m.is_dir()) {
-                        remove_any(&dest).map_err(write)?;
+                        self.remove_at(&rel).map_err(write)?;
                         fs::create_dir(&dest).map_err(write)?;
                     }
                     chown(&dest, uid, gid).map_err(write)?;
                     fs::set_permissions(&dest, fs::Permissions::from_mode(mode | 0o700))
                         .map_err(write)?;
+                    self.known.insert(rel.clone());
                     self.dirs.insert(rel, (mode, mtime));
                 }
                 T::Regular | T::Continuous | T::GNUSparse => {
-                    remove_any(&dest).map_err(write)?;
+                    self.remove_at(&rel).map_err(write)?;
                     self.dirs.remove(&rel);
                     let mut f = fs::OpenOptions::new()
                         .write(true)
@@ -335,7 +314,7 @@ impl Unpacker {
                         .link_name_bytes()
                         .map(|b| b.into_owned())
                         .unwrap_or_default();
-                    remove_any(&dest).map_err(write)?;
+                    self.remove_at(&rel).map_err(write)?;
                     self.dirs.remove(&rel);
                     std::os::unix::fs::symlink(OsStr::from_bytes(&target), &dest).map_err(write)?;
                     chown(&dest, uid, gid).map_err(write)?;
@@ -377,7 +356,7 @@ impl Unpacker {
                     if source == dest {
                         continue;
                     }
-                    remove_any(&dest).map_err(write)?;
+                    self.remove_at(&rel).map_err(write)?;
                     self.dirs.remove(&rel);
                     fs::hard_link(&source, &dest).map_err(write)?;
                 }
@@ -401,7 +380,7 @@ impl Unpacker {
         };
         if !touched.contains(rel) {
             self.dirs.retain(|k, _| !k.starts_with(rel));
-            return remove_any(&full);
+            return self.remove_at(rel);
         }
         if meta.is_dir() {
             self.remove_lower_children(rel, touched)?;
@@ -438,6 +417,88 @@ impl Unpacker {
             filetime::set_symlink_file_times(&full, t, t).map_err(write)?;
         }
         Ok(())
+    }
+}
+
+pub(crate) enum Resolve {
+    Loop,
+    Io(io::Error),
+}
+
+/// Resolves `parts` inside `root`, following symlinks as if `root` were `/`: the result
+/// never leaves it. Returns the resolved relative path and whether a symlink was followed.
+pub(crate) fn resolve_in_root(
+    root: &Path,
+    parts: &[OsString],
+    mut known: Option<&mut HashSet<PathBuf>>,
+) -> Result<(PathBuf, bool), Resolve> {
+    let mut stack: Vec<OsString> = Vec::new();
+    let mut pending: VecDeque<OsString> = parts.iter().cloned().collect();
+    let mut links = 0u32;
+    let mut via_symlink = false;
+    while let Some(c) = pending.pop_front() {
+        if c == ".." {
+            stack.pop();
+            continue;
+        }
+        if c.is_empty() || c == "." {
+            continue;
+        }
+        stack.push(c);
+        let rel = join(&stack);
+        if known.as_ref().is_some_and(|k| k.contains(&rel)) {
+            continue;
+        }
+        let here = root.join(&rel);
+        let Some(meta) = lstat(&here) else { continue };
+        if !meta.file_type().is_symlink() {
+            if meta.is_dir()
+                && let Some(k) = known.as_mut()
+            {
+                k.insert(rel);
+            }
+            continue;
+        }
+        links += 1;
+        if links > MAX_LINKS {
+            return Err(Resolve::Loop);
+        }
+        via_symlink = true;
+        let target = fs::read_link(&here).map_err(Resolve::Io)?;
+        stack.pop();
+        if target.is_absolute() {
+            stack.clear();
+        }
+        let mut next: VecDeque<OsString> = VecDeque::new();
+        for tc in target.components() {
+            match tc {
+                Component::Normal(n) => next.push_back(n.to_owned()),
+                Component::ParentDir => next.push_back("..".into()),
+                _ => {}
+            }
+        }
+        next.extend(pending);
+        pending = next;
+    }
+    Ok((join(&stack), via_symlink))
+}
+
+/// Reads a regular file of an unpacked tree, at most `max` bytes, resolving its path inside
+/// `root` (a symlinked `/etc/passwd` pointing at the host's is read inside the tree).
+pub(crate) fn read_in_root(root: &Path, path: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let parts = clean(Path::new(path));
+    let (rel, _) = resolve_in_root(root, &parts, None).map_err(|e| match e {
+        Resolve::Loop => io::Error::other("too many symlinks"),
+        Resolve::Io(e) => e,
+    })?;
+    let full = root.join(rel);
+    match lstat(&full) {
+        Some(m) if m.is_file() => {
+            let mut out = Vec::new();
+            fs::File::open(&full)?.take(max).read_to_end(&mut out)?;
+            Ok(Some(out))
+        }
+        _ => Ok(None),
     }
 }
 

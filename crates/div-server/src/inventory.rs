@@ -30,6 +30,9 @@ pub(crate) struct Inventory {
     pub(crate) host_memory_gib: u32,
     pub(crate) gpus: Vec<GpuGroup>,
     pub(crate) emulated: bool,
+    /// Prices that replace the catalogue's, by SKU name, in cents an hour (Slurm's
+    /// `[prices]`); empty locally.
+    pub(crate) prices: std::collections::BTreeMap<String, i64>,
 }
 
 /// An emulated inventory written the one way the server shows it (`/v1/health`'s
@@ -141,6 +144,7 @@ impl Inventory {
             host_memory_gib: host_memory_gib(),
             gpus,
             emulated,
+            prices: Default::default(),
         })
     }
 
@@ -165,6 +169,14 @@ impl Inventory {
         self.emulated.then(|| canonical(&self.gpus))
     }
 
+    /// `sku` at this control plane's price.
+    pub(crate) fn priced(&self, mut sku: SkuPrice) -> SkuPrice {
+        if let Some(cents) = self.prices.get(sku.name) {
+            sku.cents_per_hour = *cents;
+        }
+        sku
+    }
+
     pub(crate) fn group(&self, sku: &str) -> Option<&GpuGroup> {
         self.gpus.iter().find(|g| g.sku.name == sku)
     }
@@ -174,6 +186,7 @@ impl Inventory {
         let skus = rules::skus()
             .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
+            .map(|s| self.priced(s))
             .map(|s| SkuOffer {
                 name: s.name.to_owned(),
                 cents_per_hour: s.cents_per_hour,

@@ -2,6 +2,7 @@
 //! renders what comes back.
 
 pub(crate) mod config;
+pub(crate) mod dashboard;
 pub(crate) mod generate;
 pub(crate) mod logs;
 pub(crate) mod result;
@@ -78,18 +79,15 @@ impl LogTail {
 
     /// The run's last lines, then the hint a missing module gets.
     pub(crate) fn end(&self, printer: &mut crate::printer::Printer, run: &div_api::Run) {
-        let line = div_core::last_line(run);
+        let line = div_spec::terminal_safe(&div_core::last_line(run)).into_owned();
         // Missed checks stand out: ` · missed 1 of 2 checks` in red.
         let line = match line.rsplit_once(" · missed ") {
-            Some((head, missed)) => {
-                format!(
-                    "{head} · {}",
-                    printer.paint(&format!("missed {missed}"), crate::printer::ERROR)
-                )
+            Some((head, missed)) if printer.colour() => {
+                format!("{head} · \x1b[31;1mmissed {missed}\x1b[0m")
             }
-            None => line,
+            _ => line,
         };
-        printer.status(&line);
+        printer.status_escaped(&line);
         if let Some(hint) = div_core::missing_module_hint(&self.0, run) {
             printer.hint(&hint);
         }
@@ -257,6 +255,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Telemetry(args) => telemetry::telemetry(args, &settings, &mut printer).await,
             Command::Config(args) => config::config(args, &settings, &mut printer),
             Command::Login(args) => config::login(args, &settings, &mut printer).await,
+            Command::Dashboard(args) => dashboard::dashboard(args, &settings, &mut printer).await,
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
             Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),
         }

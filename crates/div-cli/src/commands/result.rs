@@ -42,10 +42,12 @@ pub(crate) async fn result(
     let mut out = String::new();
     match &report.result.result {
         Some(object) => {
-            out.push_str(
+            // serde_json escapes C0 controls but not C1 or bidi ones: escape those too (the
+            // `\u` escapes it writes keep the JSON valid).
+            out.push_str(&div_spec::terminal_safe(
                 &serde_json::to_string_pretty(object)
                     .map_err(|e| Failure::new(exit_codes::LOCAL, e))?,
-            );
+            ));
             out.push('\n');
         }
         None => {
@@ -76,14 +78,18 @@ pub(crate) async fn result(
         }
     }
     if !out.is_empty() {
-        printer.data(&out).map_err(super::run::output_failure)?;
+        // The JSON and each verdict line (`paint_verdict`) were escaped above.
+        printer
+            .data_escaped(&out)
+            .map_err(super::run::output_failure)?;
     }
     Ok(code)
 }
 
-/// A verdict's line, coloured by how it went when `colour`: a miss red, an unknown yellow, a
-/// pass green.
+/// A verdict's line, escaped for the terminal, then coloured by how it went when `colour`: a
+/// miss red, an unknown yellow, a pass green.
 pub(crate) fn paint_verdict(line: &str, outcome: CheckOutcome, colour: bool) -> String {
+    let line = div_spec::terminal_safe(line);
     let sgr = match outcome {
         CheckOutcome::Passed => "32",
         CheckOutcome::Failed => "31;1",

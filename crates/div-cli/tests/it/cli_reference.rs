@@ -22,6 +22,7 @@ const COMMANDS: &[&[&str]] = &[
     &["telemetry"],
     &["config"],
     &["login"],
+    &["dashboard"],
     &["server"],
     &["server", "run"],
     &["server", "start"],

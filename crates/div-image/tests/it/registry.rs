@@ -242,7 +242,7 @@ async fn picks_the_platform_from_a_multi_platform_index() {
         &Credentials::none(),
     )
     .await;
-    let index = serde_json::to_vec(&serde_json::json!({
+    let index_bytes = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
         "manifests": [
@@ -256,7 +256,9 @@ async fn picks_the_platform_from_a_multi_platform_index() {
     let p = div_image::Pusher::connect(&r, &Credentials::none(), &fast_options())
         .await
         .unwrap();
-    p.manifest("latest", index, OCI_INDEX).await.unwrap();
+    p.manifest("latest", index_bytes.clone(), OCI_INDEX)
+        .await
+        .unwrap();
 
     let cache = tempfile::tempdir().unwrap();
     let store = store(cache.path());
@@ -292,6 +294,25 @@ async fn picks_the_platform_from_a_multi_platform_index() {
         err.to_string(),
         format!("`{r}` has no image for `linux/s390x`; it has: linux/amd64, linux/arm64/v8")
     );
+    // The index pinned by its digest is found in the cache without the network.
+    let pinned = r.with_digest(div_image::Digest::sha256_of(&index_bytes));
+    store
+        .ensure(&pinned, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("pull by index digest");
+    let offline = ImageStore::open_with(
+        store.root(),
+        StoreOptions {
+            pull_policy: PullPolicy::Never,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let got = offline
+        .ensure(&pinned, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("cached by index digest");
+    assert_eq!(got.digest, amd.manifest_digest);
     // A single-platform image for another machine is refused too, not unpacked.
     let arm_only: ImageRef = format!("{}/multi/app:arm64-only", reg.addr)
         .parse()
@@ -343,6 +364,28 @@ async fn a_tampered_blob_is_refused_and_never_cached() {
         0
     );
     assert!(store.list().unwrap().is_empty());
+
+    // A blob longer than its descriptor says is cut off at the first byte too many.
+    let image = build(&[vec![file("c", "longer")]], "amd64", &[], "");
+    push(&reg.addr, "bad/app", "2", &image, &Credentials::none()).await;
+    let data = reg.blob_data(&image.layers[0]);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(&data, &bytes).unwrap();
+    let r: ImageRef = format!("{}/bad/app:2", reg.addr).parse().unwrap();
+    let err = store
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EnsureError::SizeMismatch { what: "larger", .. }),
+        "{err:?}"
+    );
+    assert!(!cached_blobs(&store).contains(&image.layers[0].hex().to_owned()));
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -625,5 +668,143 @@ async fn the_unpacked_tree_equals_umoci_s() {
             "{path} in\n{}",
             render(&ours)
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pulls_of_one_image_at_once_share_one_tree() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let image = build(
+        &[vec![file("a", &"a".repeat(100_000))], vec![file("b", "b")]],
+        "amd64",
+        &[],
+        "",
+    );
+    push(&reg.addr, "race/app", "1", &image, &Credentials::none()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let (s1, s2) = (store(cache.path()), store(cache.path()));
+    let r: ImageRef = format!("{}/race/app:1", reg.addr).parse().unwrap();
+    let (none, platform) = (Credentials::none(), amd64());
+    let (a, b) = tokio::join!(
+        s1.ensure(&r, &platform, &none, &NoProgress),
+        s2.ensure(&r, &platform, &none, &NoProgress)
+    );
+    let (a, b) = (a.expect("first pull"), b.expect("second pull"));
+    assert_eq!(a.rootfs, b.rootfs);
+    assert_eq!(std::fs::read_to_string(a.rootfs.join("b")).unwrap(), "b");
+    assert_eq!(s1.list().unwrap().len(), 1);
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count(),
+        0,
+        "the loser's copy is gone"
+    );
+}
+
+/// A name for this machine that resolves to a loopback address but is not one of the
+/// loopback names the library knows (`localhost`, `127.x`, `[::1]`).
+#[allow(clippy::print_stderr)] // the loud skip
+fn loopback_alias(port: u16) -> Option<String> {
+    use std::net::ToSocketAddrs as _;
+    let name = std::fs::read_to_string("/etc/hostname")
+        .ok()?
+        .trim()
+        .to_owned();
+    let all_loopback = (name.as_str(), port)
+        .to_socket_addrs()
+        .ok()?
+        .all(|a| a.ip().is_loopback());
+    if name.is_empty() || name == "localhost" || !all_loopback {
+        eprintln!("\n!!!!! SKIPPED: this machine's name does not resolve to loopback only !!!!!\n");
+        return None;
+    }
+    Some(format!("{name}:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_not_on_a_loopback_name_is_https_unless_named_insecure() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let port: u16 = reg.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let Some(alias) = loopback_alias(port) else {
+        return;
+    };
+    let image = build(&[vec![file("a", "1")]], "amd64", &[], "");
+    push(&reg.addr, "tls/app", "1", &image, &Credentials::none()).await;
+    let r: ImageRef = format!("{alias}/tls/app:1").parse().unwrap();
+    assert!(!r.is_loopback_registry());
+
+    // Spoken to over HTTPS, the plain-HTTP registry cannot answer.
+    let cache = tempfile::tempdir().unwrap();
+    let err = store(cache.path())
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EnsureError::Unreachable { .. }), "{err:?}");
+
+    // Named insecure, it is reached over HTTP.
+    let mut options = StoreOptions {
+        registry: fast_options(),
+        ..StoreOptions::default()
+    };
+    options.registry.insecure_registries.push(alias.clone());
+    let got = ImageStore::open_with(cache.path(), options)
+        .unwrap()
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .expect("pull over plain HTTP when named insecure");
+    assert_eq!(got.digest, image.manifest_digest);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulls_docker_schema_2_manifests_and_lists() {
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+    const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+    let image = build(&[vec![file("flavour", "docker")]], "amd64", &["A=1"], "/");
+    // The same image described with docker's media types, as most of Docker Hub still is.
+    let mut m: serde_json::Value = serde_json::from_slice(&image.manifest).unwrap();
+    m["mediaType"] = DOCKER_MANIFEST.into();
+    m["config"]["mediaType"] = "application/vnd.docker.container.image.v1+json".into();
+    m["layers"][0]["mediaType"] = "application/vnd.docker.image.rootfs.diff.tar.gzip".into();
+    let manifest = serde_json::to_vec(&m).unwrap();
+    let digest = div_image::Digest::sha256_of(&manifest);
+    let r: ImageRef = format!("{}/docker/app:list", reg.addr).parse().unwrap();
+    let p = div_image::Pusher::connect(&r, &Credentials::none(), &fast_options())
+        .await
+        .unwrap();
+    for (_, b) in &image.blobs {
+        p.blob(b.clone()).await.unwrap();
+    }
+    p.blob(image.config.1.clone()).await.unwrap();
+    p.manifest("plain", manifest.clone(), DOCKER_MANIFEST)
+        .await
+        .unwrap();
+    let list = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": DOCKER_LIST,
+        "manifests": [{"mediaType": DOCKER_MANIFEST, "digest": digest.to_string(), "size": manifest.len(), "platform": {"os": "linux", "architecture": "amd64"}}],
+    }))
+    .unwrap();
+    p.manifest("list", list, DOCKER_LIST).await.unwrap();
+
+    let cache = tempfile::tempdir().unwrap();
+    let store = store(cache.path());
+    for tag in ["plain", "list"] {
+        let r: ImageRef = format!("{}/docker/app:{tag}", reg.addr).parse().unwrap();
+        let got = store
+            .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+            .await
+            .expect("pull a docker image");
+        assert_eq!(got.digest, digest);
+        assert_eq!(
+            std::fs::read_to_string(got.rootfs.join("flavour")).unwrap(),
+            "docker"
+        );
+        assert_eq!(got.config.env, ["A=1"]);
     }
 }

@@ -336,3 +336,89 @@ mod hostile {
         }
     }
 }
+
+/// The layers of the rootless check: a read-only directory written into by a later layer,
+/// files owned by root (a chown an unprivileged user cannot do), a set-uid file, a device.
+fn rootless_layers() -> Vec<Vec<E>> {
+    vec![
+        vec![
+            E::Dir("ro", 0o555),
+            E::File("ro/f", 0o444, b"1".to_vec()),
+            E::Dir("ro/sub", 0o500),
+            E::File("ro/sub/g", 0o400, b"2".to_vec()),
+            E::File("suid", 0o4755, b"s".to_vec()),
+            E::CharDev("null"),
+        ],
+        vec![
+            file("ro/new", "3"),
+            file("ro/.wh.f", ""),
+            file("ro/sub/.wh..wh..opq", ""),
+        ],
+    ]
+}
+
+const ROOTLESS_TREE: &str =
+    "/ro: dir 555\n/ro/new: file 644 nlink=1 3\n/ro/sub: dir 500\n/suid: file 4755 nlink=1 s\n";
+
+/// Runs only as the child of `unpacks_as_an_unprivileged_user`, which sets the variable.
+#[test]
+#[allow(clippy::disallowed_methods)] // the test's own switch, not a setting
+fn rootless_child() {
+    if std::env::var_os("DIV_IMAGE_ROOTLESS_CHILD").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory for the unprivileged user");
+    unpack(dir.path(), &rootless_layers());
+    assert_eq!(got(dir.path()), ROOTLESS_TREE);
+    // Let the tree be removed.
+    for p in ["ro", "ro/sub"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.path().join(p), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    println!("rootless unpack ok");
+}
+
+fn uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+        .expect("a Uid line")
+}
+
+#[test]
+fn unpacks_as_an_unprivileged_user() {
+    if uid() != 0 {
+        // Already unprivileged: do it here.
+        let dir = tempfile::tempdir().unwrap();
+        unpack(dir.path(), &rootless_layers());
+        assert_eq!(got(dir.path()), ROOTLESS_TREE);
+        return;
+    }
+    let Some(setpriv) = crate::support::program("setpriv") else {
+        return;
+    };
+    let out = std::process::Command::new(setpriv)
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "unpack::rootless_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("DIV_IMAGE_ROOTLESS_CHILD", "1")
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("rootless unpack ok"),
+        "as uid 65534: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

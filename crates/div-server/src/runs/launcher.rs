@@ -29,7 +29,10 @@ pub(crate) fn launch(
     let _ = fs::remove_file(dir.join("end.json"));
     let _ = fs::remove_file(dir.join("stop"));
     let _ = fs::remove_file(dir.join(crate::org::STOP_FILE));
-    let handle = server.executor.start(&Launch { run_dir: &dir })?;
+    let handle = server.executor.start(&Launch {
+        run_dir: &dir,
+        run: &record.run,
+    })?;
     record.internal = RunInternal {
         handle: Some(handle),
         cores: cores.to_vec(),

@@ -12,7 +12,7 @@ use crate::executor::Liveness;
 use crate::runs::launcher;
 use crate::server::Server;
 use crate::store::{RunRecord, StoreError};
-use crate::supervisor::EndRecord;
+use crate::supervisor::{self, EndRecord};
 use crate::{org, rules};
 
 /// The reason of a run whose supervisor vanished without writing its end.
@@ -200,10 +200,13 @@ fn wait_reason(sku: &str, cores: Option<usize>, gpus: Option<usize>, ahead: u32)
 fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRecord>, StoreError> {
     let dir = server.run_dir(&record.run.id);
     let end_path = dir.join("end.json");
+    // The supervisor writes its end atomically, so one that is there but does not parse was
+    // damaged afterwards: it is said to be unreadable, never read as "the supervisor was lost".
     let read_end = || -> Option<EndRecord> {
-        fs::read(&end_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        let bytes = fs::read(&end_path).ok()?;
+        Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            supervisor::unreadable_end(&bytes, &e.to_string(), &record.run, &record.internal)
+        }))
     };
     let end = match read_end() {
         Some(end) => Some(end),
@@ -328,6 +331,7 @@ mod tests {
                 host_memory_gib: 16,
                 gpus: Vec::new(),
                 emulated: false,
+                prices: Default::default(),
             },
             false,
             Default::default(),
