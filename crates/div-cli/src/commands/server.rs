@@ -68,7 +68,7 @@ fn inventory_words(gpus: Option<&str>) -> String {
 }
 
 /// A running local control plane whose GPU inventory is not the one asked for
-/// (`DIVERGENT_EMULATE_GPUS`, or its absence) is stopped, so that it starts again with the
+/// (`DIVERGENT_EMULATE_GPUS`) is stopped, so that it starts again with the
 /// one asked for, when no run is going on it; otherwise the failure says exactly that.
 async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
     let cp = client(settings, Options::default())?;
@@ -80,11 +80,13 @@ async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
         return Ok(());
     };
     let in_effect = in_effect.as_str().map(str::to_owned);
-    let asked = match settings.emulate_gpus.as_deref() {
-        // A declaration the server cannot read is its to refuse, once started with it.
-        Some(text) => Some(div_server::canonical_gpus(text).unwrap_or_else(|_| text.to_owned())),
-        None => None,
+    // Only a declared inventory is asked for: a `div` without `DIVERGENT_EMULATE_GPUS` uses
+    // whichever server is running (its dashboard link, its runs) rather than restart it.
+    let Some(text) = settings.emulate_gpus.as_deref() else {
+        return Ok(());
     };
+    // A declaration the server cannot read is its to refuse, once started with it.
+    let asked = Some(div_server::canonical_gpus(text).unwrap_or_else(|_| text.to_owned()));
     if asked == in_effect {
         return Ok(());
     }
