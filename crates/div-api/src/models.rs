@@ -369,7 +369,51 @@ pub struct Run {
     pub extra: Extra,
 }
 
+/// The org's usage this calendar month against its limit: the catalogue's `org_usage`,
+/// present when the control plane has a limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrgUsage {
+    pub limit_cents: i64,
+    pub spent_cents: i64,
+    /// The calendar month, UTC: `2026-11`.
+    pub month: String,
+    /// Whether the limit is reached: runs going are stopped and new ones refused.
+    pub reached: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Catalogue {
+    /// The org's usage this month, when the control plane has a usage limit and says so
+    /// (`org_usage`, kept in [`Catalogue::extra`]).
+    pub fn org_usage(&self) -> Option<OrgUsage> {
+        self.extra
+            .get("org_usage")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+}
+
+/// Why a queued run waits: the run's `queue` field, present only while it is queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunQueue {
+    /// What it waits for, in words: `waiting for 2 cores, 1 run ahead`.
+    pub reason: String,
+    /// How many queued runs are ahead of it (runs start strictly in order).
+    pub ahead: u32,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 impl Run {
+    /// Why it waits, while it is queued and the control plane says so (the `queue` field,
+    /// kept in [`Run::extra`] so that a control plane that does not send it, or sends more,
+    /// is read all the same). `None` when it is absent or not a queue object.
+    pub fn queue(&self) -> Option<RunQueue> {
+        self.extra
+            .get("queue")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
     /// Keeps, in [`Run::extra`], each field `raw` (the JSON this run was read from) sent as
     /// `null`: typed, such a field is `None` and would be dropped on output, so printing the
     /// run (`--json`) would lose it. Clients call this on every run they read, so the object

@@ -59,6 +59,14 @@ pub enum RunError {
         /// The `python` form that works.
         meant: String,
     },
+    /// The org's usage limit for the month is reached: no run is placed until the month
+    /// ends or the limit is raised.
+    #[error("the org usage limit of {limit} is reached: {spent} spent in {month}")]
+    OrgLimitReached {
+        limit: div_spec::Money,
+        spent: div_spec::Money,
+        month: String,
+    },
     /// The project cannot be resolved.
     #[error(transparent)]
     Project(#[from] ProjectError),
@@ -195,6 +203,10 @@ impl RunError {
     /// What would be right, for a person, when there is something to say.
     pub fn hint(&self) -> Option<String> {
         match self {
+            RunError::OrgLimitReached { .. } => Some(
+                "no run starts until the month ends or the org's limit is raised; nothing was uploaded or placed"
+                    .to_owned(),
+            ),
             RunError::NoEntrypoint => Some(
                 "name what to run: `div run train.py::run`, `div run train.py` or \
                  `div run -- torchrun --nproc-per-node 8 train.py`"

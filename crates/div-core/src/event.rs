@@ -40,6 +40,11 @@ pub enum Event {
     /// The run was placed; `header` is its header line
     /// (`run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m`).
     Placed { run: Box<Run>, header: String },
+    /// The run waits in the queue, and the control plane says why: `reason` reads
+    /// `waiting for 2 cores, 1 run ahead`. Sent again each time the reason changes.
+    Queued { reason: String },
+    /// The run that waited in the queue has started (sent only after [`Event::Queued`]).
+    Started { run: Box<Run> },
     /// Bytes of the run's log, in order, each exactly once.
     Log(Bytes),
     /// The run ended (or, for `logs` without following, where it stands now).

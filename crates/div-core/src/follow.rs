@@ -8,7 +8,7 @@
 use std::task::Poll;
 
 use bytes::Bytes;
-use div_api::{ApiError, ControlPlane, LogEvent, LogStream, Run};
+use div_api::{ApiError, ControlPlane, LogEvent, LogStream, Run, RunStatus};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
@@ -48,6 +48,44 @@ pub(crate) async fn follow_log(
     }
 }
 
+/// How often a queued run is asked again whether it has started: 500 ms.
+const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// While `run` waits in the queue and its control plane says why (the run's `queue`), says so
+/// to `sink` each time the reason changes, then that it started. A control plane that does
+/// not say why is not asked again: its log stream waits for the start itself.
+pub(crate) async fn wait_in_queue(
+    cp: &dyn ControlPlane,
+    run: &Run,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    if run.status != RunStatus::Queued || run.queue().is_none() {
+        return Ok(());
+    }
+    let mut now = run.clone();
+    let mut said: Option<String> = None;
+    while now.status == RunStatus::Queued {
+        if let Some(queue) = now.queue()
+            && said.as_deref() != Some(queue.reason.as_str())
+        {
+            sink.event(Event::Queued {
+                reason: queue.reason.clone(),
+            });
+            said = Some(queue.reason);
+        }
+        tokio::time::sleep(QUEUE_POLL).await;
+        now = cp
+            .get_run(&run.id)
+            .await
+            .map_err(|e| RunError::api("ask whether the run has started", e))?;
+    }
+    // It may have started and ended between two looks: it started if it has a start.
+    if said.is_some() && now.started_at.is_some() {
+        sink.event(Event::Started { run: Box::new(now) });
+    }
+    Ok(())
+}
+
 /// The stream's next event; when it is not ready at once, an empty [`Event::Log`] goes to
 /// `sink` first (the log is caught up for now: time to flush).
 async fn next_or_idle(
@@ -82,6 +120,9 @@ pub async fn logs(
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
     let run = find_run(cp, &options.run).await?;
+    if options.follow {
+        wait_in_queue(cp, &run, sink).await?;
+    }
     if options.follow || run.status.is_terminal() {
         return follow_log(cp, &run.id, 0, sink).await;
     }

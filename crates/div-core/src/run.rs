@@ -12,7 +12,7 @@ use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink, Step};
-use crate::follow::follow_log;
+use crate::follow::{follow_log, wait_in_queue};
 use crate::project::{Project, resolve_project};
 
 /// The image a run gets when `--image` is not given (div-spec's, shared with the server).
@@ -195,6 +195,7 @@ pub async fn run(
     if options.detach {
         return Ok(RunOutcome::Detached(placed));
     }
+    wait_in_queue(cp, &placed, sink).await?;
     let ended = follow_log(cp, &placed.id, 0, sink).await?;
     Ok(RunOutcome::Ended(ended))
 }
@@ -267,6 +268,13 @@ async fn prepare(
         .catalogue()
         .await
         .map_err(|e| RunError::api("read the catalogue", e))?;
+    if let Some(usage) = api_catalogue.org_usage().filter(|u| u.reached) {
+        return Err(RunError::OrgLimitReached {
+            limit: Money::from_cents(usage.limit_cents),
+            spent: Money::from_cents(usage.spent_cents),
+            month: usage.month,
+        });
+    }
     let accepted: Vec<&str> = api_catalogue.skus.iter().map(|s| s.name.as_str()).collect();
     let sku = match options.gpu.parse::<Sku>() {
         Ok(sku) if accepted.contains(&sku.name()) => sku,

@@ -32,6 +32,8 @@ pub(crate) enum ErrorCode {
     Conflict,
     /// 404 `not_found`.
     NotFound,
+    /// 402 `usage_limit_reached`: the org's usage limit for the month is reached.
+    UsageLimitReached,
     /// 401 `unauthorized`: no valid bearer token.
     Unauthorized,
     /// 507 `insufficient_storage`: the disk under the state directory is full.
@@ -47,6 +49,7 @@ impl ErrorCode {
             ErrorCode::Malformed => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
+            ErrorCode::UsageLimitReached => 402,
             ErrorCode::OffsetMismatch | ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::RangeNotSatisfiable => 416,
@@ -68,6 +71,7 @@ impl ErrorCode {
             ErrorCode::OffsetMismatch => "offset_mismatch",
             ErrorCode::Conflict => "conflict",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::UsageLimitReached => "usage_limit_reached",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Internal => "internal",
@@ -155,7 +159,7 @@ impl From<std::io::Error> for HttpError {
 mod tests {
     use super::ErrorCode::{self, *};
 
-    const ALL: [ErrorCode; 12] = [
+    const ALL: [ErrorCode; 13] = [
         Malformed,
         TooLarge,
         RangeNotSatisfiable,
@@ -165,6 +169,7 @@ mod tests {
         OffsetMismatch,
         Conflict,
         NotFound,
+        UsageLimitReached,
         Unauthorized,
         InsufficientStorage,
         Internal,
@@ -207,6 +212,7 @@ mod tests {
                 (409, "offset_mismatch"),
                 (409, "conflict"),
                 (404, "not_found"),
+                (402, "usage_limit_reached"),
                 (401, "unauthorized"),
                 (507, "insufficient_storage"),
                 (500, "internal"),

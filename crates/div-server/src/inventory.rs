@@ -26,11 +26,50 @@ pub(crate) struct GpuGroup {
 #[derive(Debug, Clone)]
 pub(crate) struct Inventory {
     pub(crate) host_cores: u32,
+    /// This machine's memory in whole GiB (`MemTotal`), `u32::MAX` when it cannot be read.
+    pub(crate) host_memory_gib: u32,
     pub(crate) gpus: Vec<GpuGroup>,
     pub(crate) emulated: bool,
     /// Prices that replace the catalogue's, by SKU name, in cents an hour (Slurm's
     /// `[prices]`); empty locally.
     pub(crate) prices: std::collections::BTreeMap<String, i64>,
+}
+
+/// An emulated inventory written the one way the server shows it (`/v1/health`'s
+/// `emulated_gpus`): `h100:8,h200:2`, SKUs in the catalogue's order, lowercase.
+pub fn canonical_gpus(text: &str) -> Result<String, InventoryError> {
+    Ok(canonical(&parse_emulated(text)?))
+}
+
+fn canonical(groups: &[GpuGroup]) -> String {
+    let mut parts: Vec<(usize, String)> = groups
+        .iter()
+        .map(|g| {
+            let order = rules::skus()
+                .iter()
+                .position(|s| s.name == g.sku.name)
+                .unwrap_or(usize::MAX);
+            (order, format!("{}:{}", g.sku.name, g.indices.len()))
+        })
+        .collect();
+    parts.sort();
+    parts
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `MemTotal` of `/proc/meminfo` in whole GiB; `u32::MAX` when it cannot be read.
+fn host_memory_gib() -> u32 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            u32::try_from(kib >> 20).ok()
+        })
+        .unwrap_or(u32::MAX)
 }
 
 /// Parses `h100:8,h200:2`.
@@ -102,6 +141,7 @@ impl Inventory {
         };
         Ok(Inventory {
             host_cores,
+            host_memory_gib: host_memory_gib(),
             gpus,
             emulated,
             prices: Default::default(),
@@ -115,6 +155,18 @@ impl Inventory {
             .filter(|s| !s.gpu || self.group(s.name).is_some())
             .map(|s| s.name.to_owned())
             .collect()
+    }
+
+    /// Whether a run of this size shares the machine's cores and memory rather than being
+    /// given its own: a run on emulated GPUs whose container is past the machine (`--gpus 8`
+    /// on 2 cores). Its cores and memory are emulated as its GPUs are.
+    pub(crate) fn shared(&self, gpu_sku: bool, cores: u32, memory_gib: u32) -> bool {
+        gpu_sku && self.emulated && (cores > self.host_cores || memory_gib > self.host_memory_gib)
+    }
+
+    /// The emulated inventory in effect, canonical; `None` for this machine's own GPUs.
+    pub(crate) fn emulated_gpus(&self) -> Option<String> {
+        self.emulated.then(|| canonical(&self.gpus))
     }
 
     /// `sku` at this control plane's price.
@@ -153,8 +205,18 @@ impl Inventory {
             skus,
             extra_core_cents_per_hour: standard.extra_core_cents_per_hour,
             extra_gib_cents_per_hour: standard.extra_gib_cents_per_hour,
-            max_cores: standard.max_cores.min(self.host_cores),
-            max_memory_gib: standard.max_memory_gib,
+            // On emulated GPUs a container past the machine is emulated too (it shares the
+            // machine): the standard limits. Otherwise this machine's own.
+            max_cores: if self.emulated {
+                standard.max_cores
+            } else {
+                standard.max_cores.min(self.host_cores)
+            },
+            max_memory_gib: if self.emulated {
+                standard.max_memory_gib
+            } else {
+                standard.max_memory_gib.min(self.host_memory_gib)
+            },
             max_run_seconds: standard.max_run_seconds,
             extra: Default::default(),
         }

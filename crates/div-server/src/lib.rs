@@ -34,6 +34,7 @@ mod error;
 mod executor;
 mod http;
 mod inventory;
+mod org;
 mod rules;
 mod runs;
 mod sandbox;
@@ -53,7 +54,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use http::dashboard::{DashboardError, DashboardLink, open_url as open_dashboard};
-pub use inventory::InventoryError;
+pub use inventory::{InventoryError, canonical_gpus};
 
 /// How to run the local control plane.
 #[derive(Debug, Clone)]

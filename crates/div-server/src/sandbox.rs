@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// The top-level host directories a run never sees from the host.
-const SKIPPED: [&str; 6] = ["proc", "dev", "sys", "tmp", "mnt", "workspace"];
+const SKIPPED: [&str; 7] = ["proc", "dev", "sys", "tmp", "mnt", "workspace", "cache"];
 
 /// What of a run's `/proc` is read-only: each is the host's own, bound read-only.
 const PROC_COVERS: [&str; 5] = [
@@ -16,6 +16,9 @@ const PROC_COVERS: [&str; 5] = [
 
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// Where the shared download cache is inside the sandbox.
+pub(crate) const CACHE_MOUNT: &str = "/cache";
 
 /// What is wrong with `value` as the value of the variable `key` (`what`: "secret" or
 /// "environment variable"), if anything, by div-spec's [`div_spec::check_env_value`] (the
@@ -106,6 +109,8 @@ pub(crate) struct SandboxInput<'a> {
     pub(crate) mnt: &'a Path,
     /// Volume name and its host directory.
     pub(crate) volumes: &'a [(String, PathBuf)],
+    /// The download cache every run shares, bound writable at [`CACHE_MOUNT`].
+    pub(crate) cache: &'a Path,
     /// Device nodes to bind (GPU runs).
     pub(crate) devices: &'a [PathBuf],
     pub(crate) command: &'a str,
@@ -229,6 +234,7 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             ]);
         }
     }
+    argv.extend(["--bind".to_owned(), s(input.cache), CACHE_MOUNT.to_owned()]);
     argv.extend([
         "--bind".to_owned(),
         s(input.workspace),

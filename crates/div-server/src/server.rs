@@ -1,10 +1,13 @@
 //! [`Server`]: the context every handler and the scheduler share (state directory, store,
 //! inventory, executor, the lock on runs' status), and how it is opened at start.
 
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use div_api::RunQueue;
 
 use crate::error::HttpError;
 use crate::executor::slurm::SlurmExecutor;
@@ -26,6 +29,10 @@ pub(crate) struct Server {
     pub(crate) executor: Box<dyn Executor>,
     /// Serializes changes of runs' status between handlers and the scheduler.
     lock: Mutex<()>,
+    /// Why each queued run waits, as the scheduler's last pass found it (run id to reason).
+    queue: Mutex<HashMap<String, RunQueue>>,
+    /// The last warning said on the server's log, so that one read on every pass is said once.
+    warned: Mutex<String>,
     /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
     pub(crate) kick: tokio::sync::Notify,
 }
@@ -119,6 +126,8 @@ impl Server {
             cgroups,
             executor,
             lock: Mutex::new(()),
+            queue: Mutex::default(),
+            warned: Mutex::default(),
             kick: tokio::sync::Notify::new(),
         }
     }
@@ -126,6 +135,23 @@ impl Server {
     /// Held while a run's status changes.
     pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Says `warning` on the server's log (its stderr), unless it was the last one said.
+    pub(crate) fn warn_once(&self, warning: &str) {
+        let mut last = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != warning {
+            // The server's stderr is its log (`server.log` when `div` started it).
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr().lock(),
+                format!("warning: {warning}\n").as_bytes(),
+            );
+            warning.clone_into(&mut last);
+        }
+    }
+
+    /// Why each queued run waits, as the scheduler's last pass found it.
+    pub(crate) fn queue(&self) -> MutexGuard<'_, HashMap<String, RunQueue>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
     pub(crate) fn run_dir(&self, id: &str) -> PathBuf {
         self.home.join("runs").join(id)

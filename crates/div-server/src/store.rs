@@ -242,6 +242,18 @@ impl Store {
         Ok(Placed::New)
     }
 
+    /// What the runs placed since `created_from` (RFC 3339, UTC) and ended spent, in cents.
+    pub(crate) fn spent_in_ended_runs_since(&self, created_from: &str) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        let spent: i64 = conn.query_row(
+            "SELECT COALESCE(SUM(json_extract(run, '$.spent_cents')), 0) FROM runs \
+             WHERE status NOT IN ('queued', 'running') AND json_extract(run, '$.created_at') >= ?1",
+            [created_from],
+            |r| r.get(0),
+        )?;
+        Ok(spent)
+    }
+
     /// Whether a run has this name.
     pub(crate) fn name_taken(&self, name: &str) -> Result<bool, StoreError> {
         let n: i64 =

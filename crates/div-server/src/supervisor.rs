@@ -181,6 +181,8 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
 enum Stopped {
     Exited,
     Canceled,
+    /// Stopped by the org (its usage limit), with the reason the server gave.
+    Org(String),
     Ceiling,
     Day,
     Memory,
@@ -275,6 +277,10 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             Err(_) => break Stopped::Canceled,
         }
         let elapsed = now_ms().saturating_sub(spec.started_ms);
+        // Stopped by the org: the server wrote why (`org::STOP_FILE`) before asking the stop.
+        if let Ok(reason) = fs::read_to_string(run_dir.join(crate::org::STOP_FILE)) {
+            break Stopped::Org(reason.trim().chars().take(200).collect());
+        }
         if sys::stop_requested() || stop_file.exists() {
             break Stopped::Canceled;
         }
@@ -300,6 +306,9 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     };
     let status = kill_tree(&mut child, &cgroups);
     let _ = fs::remove_file(&args_file);
+    if let Stopped::Org(why) = &stopped {
+        let _ = writeln!(log, "div: stopped by the org: {why}");
+    }
     let ended_ms = now_ms();
     let oom = matches!(stopped, Stopped::Memory) || cgroups.oom_killed();
     cgroups.remove();
@@ -326,6 +335,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             }
         }
         Stopped::Canceled => (RunStatus::Canceled, None, None),
+        Stopped::Org(ref why) => (RunStatus::StoppedByOrg, None, Some(why.clone())),
         Stopped::Ceiling => (RunStatus::HitCeiling, None, None),
         Stopped::Day => (RunStatus::Failed, None, Some(DAY_REASON.to_owned())),
         Stopped::Memory => (RunStatus::Failed, Some(137), Some(OOM_REASON.to_owned())),
@@ -334,7 +344,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     if oom
         && !matches!(
             stopped,
-            Stopped::Canceled | Stopped::Ceiling | Stopped::Day | Stopped::DiskFull
+            Stopped::Canceled
+                | Stopped::Org(_)
+                | Stopped::Ceiling
+                | Stopped::Day
+                | Stopped::DiskFull
         )
     {
         status = RunStatus::Failed;

@@ -16,6 +16,11 @@ pub(crate) mod examples {
             sku.capacity = Some(8);
             sku.emulated = true;
         }
+        // Sent by a control plane with an org usage limit.
+        c.extra.insert(
+            "org_usage".into(),
+            json!({"limit_cents": 50000, "spent_cents": 310, "month": "2026-11", "reached": false}),
+        );
         c
     }
     pub(crate) fn volume() -> Volume {
@@ -115,6 +120,11 @@ pub(crate) mod examples {
         r.reason = Some("boom".into());
         r.code = Some(code());
         r.telemetry_layout = Some("[x]".into());
+        // Sent while a run is queued and cannot start yet.
+        r.extra.insert(
+            "queue".into(),
+            json!({"reason": "waiting for 2 cores, 1 run ahead", "ahead": 1}),
+        );
         r
     }
     pub(crate) fn run_list() -> RunList {

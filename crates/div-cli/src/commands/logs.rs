@@ -31,6 +31,14 @@ pub(crate) async fn logs(
             Event::Log(bytes) => bytes,
             // A held piece of the log's last line is written before the end.
             Event::Ended(_) => Default::default(),
+            Event::Queued { reason } => {
+                printer.status(&format!("queued: {reason}"));
+                return;
+            }
+            Event::Started { run } => {
+                printer.status(&format!("{} started", run.name));
+                return;
+            }
             _ => return,
         };
         {

@@ -312,6 +312,8 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             seen.lock().unwrap_or_else(|e| e.into_inner()).placed = Some(run.name.clone());
             printer.status(&header);
         }
+        Event::Queued { reason } => printer.status(&format!("queued: {reason}")),
+        Event::Started { run } => printer.status(&format!("{} started", run.name)),
         Event::Log(bytes) => {
             if let Err(e) = printer.log(&bytes)
                 && e.kind() == std::io::ErrorKind::BrokenPipe

@@ -49,11 +49,87 @@ pub(crate) async fn connect_local(
     settings: &Settings,
     options: Options,
 ) -> Result<Box<dyn ControlPlane>, Failure> {
+    if answering(settings).await {
+        match_inventory(settings).await?;
+    }
     let cp = local(settings)?
         .connect(options)
         .await
         .map_err(start_failure)?;
     Ok(Box::new(cp))
+}
+
+/// Words for an inventory: `emulated GPUs h100:8`, or `this machine's own GPUs`.
+fn inventory_words(gpus: Option<&str>) -> String {
+    match gpus {
+        Some(g) => format!("emulated GPUs `{g}`"),
+        None => "this machine's own GPUs".to_owned(),
+    }
+}
+
+/// A running local control plane whose GPU inventory is not the one asked for
+/// (`DIVERGENT_EMULATE_GPUS`) is stopped, so that it starts again with the
+/// one asked for, when no run is going on it; otherwise the failure says exactly that.
+async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
+    let cp = client(settings, Options::default())?;
+    let Ok(health) = cp.health().await else {
+        return Ok(());
+    };
+    // A server that does not say which inventory it has is left as it is.
+    let Some(in_effect) = health.extra.get("emulated_gpus") else {
+        return Ok(());
+    };
+    let in_effect = in_effect.as_str().map(str::to_owned);
+    // Only a declared inventory is asked for: a `div` without `DIVERGENT_EMULATE_GPUS` uses
+    // whichever server is running (its dashboard link, its runs) rather than restart it.
+    let Some(text) = settings.emulate_gpus.as_deref() else {
+        return Ok(());
+    };
+    // A declaration the server cannot read is its to refuse, once started with it.
+    let asked = Some(div_server::canonical_gpus(text).unwrap_or_else(|_| text.to_owned()));
+    if asked == in_effect {
+        return Ok(());
+    }
+    let mut going = 0;
+    for status in [RunStatus::Running, RunStatus::Queued] {
+        let query = ListRuns {
+            status: Some(status),
+            limit: Some(1000),
+            ..ListRuns::default()
+        };
+        let list = cp.list_runs(&query).await.map_err(|e| {
+            Failure::new(exit_codes::CONTROL_PLANE, anyhow!(div_api::error_chain(&e)))
+        })?;
+        going += list.runs.len();
+    }
+    if going > 0 {
+        let runs = if going == 1 { "1 run is" } else { "runs are" };
+        return Err(Failure::new(
+            exit_codes::REFUSED,
+            anyhow!(
+                "the local control plane is running with {}, not the {} asked for, and {runs} going on it, so it cannot be restarted with them now",
+                inventory_words(in_effect.as_deref()),
+                inventory_words(asked.as_deref()),
+            ),
+        )
+        .hint(Some(match in_effect {
+            Some(g) => format!(
+                "wait for its runs to end (`div runs`) or stop them (`div stop RUN`), or use the inventory in effect with `DIVERGENT_EMULATE_GPUS={g}`"
+            ),
+            None => "wait for its runs to end (`div runs`) or stop them (`div stop RUN`), or use the inventory in effect by unsetting `DIVERGENT_EMULATE_GPUS`".to_owned(),
+        })));
+    }
+    let Some(pid) = pid(&settings.home) else {
+        return Ok(());
+    };
+    if !signal_terminate(pid) {
+        return Ok(());
+    }
+    let deadline = Instant::now() + STOP_DEADLINE;
+    while answering(settings).await && Instant::now() <= deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 /// Start `<this exe> server run` in its own session, its output in `home/server.log`, and

@@ -13,6 +13,7 @@ mod https;
 mod json_nulls;
 mod local;
 mod run;
+mod server_loop;
 mod slurm;
 mod support;
 mod terminal;

@@ -363,6 +363,8 @@ impl SlurmExecutor {
         });
         let mut inventory = Inventory {
             host_cores: host_cores.max(1),
+            // The nodes' memory is the cluster's to hold a run to, not this machine's.
+            host_memory_gib: u32::MAX,
             gpus,
             emulated: false,
             prices: config.prices.clone(),

@@ -83,9 +83,26 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 "ok": true,
                 "version": env!("CARGO_PKG_VERSION"),
                 "executor": server.executor.describe(),
+                // The inventory in effect: a client asking for another restarts the server.
+                "emulated_gpus": server.inventory.emulated_gpus(),
             }),
         )),
-        (&Method::GET, ["v1", "catalogue"]) => Ok(wire::json(200, &server.inventory.catalogue())),
+        (&Method::GET, ["v1", "catalogue"]) => {
+            // With the org's usage this month, when a limit is set: a client refuses a run
+            // before it uploads anything while the limit is reached.
+            let catalogue = blocking(server, |s| {
+                let mut catalogue = s.inventory.catalogue();
+                if let Some(usage) = crate::org::usage(s)? {
+                    catalogue.extra.insert(
+                        "org_usage".to_owned(),
+                        serde_json::to_value(&usage).unwrap_or_default(),
+                    );
+                }
+                Ok(catalogue)
+            })
+            .await?;
+            Ok(wire::json(200, &catalogue))
+        }
         (&Method::GET, ["v1", "volumes"]) => {
             let list = blocking(server, volumes::list_volumes).await?;
             Ok(wire::json(200, &json!({ "volumes": list })))

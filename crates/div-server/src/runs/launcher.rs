@@ -28,6 +28,7 @@ pub(crate) fn launch(
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     let _ = fs::remove_file(dir.join("end.json"));
     let _ = fs::remove_file(dir.join("stop"));
+    let _ = fs::remove_file(dir.join(crate::org::STOP_FILE));
     let handle = server.executor.start(&Launch {
         run_dir: &dir,
         run: &record.run,
@@ -84,11 +85,20 @@ fn prepare(
     }
     let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
     let mut first_lines = Vec::new();
-    if sku.gpu && server.inventory.emulated {
-        first_lines.push(format!(
+    let inventory = &server.inventory;
+    let shared = inventory.shared(sku.gpu, run.cores, run.memory_gib);
+    if sku.gpu && inventory.emulated {
+        let mut line = format!(
             "div: emulated {} ×{} (DIVERGENT_EMULATE_GPUS): this run has no GPU",
             sku.label, run.gpus
-        ));
+        );
+        if shared {
+            line.push_str(&format!(
+                "; its {} cores and {} GiB are emulated too: it shares this machine's {} cores and {} GiB with every other run",
+                run.cores, run.memory_gib, inventory.host_cores, inventory.host_memory_gib
+            ));
+        }
+        first_lines.push(line);
     }
     // Locally the host is the image: any other named is not used.
     if run.image != div_spec::DEFAULT_IMAGE {
@@ -107,6 +117,16 @@ fn prepare(
     } else {
         tmp.clone()
     };
+    // The download cache every run shares (pip's and uv's): see docs/reliability.md.
+    let cache = server.home.join("cache");
+    for tool in ["pip", "uv"] {
+        fs::create_dir_all(cache.join(tool)).map_err(io)?;
+    }
+    let in_cache = if server.sandboxed {
+        PathBuf::from(sandbox::CACHE_MOUNT)
+    } else {
+        cache.clone()
+    };
     // Environment, later entries win: a sane base, then runtime.md's table in order.
     let mut env: Vec<(String, String)> = vec![
         (
@@ -116,6 +136,15 @@ fn prepare(
         ("LANG".into(), "C.UTF-8".into()),
         ("HOME".into(), in_tmp.display().to_string()),
         ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        (
+            "PIP_CACHE_DIR".into(),
+            in_cache.join("pip").display().to_string(),
+        ),
+        (
+            "UV_CACHE_DIR".into(),
+            in_cache.join("uv").display().to_string(),
+        ),
     ];
     env.extend(server.store.secret_values().map_err(|e| e.to_string())?);
     env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
@@ -154,6 +183,7 @@ fn prepare(
             tmp: &tmp,
             mnt: &mnt,
             volumes: &volumes,
+            cache: &cache,
             devices: &devices,
             command: &run.command,
             chdir: if shipped { "/workspace" } else { "/" },
@@ -173,7 +203,11 @@ fn prepare(
         env,
         first_lines,
         cores: cores.to_vec(),
-        memory_bytes: u64::from(run.memory_gib) << 30,
+        memory_bytes: u64::from(if shared {
+            run.memory_gib.min(inventory.host_memory_gib)
+        } else {
+            run.memory_gib
+        }) << 30,
         cgroups: server.cgroups.clone(),
         cents_per_hour: run.cents_per_hour,
         max_spend_cents: run.max_spend_cents,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
 
 use crate::clock::{self, now_ms};
-use crate::error::HttpError;
+use crate::error::{ErrorCode, HttpError};
 use crate::rules;
 use crate::server::{Server, blocking};
 use crate::store::{Placed, RunInternal, RunRecord};
@@ -50,6 +50,12 @@ pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16
     let canonical = serde_json::to_vec(&request).map_err(|e| HttpError::invalid(e.to_string()))?;
     let body_hash = blake3::hash(&canonical).to_hex().to_string();
     let valid = validation::validate(server, &request)?;
+    if let Some(usage) = crate::org::usage(server)?.filter(|u| u.reached) {
+        return Err(
+            HttpError::new(ErrorCode::UsageLimitReached, usage.refusal(&server.home))
+                .with_details(serde_json::to_value(&usage).unwrap_or_default()),
+        );
+    }
 
     let _guard = server.lock();
     let name = match &request.name {
@@ -115,6 +121,7 @@ pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16
                     fs::create_dir_all(server.volume_dir(&volume))?;
                 }
             }
+            scheduler::refresh_queue(server)?;
             Ok((201, view(server, &record)))
         }
         Placed::Again(existing) => Ok((200, view(server, &existing))),
@@ -134,6 +141,12 @@ pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
         let seconds = now_ms().saturating_sub(started) / 1000;
         run.duration_seconds = seconds;
         run.spent_cents = rules::charge(run.cents_per_hour, seconds, run.max_spend_cents);
+    }
+    if run.status == RunStatus::Queued
+        && let Some(queue) = server.queue().get(&run.id)
+        && let Ok(value) = serde_json::to_value(queue)
+    {
+        run.extra.insert("queue".to_owned(), value);
     }
     run
 }

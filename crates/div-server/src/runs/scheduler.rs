@@ -2,18 +2,18 @@
 //! starts queued runs, strictly in order, while their GPUs and cores are free. The same pass
 //! reconciles after a restart.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 
-use div_api::RunStatus;
+use div_api::{RunQueue, RunStatus};
 
 use crate::clock::{self, now_ms};
 use crate::executor::Liveness;
-use crate::rules;
 use crate::runs::launcher;
 use crate::server::Server;
 use crate::store::{RunRecord, StoreError};
 use crate::supervisor::{self, EndRecord};
+use crate::{org, rules};
 
 /// The reason of a run whose supervisor vanished without writing its end.
 pub(crate) const LOST_REASON: &str = "the supervisor was lost";
@@ -29,17 +29,88 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             None => changed = true,
         }
     }
+    let queued = server.store.runs_with_status(RunStatus::Queued)?;
+    if let Some(usage) = org::usage(server)?.filter(|u| u.reached) {
+        // The org's limit is reached: every running run is stopped, and the queue waits.
+        let reason = usage.reason();
+        for record in &running {
+            stop_by_org(server, record, &reason);
+        }
+        *server.queue() = queued
+            .iter()
+            .zip(0u32..)
+            .map(|(record, ahead)| {
+                let wait = RunQueue {
+                    reason: format!("waiting: the {reason}"),
+                    ahead,
+                    extra: Default::default(),
+                };
+                (record.run.id.clone(), wait)
+            })
+            .collect();
+        return Ok(changed);
+    }
+    let (started, waiting) = admit(server, &running, queued, true)?;
+    *server.queue() = waiting;
+    Ok(changed || started)
+}
+
+/// Tells a running run's supervisor it is stopped by the org, and why (`run-dir/stop-org`),
+/// then stops it the executor's way. Said again on each pass until its end is recorded.
+fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
+    let dir = server.run_dir(&record.run.id);
+    let said = dir.join(org::STOP_FILE);
+    if fs::write(&said, reason).is_err() {
+        return;
+    }
+    if let Some(handle) = &record.internal.handle {
+        let _ = server.executor.stop(&dir, handle);
+    }
+}
+
+/// Says why each queued run waits, as the next pass would find it, without starting any:
+/// a run placed answers with its reason at once. Called with [`Server::lock`] held.
+pub(crate) fn refresh_queue(server: &Server) -> Result<(), StoreError> {
+    let running = server.store.runs_with_status(RunStatus::Running)?;
+    let queued = server.store.runs_with_status(RunStatus::Queued)?;
+    let (_, waiting) = admit(server, &running, queued, false)?;
+    *server.queue() = waiting;
+    Ok(())
+}
+
+/// Goes through the queue in order, giving each run that fits its cores and GPUs (and, with
+/// `launch`, starting it); returns whether any run changed and why each of the rest waits.
+fn admit(
+    server: &Server,
+    running: &[RunRecord],
+    queued: Vec<RunRecord>,
+    launch: bool,
+) -> Result<(bool, HashMap<String, RunQueue>), StoreError> {
+    let mut changed = false;
     let mut busy_cores: BTreeSet<usize> = BTreeSet::new();
     let mut busy_gpus: BTreeSet<(String, u32)> = BTreeSet::new();
-    for r in &running {
+    for r in running {
         busy_cores.extend(r.internal.cores.iter().copied());
         busy_gpus.extend(r.internal.gpus.iter().map(|g| (r.run.sku.clone(), *g)));
     }
-    for mut record in server.store.runs_with_status(RunStatus::Queued)? {
+    // Why each run still queued after this pass waits, in order.
+    let mut waiting: HashMap<String, RunQueue> = Default::default();
+    let mut ahead: u32 = 0;
+    for mut record in queued {
         let free_cores: Vec<usize> = (0..server.inventory.host_cores as usize)
             .filter(|c| !busy_cores.contains(c))
             .collect();
-        let need_cores = record.run.cores as usize;
+        // A run that shares the machine (emulated past it) holds no core of its own.
+        let gpu_sku = rules::sku(&record.run.sku).is_some_and(|s| s.gpu);
+        let need_cores =
+            if server
+                .inventory
+                .shared(gpu_sku, record.run.cores, record.run.memory_gib)
+            {
+                0
+            } else {
+                record.run.cores as usize
+            };
         let free_gpus: Vec<u32> = server
             .inventory
             .group(&record.run.sku)
@@ -53,11 +124,31 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             .unwrap_or_default();
         let need_gpus = record.run.gpus as usize;
         // Strictly in order: a run that does not fit holds the ones behind it.
-        if free_cores.len() < need_cores || free_gpus.len() < need_gpus {
-            break;
+        if ahead > 0 || free_cores.len() < need_cores || free_gpus.len() < need_gpus {
+            let reason = wait_reason(
+                &record.run.sku,
+                (free_cores.len() < need_cores).then_some(need_cores),
+                (free_gpus.len() < need_gpus).then_some(need_gpus),
+                ahead,
+            );
+            waiting.insert(
+                record.run.id.clone(),
+                RunQueue {
+                    reason,
+                    ahead,
+                    extra: Default::default(),
+                },
+            );
+            ahead += 1;
+            continue;
         }
         let cores: Vec<usize> = free_cores[..need_cores].to_vec();
         let gpus: Vec<u32> = free_gpus[..need_gpus].to_vec();
+        if !launch {
+            busy_cores.extend(cores);
+            busy_gpus.extend(gpus.into_iter().map(|g| (record.run.sku.clone(), g)));
+            continue;
+        }
         changed = true;
         match launcher::launch(server, &mut record, &cores, &gpus) {
             Ok(()) => {
@@ -72,7 +163,37 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             }
         }
     }
-    Ok(changed)
+    Ok((changed, waiting))
+}
+
+/// Why a queued run waits: `waiting for 2 cores, 1 run ahead`, `waiting for 8 H100s and 8
+/// cores`, `waiting its turn, 2 runs ahead` (it would fit, but runs start in order).
+fn wait_reason(sku: &str, cores: Option<usize>, gpus: Option<usize>, ahead: u32) -> String {
+    let plural = |n: usize, one: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {one}s")
+        }
+    };
+    let mut lacking = Vec::new();
+    if let Some(n) = gpus {
+        let label = rules::sku(sku).map_or(sku.to_owned(), |s| s.label.to_owned());
+        lacking.push(plural(n, &label));
+    }
+    if let Some(n) = cores {
+        lacking.push(plural(n, "core"));
+    }
+    let mut reason = if lacking.is_empty() {
+        "waiting its turn".to_owned()
+    } else {
+        format!("waiting for {}", lacking.join(" and "))
+    };
+    if ahead > 0 {
+        reason.push_str(&format!(", {}", plural(ahead as usize, "run")));
+        reason.push_str(" ahead");
+    }
+    reason
 }
 
 /// Records the end of a running run when it has one; `Some` while it goes on.
@@ -207,6 +328,7 @@ mod tests {
             Store::open(&dir.join("state.db")).unwrap(),
             Inventory {
                 host_cores: 4,
+                host_memory_gib: 16,
                 gpus: Vec::new(),
                 emulated: false,
                 prices: Default::default(),
@@ -265,6 +387,48 @@ mod tests {
         assert_eq!(record(&server, &b).run.status, RunStatus::Queued);
         assert_eq!(record(&server, &c).run.status, RunStatus::Queued);
         assert_eq!(fake.seen().started, [server.run_dir(&a)]);
+    }
+
+    #[test]
+    fn each_queued_run_says_why_it_waits_and_how_many_are_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let a = queue(&server, "a", 3);
+        let b = queue(&server, "b", 2);
+        let c = queue(&server, "c", 1);
+        // Before any pass: what placing answers with.
+        super::refresh_queue(&server).unwrap();
+        assert!(!server.queue().contains_key(&a), "a fits: it does not wait");
+        assert_eq!(server.queue()[&b].reason, "waiting for 2 cores");
+        assert_eq!(server.queue()[&b].ahead, 0);
+        assert_eq!(
+            fake.seen().started.len(),
+            0,
+            "nothing is started by saying why"
+        );
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &a).run.status, RunStatus::Running);
+        let b_wait = server.queue()[&b].clone();
+        let c_wait = server.queue()[&c].clone();
+        assert_eq!(b_wait.reason, "waiting for 2 cores");
+        // `c` would fit on the one free core, but runs start in order.
+        assert_eq!(
+            (c_wait.reason.as_str(), c_wait.ahead),
+            ("waiting its turn, 1 run ahead", 1)
+        );
+        // The API shows it on the queued run, and not once it runs.
+        let shown = crate::runs::view(&server, &record(&server, &c));
+        assert_eq!(shown.queue(), Some(c_wait));
+        assert!(
+            crate::runs::view(&server, &record(&server, &a))
+                .queue()
+                .is_none()
+        );
+        assert_eq!(
+            super::wait_reason("h100", Some(8), Some(8), 2),
+            "waiting for 8 H100s and 8 cores, 2 runs ahead"
+        );
     }
 
     #[test]

@@ -48,12 +48,23 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         }
     }
     let host = server.inventory.host_cores;
-    if sizing.cores > host {
+    let shared = server
+        .inventory
+        .shared(sku.gpu, sizing.cores, sizing.memory_gib);
+    if sizing.cores > host && !shared {
         return Err(HttpError::invalid(format!(
             "this machine has {host} cores; the run asks for {}",
             sizing.cores
         ))
         .with_details(json!({ "cores": host })));
+    }
+    let memory = server.inventory.host_memory_gib;
+    if sizing.memory_gib > memory && !shared {
+        return Err(HttpError::invalid(format!(
+            "this machine has {memory} GiB of memory; the run asks for {} GiB",
+            sizing.memory_gib
+        ))
+        .with_details(json!({ "memory_gib": memory })));
     }
     if let Some(cents) = request.max_spend_cents
         && cents <= 0

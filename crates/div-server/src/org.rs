@@ -1,0 +1,154 @@
+//! The org usage limit of the local control plane: dollars per calendar month (UTC) across
+//! all runs, in integer cents, set in `home/settings.json` as
+//! `{"org_usage_limit_cents": 50000}` and read again on every pass of the scheduler, so a
+//! change needs no restart. No file, or no such key, is no limit.
+//!
+//! A run counts in the month it was placed (`created_at`): an ended run with what it spent,
+//! a running one with what it has spent so far. When the month's spend reaches the limit,
+//! every running run is stopped with status `stopped_by_org`, queued runs wait, and new runs
+//! are refused with the limit and the month's spend.
+
+use std::path::Path;
+
+use div_api::RunStatus;
+use div_spec::Money;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{self, now_ms};
+use crate::rules;
+use crate::server::Server;
+use crate::store::StoreError;
+
+/// The settings file under the state directory.
+pub(crate) const SETTINGS_FILE: &str = "settings.json";
+
+/// What `home/settings.json` holds; unknown keys are refused, so a misspelt one is said.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    org_usage_limit_cents: Option<i64>,
+}
+
+/// The month's spend against the limit: the catalogue's `org_usage`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Usage {
+    pub(crate) limit_cents: i64,
+    pub(crate) spent_cents: i64,
+    /// `2026-11`: the calendar month, UTC.
+    pub(crate) month: String,
+    pub(crate) reached: bool,
+}
+
+impl Usage {
+    /// `org usage limit of $500.00 reached`: the reason of a run it stops.
+    pub(crate) fn reason(&self) -> String {
+        format!(
+            "org usage limit of {} reached",
+            Money::from_cents(self.limit_cents)
+        )
+    }
+
+    /// Why a new run is refused: the limit, the month's spend, and what would let it run.
+    pub(crate) fn refusal(&self, home: &Path) -> String {
+        format!(
+            "the org usage limit of {} is reached: {} spent in {}; no run starts until the month ends or the limit is raised (`org_usage_limit_cents` in `{}`)",
+            Money::from_cents(self.limit_cents),
+            Money::from_cents(self.spent_cents),
+            self.month,
+            home.join(SETTINGS_FILE).display()
+        )
+    }
+}
+
+/// The limit in `home/settings.json`: `Ok(None)` when none is set; an error says what is wrong
+/// with the file.
+pub(crate) fn limit(home: &Path) -> Result<Option<i64>, String> {
+    let path = home.join(SETTINGS_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("could not read `{}`: {e}", path.display())),
+    };
+    let settings: Settings = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "`{}` is not valid settings ({e}); write it like {{\"org_usage_limit_cents\": 50000}}",
+            path.display()
+        )
+    })?;
+    match settings.org_usage_limit_cents {
+        Some(c) if c < 0 => Err(format!(
+            "`org_usage_limit_cents` in `{}` is {c}; it is a count of cents, 0 or more",
+            path.display()
+        )),
+        other => Ok(other),
+    }
+}
+
+/// The month's usage, when a limit is set. A settings file that cannot be read is said once
+/// on the server's log and taken as no limit.
+pub(crate) fn usage(server: &Server) -> Result<Option<Usage>, StoreError> {
+    let limit_cents = match limit(&server.home) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            server.warn_once(&e);
+            return Ok(None);
+        }
+    };
+    let now = clock::now_rfc3339();
+    let month = now.get(..7).unwrap_or_default().to_owned();
+    let from = format!("{month}-01T00:00:00Z");
+    let ended = server.store.spent_in_ended_runs_since(&from)?;
+    let mut running = 0i64;
+    let now_ms = now_ms();
+    for record in server.store.runs_with_status(RunStatus::Running)? {
+        if record.run.created_at.as_str() < from.as_str() {
+            continue;
+        }
+        if let Some(started) = record.internal.started_ms {
+            let seconds = now_ms.saturating_sub(started) / 1000;
+            running += rules::charge(
+                record.run.cents_per_hour,
+                seconds,
+                record.run.max_spend_cents,
+            );
+        }
+    }
+    let spent_cents = ended.saturating_add(running);
+    Ok(Some(Usage {
+        limit_cents,
+        spent_cents,
+        month,
+        reached: spent_cents >= limit_cents,
+    }))
+}
+
+/// The file that tells a run's supervisor it is stopped by the org, holding the reason.
+pub(crate) const STOP_FILE: &str = "stop-org";
+
+#[cfg(test)]
+mod tests {
+    use super::limit;
+
+    #[test]
+    fn the_limit_is_read_from_the_settings_file_and_a_bad_one_says_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(limit(dir.path()), Ok(None));
+        std::fs::write(
+            dir.path().join("settings.json"),
+            r#"{"org_usage_limit_cents": 500}"#,
+        )
+        .unwrap();
+        assert_eq!(limit(dir.path()), Ok(Some(500)));
+        std::fs::write(dir.path().join("settings.json"), r#"{"org_limit": 500}"#).unwrap();
+        let err = limit(dir.path()).unwrap_err();
+        assert!(err.contains("unknown field `org_limit`"), "{err}");
+        assert!(err.contains(r#"{"org_usage_limit_cents": 50000}"#), "{err}");
+        std::fs::write(
+            dir.path().join("settings.json"),
+            r#"{"org_usage_limit_cents": -1}"#,
+        )
+        .unwrap();
+        assert!(limit(dir.path()).unwrap_err().contains("0 or more"));
+    }
+}
