@@ -19,6 +19,7 @@
 //!     supervisor: SupervisorCommand { program: "/usr/bin/div".into(), args: vec!["__supervise".into()] },
 //!     sandbox: SandboxMode::Auto,
 //!     tick: div_server::DEFAULT_TICK,
+//!     images: Default::default(),
 //! };
 //! div_server::serve(options, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
@@ -44,7 +45,9 @@ mod supervisor;
 mod sys;
 mod volumes;
 
+mod images;
 pub mod local;
+pub use images::{DefaultImage, ImageSettings};
 pub use local::{LocalControlPlane, StartError};
 
 use std::future::Future;
@@ -70,6 +73,8 @@ pub struct ServerOptions {
     /// it sooner (placing a run, and a log stream that sees its run's end, both do):
     /// [`DEFAULT_TICK`] unless a test says otherwise.
     pub tick: std::time::Duration,
+    /// Images: what the default image means here, registries, logins.
+    pub images: ImageSettings,
 }
 
 /// The scheduler's tick: 50 ms.
@@ -124,6 +129,8 @@ pub enum ServerError {
     AlreadyRunning(PathBuf),
     #[error("could not open the state database")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Images(#[from] div_image::StoreError),
     #[error("bubblewrap (`bwrap`) does not work on this machine")]
     NoSandbox,
     #[error(transparent)]

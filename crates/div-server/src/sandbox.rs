@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::images::RunImage;
+
 /// The top-level host directories a run never sees from the host.
 const SKIPPED: [&str; 6] = ["proc", "dev", "sys", "tmp", "mnt", "workspace"];
 
@@ -45,8 +47,11 @@ pub(crate) struct SandboxInput<'a> {
     /// Device nodes to bind (GPU runs).
     pub(crate) devices: &'a [PathBuf],
     pub(crate) command: &'a str,
-    /// Where the command starts: `/workspace`, or `/` for a run that shipped nothing.
+    /// Where the command starts: `/workspace`, or `/` (an image's `WorkingDir`) for a run
+    /// that shipped nothing.
     pub(crate) chdir: &'a str,
+    /// The run's image; `None`: this machine's own system.
+    pub(crate) image: Option<&'a RunImage>,
 }
 
 fn s(p: &Path) -> String {
@@ -65,12 +70,69 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec();
-    let home = input
-        .home
-        .canonicalize()
-        .unwrap_or_else(|_| input.home.to_path_buf());
+    argv.extend(root_argv(input));
+    argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
+    for dev in input.devices.iter().filter(|d| d.exists()) {
+        argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
+    }
+    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
+    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
+    for (name, dir) in input.volumes {
+        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
+    }
+    argv.extend([
+        "--bind".to_owned(),
+        s(input.workspace),
+        "/workspace".to_owned(),
+    ]);
+    if let Some(image) = input.image {
+        if image.name_resolution {
+            for file in ["/etc/resolv.conf", "/etc/hosts"] {
+                if Path::new(file).is_file() {
+                    argv.extend(["--ro-bind".to_owned(), file.to_owned(), file.to_owned()]);
+                }
+            }
+        }
+        // The root (a tmpfs holding the mount points) read-only too, once they are made.
+        argv.extend(["--remount-ro", "/"].map(str::to_owned));
+    }
+    argv.extend(["--chdir", input.chdir, "sh", "-lc"].map(str::to_owned));
+    argv.push(input.command.to_owned());
+    argv
+}
+
+/// The root filesystem's part of bubblewrap's arguments: the image's tree, or this machine's
+/// own system (one top-level directory at a time, the state directory hidden, `python`
+/// provided when the host has only `python3`).
+///
+/// An image's tree is bound read-only entry by entry onto a tmpfs `/` (remounted read-only
+/// at the end), so `/workspace`, `/mnt` and `/tmp` need no mount point inside the cached
+/// tree; its links at the top (`bin -> usr/bin`) are made as links. A user the image names
+/// is who the command runs as, inside a new user namespace.
+fn root_argv(input: &SandboxInput<'_>) -> Vec<String> {
+    let Some(image) = input.image else {
+        return host_root_argv(input);
+    };
+    let mut argv = Vec::new();
+    if let Some((uid, gid)) = image.user {
+        argv.extend([
+            "--unshare-user".to_owned(),
+            "--uid".to_owned(),
+            uid.to_string(),
+            "--gid".to_owned(),
+            gid.to_string(),
+        ]);
+    }
+    argv.extend(["--tmpfs", "/"].map(str::to_owned));
+    top_level_binds(&image.rootfs, &mut argv);
+    argv
+}
+
+/// `--ro-bind` (directories and files) and `--symlink` for each top-level entry of `root`
+/// but [`SKIPPED`], at the same name under `/`; returns the directories bound.
+fn top_level_binds(root: &Path, argv: &mut Vec<String>) -> Vec<PathBuf> {
     let mut bound: Vec<PathBuf> = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir("/")
+    let mut entries: Vec<_> = std::fs::read_dir(root)
         .map(|d| d.flatten().collect())
         .unwrap_or_default();
     entries.sort_by_key(|e| e.file_name());
@@ -80,25 +142,33 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         if SKIPPED.contains(&name) {
             continue;
         }
-        let path = Path::new("/").join(name);
+        let path = root.join(name);
+        let inside = Path::new("/").join(name);
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
         if meta.file_type().is_symlink() {
             if let Ok(target) = std::fs::read_link(&path) {
-                argv.extend(["--symlink".to_owned(), s(&target), s(&path)]);
+                argv.extend(["--symlink".to_owned(), s(&target), s(&inside)]);
             }
         } else if meta.is_dir() || meta.is_file() {
-            argv.extend(["--ro-bind".to_owned(), s(&path), s(&path)]);
+            argv.extend(["--ro-bind".to_owned(), s(&path), s(&inside)]);
             if meta.is_dir() {
-                bound.push(path);
+                bound.push(inside);
             }
         }
     }
-    argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
-    for dev in input.devices.iter().filter(|d| d.exists()) {
-        argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
-    }
+    bound
+}
+
+/// This machine's own system as the run's root.
+fn host_root_argv(input: &SandboxInput<'_>) -> Vec<String> {
+    let mut argv = Vec::new();
+    let home = input
+        .home
+        .canonicalize()
+        .unwrap_or_else(|_| input.home.to_path_buf());
+    let bound = top_level_binds(Path::new("/"), &mut argv);
     // The state directory must be neither visible nor writable inside.
     if bound.iter().any(|b| home.starts_with(b)) {
         argv.extend(["--tmpfs".to_owned(), s(&home)]);
@@ -125,18 +195,6 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             ]);
         }
     }
-    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
-    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
-    for (name, dir) in input.volumes {
-        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
-    }
-    argv.extend([
-        "--bind".to_owned(),
-        s(input.workspace),
-        "/workspace".to_owned(),
-    ]);
-    argv.extend(["--chdir", input.chdir, "sh", "-lc"].map(str::to_owned));
-    argv.push(input.command.to_owned());
     argv
 }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::HttpError;
 use crate::executor::{Executor, LocalExecutor};
+use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
 use crate::{ServerError, ServerOptions, cgroup, sandbox};
@@ -23,6 +24,8 @@ pub(crate) struct Server {
     pub(crate) cgroups: cgroup::Plan,
     /// Where runs run: it starts, stops and watches their supervisors.
     pub(crate) executor: Box<dyn Executor>,
+    /// The image cache and what the default image means here.
+    pub(crate) images: Images,
     /// Serializes changes of runs' status between handlers and the scheduler.
     lock: Mutex<()>,
     /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
@@ -85,7 +88,8 @@ impl Server {
             options.supervisor.clone(),
             cgroups.clone(),
         ));
-        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor);
+        let images = Images::open(&home, options.images.clone())?;
+        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         Ok((server, HomeLock { _file: lock }))
     }
 
@@ -97,6 +101,7 @@ impl Server {
         sandboxed: bool,
         cgroups: cgroup::Plan,
         executor: Box<dyn Executor>,
+        images: Images,
     ) -> Server {
         Server {
             home,
@@ -105,6 +110,7 @@ impl Server {
             sandboxed,
             cgroups,
             executor,
+            images,
             lock: Mutex::new(()),
             kick: tokio::sync::Notify::new(),
         }

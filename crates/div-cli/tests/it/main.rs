@@ -9,6 +9,7 @@ mod commands;
 mod crash;
 mod hostile_client;
 mod https;
+mod image;
 mod json_nulls;
 mod local;
 mod run;
