@@ -346,3 +346,49 @@ fn a_hostile_run_cannot_write_its_image_or_the_cache() {
         std::fs::read_to_string(local.rootfs()[0].join("etc/os-release")).expect("os-release");
     assert!(os_release.starts_with("ID=divtest"), "{os_release}");
 }
+
+#[test]
+fn div_image_lists_the_cache_and_prunes_it() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let out = local.div(&["image", "ls"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("0 images cached in"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let out = local.div(&["image", "ls"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n"),
+        "{stdout}"
+    );
+    let row = stdout.lines().nth(1).unwrap_or_default();
+    let fields: Vec<&str> = row.split('\t').collect();
+    assert_eq!(fields.len(), 4, "{row}");
+    assert_eq!(fields[0], image, "{row}");
+    assert!(fields[1].starts_with("sha256:"), "{row}");
+    assert!(stderr.contains("1 image cached in"), "{stderr}");
+    assert!(stderr.contains(" on disk ("), "{stderr}");
+
+    let out = local.div(&["image", "prune"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("removed 1 image and 3 blobs"),
+        "the manifest, config and layer: {stderr}"
+    );
+    assert!(local.rootfs().is_empty(), "{:?}", local.rootfs());
+    let out = local.div(&["image", "ls"]);
+    assert!(
+        text(&out.stderr).contains("0 images cached in"),
+        "{}",
+        text(&out.stderr)
+    );
+}

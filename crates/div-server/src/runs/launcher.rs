@@ -98,6 +98,12 @@ fn prepare(
                 image.reference
             ));
         }
+        if !image.rootfs.is_dir() {
+            return Err(format!(
+                "the image {} ({}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it",
+                image.reference, image.digest
+            ));
+        }
         first_lines.push(format!("div: image {} ({})", image.reference, image.digest));
     }
     if !server.sandboxed {
