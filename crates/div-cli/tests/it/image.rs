@@ -212,6 +212,15 @@ fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root()
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let trees = local.rootfs();
     assert_eq!(trees.len(), 1, "one image unpacked: {trees:?}");
+    // The pull's progress, before the header line.
+    let pulling = stderr
+        .find(&format!("pulling {image}: 1 layer, "))
+        .expect("a pulling line");
+    let ready = stderr
+        .find(&format!("image {image} ready (sha256:"))
+        .expect("a ready line");
+    let header = stderr.find("  CPU  ").expect("the header line");
+    assert!(pulling < ready && ready < header, "{stderr}");
     let digest = trees[0]
         .parent()
         .and_then(Path::file_name)

@@ -115,6 +115,21 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         (&Method::GET, ["v1", "volumes", name, "file"]) => {
             files::respond(server, name.to_string(), &q, &req).await
         }
+        (&Method::POST, ["v1", "images", "pull"]) => {
+            #[derive(serde::Deserialize)]
+            struct Pull {
+                image: Option<String>,
+            }
+            let body: Pull = read_json(req).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let handle = tokio::runtime::Handle::current();
+            let server = Arc::clone(server);
+            // On a blocking thread, as for `POST /v1/runs` (the pull's future is not `Send`).
+            tokio::task::spawn_blocking(move || {
+                handle.block_on(crate::images::pull_stream(&server.images, body.image, tx));
+            });
+            Ok(wire::stream("application/x-ndjson", rx))
+        }
         (&Method::POST, ["v1", "runs"]) => {
             let key = header(&req, "idempotency-key").unwrap_or_default();
             let body = read_body(req).await?;
