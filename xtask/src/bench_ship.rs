@@ -1,6 +1,8 @@
-//! `cargo xtask bench ship [--repo PATH] [--files N] [--mib N] [--runs N]`: div-ship's listing
-//! against `git ls-files -co --exclude-standard` in the same run, hashing a tree cold then
-//! unchanged, and what a second upload would send.
+//! `cargo xtask bench ship [--repo PATH] [--files N] [--shape mixed|test262] [--mib N]
+//! [--runs N] [--div PATH]`: div-ship's listing against `git ls-files -co --exclude-standard`
+//! in the same run, `div run --dry-run` against `git status --porcelain -uall` (when a `div`
+//! binary is there: `--div`, or `target/release/div`), hashing a tree cold then unchanged, and
+//! what a second upload would send.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -14,27 +16,51 @@ use crate::timing::{median, ms, ratio};
 
 struct Args {
     repo: Option<PathBuf>,
-    files: usize,
+    files: Option<usize>,
+    shape: Shape,
     mib: usize,
     runs: usize,
+    div: Option<PathBuf>,
+}
+
+/// The generated repository.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// 50 000 small files in 1 000 folders, half tracked, a tenth ignored.
+    Mixed,
+    /// test262's: 57 059 files of about 1.6 KB (90 MB), every one committed, in about 3 000
+    /// folders three to five deep, a few of them with hundreds of files.
+    Test262,
 }
 
 fn parse(rest: &[String]) -> Result<Args> {
     let mut args = Args {
         repo: None,
-        files: 50_000,
+        files: None,
+        shape: Shape::Mixed,
         mib: 1024,
         runs: 9,
+        div: None,
     };
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("`{flag}` needs a value"));
         match flag.as_str() {
             "--repo" => args.repo = Some(PathBuf::from(value()?)),
-            "--files" => args.files = value()?.parse().context("--files is a count")?,
+            "--files" => args.files = Some(value()?.parse().context("--files is a count")?),
+            "--shape" => {
+                args.shape = match value()?.as_str() {
+                    "mixed" => Shape::Mixed,
+                    "test262" => Shape::Test262,
+                    other => bail!("--shape is `mixed` or `test262`, not `{other}`"),
+                }
+            }
+            "--div" => args.div = Some(PathBuf::from(value()?)),
             "--mib" => args.mib = value()?.parse().context("--mib is a count of MiB")?,
             "--runs" => args.runs = value()?.parse().context("--runs is a count")?,
-            other => bail!("unknown flag `{other}`; expected --repo, --files, --mib or --runs"),
+            other => bail!(
+                "unknown flag `{other}`; expected --repo, --files, --shape, --mib, --runs or --div"
+            ),
         }
     }
     ensure!(args.runs > 0, "--runs must be at least 1");
@@ -51,16 +77,33 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         None => {
             let repo = tmp.path().join("repo");
             let started = Instant::now();
-            generate_repo(&repo, args.files)?;
-            eprintln!(
-                "generated {} files in {:.1?}",
-                args.files,
-                started.elapsed()
-            );
+            let files = match args.shape {
+                Shape::Mixed => {
+                    let files = args.files.unwrap_or(50_000);
+                    generate_repo(&repo, files)?;
+                    files
+                }
+                Shape::Test262 => {
+                    let files = args.files.unwrap_or(57_059);
+                    generate_test262(&repo, files)?;
+                    files
+                }
+            };
+            eprintln!("generated {files} files in {:.1?}", started.elapsed());
             repo
         }
     };
     listing(&repo, args.runs)?;
+    let div = args.div.clone().or_else(|| {
+        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/div");
+        built.is_file().then_some(built)
+    });
+    match div {
+        Some(div) => dry_run(&repo, &div, args.runs)?,
+        None => println!(
+            "dry run: no `div` binary (`cargo build --release -p div-cli`, or --div PATH): skipped"
+        ),
+    }
     hashing(&tmp.path().join("hash"), args.mib, args.runs.min(5))?;
     Ok(())
 }
@@ -93,6 +136,142 @@ fn generate_repo(repo: &Path, files: usize) -> Result<()> {
     ])
     .current_dir(repo);
     ensure!(add.status()?.success(), "git add failed");
+    Ok(())
+}
+
+/// A tree of test262's shape (see [`Shape::Test262`]), committed.
+fn generate_test262(repo: &Path, files: usize) -> Result<()> {
+    fs::create_dir_all(repo)?;
+    git(repo, &["init", "-q"])?;
+    fs::write(repo.join(".gitignore"), "node_modules/\n*.pyc\n")?;
+    // test262's top: a few small folders beside `test/`, which holds nearly everything.
+    let mut written = 0;
+    for (dir, n) in [("harness", 120), ("src", 300), ("tools", 180), ("docs", 20)] {
+        for i in 0..n {
+            let path = repo.join(format!("{dir}/part{}/f{i}.js", i % 7));
+            fs::create_dir_all(path.parent().expect("a joined path has a parent"))?;
+            fs::write(path, js_body(written))?;
+            written += 1;
+        }
+    }
+    let areas = [
+        ("built-ins", 60),
+        ("language", 34),
+        ("intl402", 4),
+        ("staging", 2),
+    ];
+    let rest = files.saturating_sub(written);
+    let mut counts: Vec<usize> = areas.iter().map(|(_, p)| rest * p / 100).collect();
+    counts[0] += rest - counts.iter().sum::<usize>();
+    let mut i = 0;
+    for ((area, _), n) in areas.into_iter().zip(counts) {
+        for j in 0..n {
+            // 60 groups of up to 18 folders; one folder in 40 is a big one.
+            let group = j % 60;
+            let folder = (j / 60) % 18;
+            let deep = if folder % 3 == 0 { "/prototype" } else { "" };
+            let path = repo.join(format!("test/{area}/G{group}{deep}/m{folder}/t{i}.js"));
+            fs::create_dir_all(path.parent().expect("a joined path has a parent"))?;
+            fs::write(path, js_body(i))?;
+            i += 1;
+        }
+    }
+    git(repo, &["add", "-A"])?;
+    git(
+        repo,
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@example.com",
+            "commit",
+            "-qm",
+            "test262",
+        ],
+    )?;
+    Ok(())
+}
+
+/// About 1.6 KB of a test file.
+fn js_body(i: usize) -> String {
+    let mut body = format!("// Copyright (C) {i}\n/*---\ndescription: case {i}\n---*/\n");
+    while body.len() < 1580 {
+        body.push_str("assert.sameValue(typeof Object.prototype, \"object\");\n");
+    }
+    body
+}
+
+/// `div run --dry-run` (the process, as a user runs it, hash cache warm) against
+/// `git status --porcelain -uall` in the same repository, interleaved run by run so that the
+/// machine's load weighs on both alike.
+fn dry_run(repo: &Path, div: &Path, runs: usize) -> Result<()> {
+    let home = tempfile::tempdir().context("creating a temporary folder")?;
+    let run_div = || -> Result<Vec<u8>> {
+        let out = Command::new(div)
+            .args(["run", "--dry-run", "--gpu", "cpu", "--", "true"])
+            .current_dir(repo)
+            .env("DIVERGENT_HOME", home.path().join("div"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env_remove("DIVERGENT_API_URL")
+            .env_remove("DIVERGENT_TIMINGS")
+            .output()
+            .with_context(|| format!("running `{}`", div.display()))?;
+        ensure!(
+            out.status.success(),
+            "div run --dry-run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(out.stderr)
+    };
+    let run_git = || {
+        git(
+            repo,
+            &["status", "--porcelain", "-z", "--untracked-files=all"],
+        )
+    };
+    // Warm both: the hash cache written, the local control plane started (the dry run reads
+    // its catalogue), git's index refreshed.
+    let warm = run_div();
+    let timed = warm.and_then(|_| {
+        run_git()?;
+        let (mut div_times, mut git_times) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let started = Instant::now();
+            run_git()?;
+            git_times.push(started.elapsed());
+            let started = Instant::now();
+            run_div()?;
+            div_times.push(started.elapsed());
+        }
+        Ok((div_times, git_times))
+    });
+    let stopped = Command::new(div)
+        .args(["server", "stop"])
+        .env("DIVERGENT_HOME", home.path().join("div"))
+        .output();
+    let (mut div_times, mut git_times) = timed?;
+    ensure!(
+        stopped.is_ok_and(|o| o.status.success()),
+        "`div server stop` failed: the local control plane the dry runs started may still run"
+    );
+    let git_time = crate::timing::percentile(&mut git_times, 50);
+    let div_time = crate::timing::percentile(&mut div_times, 50);
+    println!(
+        "dry run ({}, median of {runs}, interleaved; load average {})",
+        div.display(),
+        load_average()
+    );
+    println!(
+        "  git status --porcelain -uall         {:>8.1} ms",
+        ms(git_time)
+    );
+    println!(
+        "  div run --dry-run, hash cache warm   {:>8.1} ms  ({:.2}× git status; goal ≤ 1.0×: {})",
+        ms(div_time),
+        ratio(div_time, git_time),
+        crate::timing::verdict(div_time <= git_time)
+    );
     Ok(())
 }
 

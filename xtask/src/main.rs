@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+mod bench_dashboard;
 mod bench_run;
 mod bench_ship;
 mod deny;
@@ -71,6 +72,7 @@ fn bench(rest: &[String]) -> Result<()> {
     };
     match name {
         "ship" => bench_ship::run(flags),
+        "dashboard" => bench_dashboard::run(flags),
         "all" => {
             bench_ship::run(&[])?;
             bench_run::run("all", flags)

@@ -22,6 +22,7 @@ mod client;
 mod display;
 mod endpoint;
 mod error;
+pub mod layout;
 mod log_stream;
 pub mod logframe;
 pub mod models;

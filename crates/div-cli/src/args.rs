@@ -42,6 +42,8 @@ pub(crate) enum Command {
     /// List and prune the local control plane's image cache
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Open the local control plane's dashboard: print its URL, with a fresh token
+    Dashboard(DashboardArgs),
     /// Run or control the local control plane
     #[command(
         subcommand,
@@ -173,6 +175,13 @@ pub(crate) struct LogsArgs {
     /// Print the run as JSON once the log is printed (the log goes to stderr)
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DashboardArgs {
+    /// Also open it in this machine's browser (with `xdg-open`)
+    #[arg(long)]
+    pub(crate) open: bool,
 }
 
 #[derive(Debug, Args)]

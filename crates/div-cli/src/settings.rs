@@ -36,6 +36,10 @@ pub(crate) struct Settings {
     pub(crate) sources: Vec<Source>,
     /// `DIVERGENT_TIMINGS=1`: `div run` ends with a line of how long each step took.
     pub(crate) timings: bool,
+    /// `GIT_DIR` and `GIT_WORK_TREE`, made absolute from `cwd`: what `div run` ships from, as
+    /// git would take them.
+    pub(crate) git_dir: Option<PathBuf>,
+    pub(crate) git_work_tree: Option<PathBuf>,
     /// What `div server run` reads for its images.
     pub(crate) images: ImageEnv,
 }
@@ -68,6 +72,13 @@ pub(crate) const REDACTED: &str = "<redacted>";
 /// Reads an environment variable, treating an empty one as unset.
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A path from an environment variable (any bytes), relative ones from `cwd`; empty is unset.
+fn env_path(name: &str, cwd: &Path) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| cwd.join(v))
 }
 
 impl Settings {
@@ -214,6 +225,8 @@ impl Settings {
                 "absent; div login writes it".into()
             },
         );
+        let git_dir = env_path("GIT_DIR", &cwd);
+        let git_work_tree = env_path("GIT_WORK_TREE", &cwd);
         Ok(Settings {
             user_config: user_config_path,
             sources,
@@ -226,6 +239,8 @@ impl Settings {
             cache_dir: cache.map(|c| c.join("div")),
             color,
             timings: env("DIVERGENT_TIMINGS").is_some_and(|v| v != "0"),
+            git_dir,
+            git_work_tree,
             images: ImageEnv {
                 default_image: env("DIVERGENT_DEFAULT_IMAGE"),
                 insecure_registries: env("DIVERGENT_INSECURE_REGISTRIES"),

@@ -308,3 +308,9 @@ mod tests {
         check(&[], "`--gpu cpu`");
     }
 }
+
+impl From<div_api::layout::LayoutError> for RunError {
+    fn from(e: div_api::layout::LayoutError) -> RunError {
+        RunError::Layout(e.0)
+    }
+}

@@ -71,5 +71,6 @@ pub use target::{
     user_config_path,
 };
 pub use telemetry::{
-    Chart, ChartSpec, Layout, Series, TelemetryRead, X_LINE, X_STEP, charts, number_at, telemetry,
+    Chart, ChartSpec, Layout, LayoutError, Series, TelemetryRead, X_LINE, X_STEP, charts,
+    number_at, telemetry,
 };

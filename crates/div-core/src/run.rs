@@ -61,6 +61,10 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Where div-ship keeps its hash cache, if anywhere.
     pub ship_cache: Option<PathBuf>,
+    /// `GIT_DIR` and `GIT_WORK_TREE`, read by the caller: the repository and work tree whose
+    /// files are shipped, as git would take them (`div_ship::ShipOptions`).
+    pub git_dir: Option<PathBuf>,
+    pub git_work_tree: Option<PathBuf>,
     /// Sent with the run's creation so a retried request never places a second run; one is
     /// made when `None`.
     pub idempotency_key: Option<String>,
@@ -90,6 +94,8 @@ impl RunOptions {
             detach: false,
             dry_run: false,
             ship_cache: None,
+            git_dir: None,
+            git_work_tree: None,
             idempotency_key: None,
         }
     }
@@ -262,6 +268,8 @@ async fn prepare(
         let ship_options = ShipOptions {
             cache: options.ship_cache.clone(),
             hashed: Some(hashed),
+            git_dir: options.git_dir.clone(),
+            work_tree: options.git_work_tree.clone(),
         };
         let shipment = div_ship::collect(&options.dir, &ship_options)?;
         crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;
@@ -642,8 +650,7 @@ fn layout_text(path: &Path, bytes: Vec<u8>) -> Result<String, RunError> {
     })?;
     match crate::telemetry::Layout::parse(&text) {
         Ok(_) => Ok(text),
-        Err(RunError::Layout(message)) => Err(refused(message)),
-        Err(e) => Err(refused(e.to_string())),
+        Err(crate::telemetry::LayoutError(message)) => Err(refused(message)),
     }
 }
 

@@ -6,13 +6,34 @@ use std::path::Path;
 /// The bytes the regular files under `path` hold (or `path`'s own, for a file), without
 /// following symlinks; what cannot be read counts nothing.
 pub(crate) fn tree_bytes(path: &Path) -> u64 {
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::read_dir(path)
-            .map(|d| d.flatten().map(|e| tree_bytes(&e.path())).sum())
-            .unwrap_or(0),
-        Ok(m) if m.is_file() => m.len(),
-        _ => 0,
+    tree_bytes_at_most(path, usize::MAX).0
+}
+
+/// [`tree_bytes`], stopping after `max_entries` entries: the bytes counted and whether the
+/// count stopped there. Links are counted as nothing (never followed), FIFOs and devices too
+/// (never opened), folders walked without recursion, so no depth a run made can exhaust the
+/// stack and no number of entries can keep it walking past the bound.
+pub(crate) fn tree_bytes_at_most(path: &Path, max_entries: usize) -> (u64, bool) {
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > max_entries {
+            return (total, true);
+        }
+        let Ok(meta) = fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(dir) = fs::read_dir(&p) {
+                stack.extend(dir.flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
+            total = total.saturating_add(meta.len());
+        }
     }
+    (total, false)
 }
 
 #[cfg(test)]
@@ -27,5 +48,18 @@ mod tests {
         assert_eq!(super::tree_bytes(dir.path()), 42);
         assert_eq!(super::tree_bytes(&dir.path().join("a/one")), 10);
         assert_eq!(super::tree_bytes(&dir.path().join("missing")), 0);
+    }
+
+    #[test]
+    fn a_bounded_count_says_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.path().join(format!("f{i}")), [0u8; 3]).unwrap();
+        }
+        // The folder and its five files: six entries.
+        assert_eq!(super::tree_bytes_at_most(dir.path(), 6), (15, false));
+        let (bytes, cut) = super::tree_bytes_at_most(dir.path(), 3);
+        assert!(cut);
+        assert_eq!(bytes, 6, "two of the files were counted before the bound");
     }
 }

@@ -17,6 +17,8 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod slurm;
+
 use crate::SupervisorCommand;
 use crate::cgroup::{self, RunCgroups};
 use crate::sys;
@@ -26,6 +28,18 @@ use crate::sys;
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
     pub(crate) run_dir: &'a Path,
+    /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
+    /// scheduler for room needs them).
+    pub(crate) run: &'a div_api::Run,
+}
+
+/// What a run asks for, as validated: what an executor checks before the run is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement<'a> {
+    pub(crate) sku: &'a str,
+    pub(crate) gpus: u32,
+    pub(crate) cores: u32,
+    pub(crate) memory_gib: u32,
 }
 
 /// Where a started run's supervisor is, as its executor recorded it; kept in the run's
@@ -60,6 +74,11 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn reclaim(&self, run_id: &str);
     /// One line for people: where this executor runs runs.
     fn describe(&self) -> String;
+    /// Refuses, before anything is created, a run this executor can never place (the local
+    /// executor has nothing to add to the server's own checks).
+    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Runs each run under a supervisor process on this machine, in its own session so that it
@@ -135,9 +154,12 @@ impl Executor for LocalExecutor {
 
 /// Waits (at most a second) until the new process's command line can be read. `spawn`
 /// returns once the kernel has given the child its new memory, a moment before its
-/// arguments are in it; [`supervisor_alive`] read then would find no run directory and call
-/// a starting supervisor lost (seen about once in 40 starts on a busy machine, by
+/// arguments are in it; [`supervisor_alive`] read then finds no run directory (seen about
+/// once in 40 starts on a busy machine, by
 /// `a_started_supervisor_is_alive_until_it_exits_and_stop_asks_it_through_its_directory`).
+/// [`supervisor_alive`] itself takes an empty command line as "still starting, alive", which
+/// is the fix that also holds after a restart or past this wait; this wait only means the
+/// first look after a start already sees the run directory.
 fn wait_for_arguments(pid: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
@@ -163,13 +185,24 @@ fn supervisor_alive(pid: u32, run_dir: &Path) -> bool {
         return false;
     }
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    if stat
+    let rest = stat
         .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-    {
+        .map_or("", |(_, rest)| rest.trim_start());
+    // A zombie, or a kernel thread (a child of kthreadd, pid 2) that got the pid.
+    if rest.starts_with('Z') || rest.split_whitespace().nth(1) == Some("2") {
         return false;
     }
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    // A supervisor just spawned can still be inside its exec: the kernel lets the spawner go
+    // on once the new program's memory is in place, but fills in its arguments only after, so
+    // its cmdline reads empty meanwhile. Under load that lasted past the next tick, and the
+    // run was recorded as "the supervisor was lost" while its supervisor went on. Not known
+    // yet, so alive: the next tick looks again. ([`wait_for_arguments`] waits for this at
+    // start; this also covers a server restarted while a supervisor was starting, and a
+    // start whose wait ran out.)
+    if cmdline.is_empty() {
+        return true;
+    }
     let needle = run_dir.as_os_str().as_encoded_bytes();
     cmdline.split(|b| *b == 0).any(|arg| arg == needle)
 }
@@ -181,6 +214,18 @@ mod tests {
 
     use super::{Executor, Handle, Launch, Liveness, LocalExecutor};
     use crate::SupervisorCommand;
+
+    /// A placed run, as the launcher hands it over (the local executor does not look at it).
+    fn placed() -> div_api::Run {
+        serde_json::from_value(serde_json::json!({
+            "id": "r_test", "name": "run-test", "project": "tests", "status": "queued",
+            "entrypoint": "true", "command": "true", "sku": "cpu", "gpus": 0, "cores": 1,
+            "memory_gib": 2, "cents_per_hour": 30, "spent_cents": 0,
+            "image": div_spec::DEFAULT_IMAGE, "env": [], "checks": [], "verdicts": [],
+            "created_at": "2026-11-30T00:00:00Z", "log_bytes": 0
+        }))
+        .expect("a placed run")
+    }
 
     /// A local executor whose "supervisor" is `sh -c SCRIPT <run-dir>`: the run directory is
     /// on its command line, as the real supervisor's is.
@@ -212,6 +257,7 @@ mod tests {
         let handle = executor
             .start(&Launch {
                 run_dir: dir.path(),
+                run: &placed(),
             })
             .unwrap();
         assert_eq!(
@@ -236,6 +282,7 @@ mod tests {
         let handle = executor
             .start(&Launch {
                 run_dir: other.path(),
+                run: &placed(),
             })
             .unwrap();
         assert_eq!(
@@ -268,6 +315,7 @@ mod tests {
         let err = executor
             .start(&Launch {
                 run_dir: dir.path(),
+                run: &placed(),
             })
             .unwrap_err();
         assert!(

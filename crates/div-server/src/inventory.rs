@@ -28,6 +28,9 @@ pub(crate) struct Inventory {
     pub(crate) host_cores: u32,
     pub(crate) gpus: Vec<GpuGroup>,
     pub(crate) emulated: bool,
+    /// Prices that replace the catalogue's, by SKU name, in cents an hour (Slurm's
+    /// `[prices]`); empty locally.
+    pub(crate) prices: std::collections::BTreeMap<String, i64>,
 }
 
 /// Parses `h100:8,h200:2`.
@@ -101,6 +104,7 @@ impl Inventory {
             host_cores,
             gpus,
             emulated,
+            prices: Default::default(),
         })
     }
 
@@ -113,6 +117,14 @@ impl Inventory {
             .collect()
     }
 
+    /// `sku` at this control plane's price.
+    pub(crate) fn priced(&self, mut sku: SkuPrice) -> SkuPrice {
+        if let Some(cents) = self.prices.get(sku.name) {
+            sku.cents_per_hour = *cents;
+        }
+        sku
+    }
+
     pub(crate) fn group(&self, sku: &str) -> Option<&GpuGroup> {
         self.gpus.iter().find(|g| g.sku.name == sku)
     }
@@ -122,6 +134,7 @@ impl Inventory {
         let skus = rules::skus()
             .into_iter()
             .filter(|s| !s.gpu || self.group(s.name).is_some())
+            .map(|s| self.priced(s))
             .map(|s| SkuOffer {
                 name: s.name.to_owned(),
                 cents_per_hour: s.cents_per_hour,

@@ -40,6 +40,7 @@ mod runs;
 mod sandbox;
 mod secrets;
 mod server;
+mod slurm_config;
 mod store;
 mod supervisor;
 mod sys;
@@ -54,6 +55,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+pub use http::dashboard::{DashboardError, DashboardLink, open_url as open_dashboard};
 pub use inventory::InventoryError;
 
 /// How to run the local control plane.
@@ -131,6 +133,14 @@ pub enum ServerError {
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
     Images(#[from] div_image::StoreError),
+    #[error(
+        "the state database `{path}` {problem}, but {history} beside it hold earlier runs and data: starting would forget them and every secret. Put state.db (with state.db-wal, if any) back from a copy; or, to start afresh, move {history} out of the state directory"
+    )]
+    StateLost {
+        path: PathBuf,
+        problem: String,
+        history: String,
+    },
     #[error("bubblewrap (`bwrap`) does not work on this machine")]
     NoSandbox,
     #[error(transparent)]
@@ -143,6 +153,9 @@ pub enum ServerError {
     },
     #[error("tcp listening is loopback only; `{0}` is not a loopback address")]
     NotLoopback(SocketAddr),
+    /// `home/slurm.toml` chose Slurm, and the file or the cluster is not usable.
+    #[error("the Slurm executor cannot start: {0}")]
+    Slurm(String),
 }
 
 /// Where the server listens under `home`: `home/server.sock`.
@@ -163,5 +176,9 @@ pub async fn serve(
 /// described by `run-dir/spec.json` to its end and writes `run-dir/end.json`. Blocks; returns
 /// the process's exit code.
 pub fn supervise(run_dir: &Path) -> i32 {
+    // On a Slurm node, or gathering a Slurm job's nodes (docs/slurm.md).
+    if let Some(code) = executor::slurm::node_or_gather(run_dir) {
+        return code;
+    }
     supervisor::supervise(run_dir)
 }

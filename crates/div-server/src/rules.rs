@@ -65,7 +65,13 @@ pub(crate) fn size(
     cpu: Option<u32>,
     memory: Option<u32>,
 ) -> Result<Sizing, String> {
-    let sizing = catalogue()
+    // The price is the one given (the catalogue's, or the control plane's own, e.g. Slurm's
+    // `[prices]`).
+    let mut priced = catalogue();
+    if let Some(p) = priced.skus.iter_mut().find(|p| p.sku == sku.sku) {
+        p.cents_per_hour = sku.cents_per_hour;
+    }
+    let sizing = priced
         .size(&SizeRequest {
             sku: sku.sku,
             gpus,

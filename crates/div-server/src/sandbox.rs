@@ -7,18 +7,82 @@ use crate::images::RunImage;
 /// The top-level host directories a run never sees from the host.
 const SKIPPED: [&str; 6] = ["proc", "dev", "sys", "tmp", "mnt", "workspace"];
 
+/// What of a run's `/proc` is read-only: each is the host's own, bound read-only.
+const PROC_COVERS: [&str; 5] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/fs",
+    "/proc/acpi",
+    "/proc/driver",
+];
+
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
-/// Whether bubblewrap works here.
-pub(crate) fn bwrap_works() -> bool {
-    std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
+/// What is wrong with `value` as the value of the variable `key` (`what`: "secret" or
+/// "environment variable"), if anything, by div-spec's [`div_spec::check_env_value`] (the
+/// client checks the same when the value is typed): a NUL byte (no process can be given one),
+/// or more than [`div_spec::MAX_ENV_VALUE_BYTES`] (the kernel takes no `KEY=value` over
+/// 128 KiB, so a larger one could never reach a run; it is refused when it is set instead).
+pub(crate) fn env_value_problem(what: &str, key: &str, value: &str) -> Option<String> {
+    match div_spec::check_env_value(key, value) {
+        Ok(()) => None,
+        Err(div_spec::EnvError::Nul { .. }) => Some(format!(
+            "the {what} `{key}` holds a NUL byte, which no program's environment can hold; remove it"
+        )),
+        Err(div_spec::EnvError::TooLong { bytes, max, .. }) => Some(format!(
+            "the {what} `{key}` is {bytes} bytes; a value may be at most {max} bytes (128 KiB less 256)"
+        )),
+        Err(e) => Some(format!("the {what} `{key}` is refused: {e}")),
+    }
+}
+
+/// Where `bwrap` is looked for: fixed folders, never a PATH (the run's or anyone's).
+const BWRAP_DIRS: [&str; 4] = ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin"];
+
+/// The absolute path of `bwrap` in [`BWRAP_DIRS`]; `/usr/bin/bwrap` when none is found (the
+/// start then fails and says so).
+pub(crate) fn bwrap_program() -> PathBuf {
+    BWRAP_DIRS
+        .iter()
+        .map(|d| Path::new(d).join("bwrap"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/bwrap"))
+}
+
+/// Whether runs get their own user namespace (`--unshare-user --disable-userns`): found by
+/// [`bwrap_works`]; until then, yes.
+static OWN_USERNS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn bwrap_true(userns: bool) -> bool {
+    let mut args = vec!["--cap-drop", "ALL"];
+    if userns {
+        args.extend(["--unshare-user", "--disable-userns"]);
+    }
+    args.extend(["--ro-bind", "/", "/", "true"]);
+    std::process::Command::new(bwrap_program())
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Whether bubblewrap works here, with every capability dropped as runs have them: with a
+/// user namespace of the run's own in which no other can be made, or — where user namespaces
+/// are turned off (`user.max_user_namespaces` 0), which only root's bwrap can do without —
+/// without one (no nested one can be made there either).
+pub(crate) fn bwrap_works() -> bool {
+    if bwrap_true(true) {
+        let _ = OWN_USERNS.set(true);
+        return true;
+    }
+    let works = bwrap_true(false);
+    if works {
+        let _ = OWN_USERNS.set(false);
+    }
+    works
 }
 
 /// The host's `python3` when `python` is not on the login PATH.
@@ -58,20 +122,57 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// `bwrap … sh -lc <command>`: the host's system read-only, one top-level directory at a
-/// time; the state directory hidden; `/tmp`, `/mnt`, each volume and `/workspace` bound.
+/// `bwrap … sh -lc <command>`: no capability and no way to gain one in a nested user
+/// namespace (as root too: bwrap keeps root's otherwise, and
+/// a run could remount `/etc` read-write or unmount the cover over the state directory); the
+/// host's system read-only, one top-level directory at a time; the state directory hidden;
+/// `/tmp`, `/mnt`, each volume and `/workspace` bound, each volume's committed code
+/// (`code/`) read-only over it. The run's environment is not here: the supervisor adds it
+/// (`--args`), and starts bwrap with a fixed one.
 pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
-    let mut argv: Vec<String> = [
-        "bwrap",
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-all",
-        "--share-net",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut argv: Vec<String> = vec![bwrap_program().display().to_string()];
+    argv.extend(
+        [
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--share-net",
+        ]
+        .map(str::to_owned),
+    );
+    // Its own user namespace, in which no further one can be made: a nested one would hold
+    // every capability over itself.
+    let own_userns = *OWN_USERNS.get().unwrap_or(&true);
+    if own_userns {
+        argv.extend(["--unshare-user", "--disable-userns"].map(str::to_owned));
+    }
+    // The user an image names is who its command runs as, in the run's user namespace.
+    if let Some((uid, gid)) = input.image.and_then(|i| i.user) {
+        if !own_userns {
+            argv.push("--unshare-user".to_owned());
+        }
+        argv.extend([
+            "--uid".to_owned(),
+            uid.to_string(),
+            "--gid".to_owned(),
+            gid.to_string(),
+        ]);
+    }
     argv.extend(root_argv(input));
     argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
+    // Without capabilities a run under a root server is still uid 0, and the kernel lets
+    // uid 0 write root's files in /proc with no capability check (`/proc/sys/vm/drop_caches`
+    // was writable, and so `kernel.core_pattern`): they are bound read-only over the run's
+    // own /proc. (bwrap covers `irq` and `bus` itself, and `sys` only when it can tell.)
+    for cover in PROC_COVERS {
+        argv.extend([
+            "--ro-bind-try".to_owned(),
+            cover.to_owned(),
+            cover.to_owned(),
+        ]);
+    }
     for dev in input.devices.iter().filter(|d| d.exists()) {
         argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
     }
@@ -79,6 +180,17 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
     for (name, dir) in input.volumes {
         argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
+        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
+        // a snapshot another run will start from. A link there (left by some run) is not
+        // followed: it is not bound, so nothing outside the volume is.
+        let code = dir.join("code");
+        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
+            argv.extend([
+                "--ro-bind".to_owned(),
+                s(&code),
+                format!("/mnt/{name}/code"),
+            ]);
+        }
     }
     argv.extend([
         "--bind".to_owned(),
@@ -96,7 +208,8 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         // The root (a tmpfs holding the mount points) read-only too, once they are made.
         argv.extend(["--remount-ro", "/"].map(str::to_owned));
     }
-    argv.extend(["--chdir", input.chdir, "sh", "-lc"].map(str::to_owned));
+    // By absolute path: the run's own PATH is already set when bwrap looks for it.
+    argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
     argv.push(input.command.to_owned());
     argv
 }
@@ -106,24 +219,13 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
 /// provided when the host has only `python3`).
 ///
 /// An image's tree is bound read-only entry by entry onto a tmpfs `/` (remounted read-only
-/// at the end), so `/workspace`, `/mnt` and `/tmp` need no mount point inside the cached
-/// tree; its links at the top (`bin -> usr/bin`) are made as links. A user the image names
-/// is who the command runs as, inside a new user namespace.
+/// at the end, in [`bwrap_argv`]), so `/workspace`, `/mnt` and `/tmp` need no mount point
+/// inside the cached tree; its links at the top (`bin -> usr/bin`) are made as links.
 fn root_argv(input: &SandboxInput<'_>) -> Vec<String> {
     let Some(image) = input.image else {
         return host_root_argv(input);
     };
-    let mut argv = Vec::new();
-    if let Some((uid, gid)) = image.user {
-        argv.extend([
-            "--unshare-user".to_owned(),
-            "--uid".to_owned(),
-            uid.to_string(),
-            "--gid".to_owned(),
-            gid.to_string(),
-        ]);
-    }
-    argv.extend(["--tmpfs", "/"].map(str::to_owned));
+    let mut argv = ["--tmpfs", "/"].map(str::to_owned).to_vec();
     top_level_binds(&image.rootfs, &mut argv);
     argv
 }
@@ -212,7 +314,7 @@ pub(crate) fn direct_argv(command: &str, bin: &Path) -> Vec<String> {
         }
     }
     text.push_str(command);
-    vec!["sh".to_owned(), "-lc".to_owned(), text]
+    vec!["/bin/sh".to_owned(), "-lc".to_owned(), text]
 }
 
 /// The GPU device nodes a GPU run gets.

@@ -25,6 +25,10 @@ pub(crate) fn list(server: &Server) -> Result<Vec<SecretInfo>, HttpError> {
 /// Sets (or replaces) the secret `name`; what the listing now says of it.
 pub(crate) fn set(server: &Server, name: &str, value: &str) -> Result<SecretInfo, HttpError> {
     check_name(name)?;
+    // A value no process could be given is refused now, not when a run starts.
+    if let Some(problem) = crate::sandbox::env_value_problem("secret", name, value) {
+        return Err(HttpError::invalid(problem));
+    }
     server
         .store
         .set_secret(name, value, &clock::now_rfc3339())?;

@@ -7,11 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::HttpError;
+use crate::executor::slurm::SlurmExecutor;
 use crate::executor::{Executor, LocalExecutor};
 use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
-use crate::{ServerError, ServerOptions, cgroup, sandbox};
+use crate::{ServerError, ServerOptions, cgroup, sandbox, slurm_config};
 
 /// Everything the server shares between requests and the scheduler.
 #[derive(Debug)]
@@ -67,7 +68,24 @@ impl Server {
         std::io::Write::write_all(&mut &lock, format!("{}\n", std::process::id()).as_bytes())
             .map_err(home_err)?;
 
-        let inventory = Inventory::load(&options.gpus)?;
+        let cgroups = cgroup::detect();
+        // `home/slurm.toml` chooses Slurm; without it runs run on this machine.
+        let (inventory, executor): (Inventory, Box<dyn Executor>) = match slurm_config::load(&home)
+            .map_err(ServerError::Slurm)?
+        {
+            Some(config) => {
+                let (executor, inventory) = SlurmExecutor::open(config, &options.supervisor, &home)
+                    .map_err(ServerError::Slurm)?;
+                (inventory, Box::new(executor))
+            }
+            None => (
+                Inventory::load(&options.gpus)?,
+                Box::new(LocalExecutor::new(
+                    options.supervisor.clone(),
+                    cgroups.clone(),
+                )),
+            ),
+        };
         let sandboxed = match options.sandbox {
             crate::SandboxMode::None => false,
             crate::SandboxMode::Auto => sandbox::bwrap_works(),
@@ -78,16 +96,11 @@ impl Server {
                 true
             }
         };
-        let store =
-            Store::open(&home.join("state.db")).map_err(|e| ServerError::Store(Box::new(e)))?;
+        // A lost state.db beside earlier runs or volumes refuses the start (ServerError::StateLost).
+        let store = crate::store::open_with_history(&home)?;
         for name in ["state.db", "state.db-wal", "state.db-shm"] {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }
-        let cgroups = cgroup::detect();
-        let executor = Box::new(LocalExecutor::new(
-            options.supervisor.clone(),
-            cgroups.clone(),
-        ));
         let images = Images::open(&home, options.images.clone())?;
         let server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         Ok((server, HomeLock { _file: lock }))

@@ -177,6 +177,14 @@ impl Store {
         })
     }
 
+    /// Copies the write-ahead log into the database and empties it, so that `state.db` alone
+    /// holds everything (done when the server stops).
+    pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        self.conn()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A poisoned lock means a panic mid-call; SQLite's own transaction keeps the data
         // consistent, so carry on with the connection.
@@ -460,6 +468,40 @@ impl Store {
             .conn()
             .execute("DELETE FROM secrets WHERE name = ?1", [name])?
             == 1)
+    }
+}
+
+/// Opens `home/state.db`, refusing when it is missing, empty or unreadable while `home/runs`
+/// or `home/volumes` hold something: a fresh database there would read as "no runs, no
+/// volumes, no secrets" and the next writes would bury what the files say.
+pub(crate) fn open_with_history(home: &Path) -> Result<Store, crate::ServerError> {
+    let path = home.join("state.db");
+    let history: Vec<String> = ["runs", "volumes"]
+        .into_iter()
+        .filter(|d| std::fs::read_dir(home.join(d)).is_ok_and(|mut r| r.next().is_some()))
+        .map(|d| format!("{d}/"))
+        .collect();
+    let lost = |problem: String| crate::ServerError::StateLost {
+        path: path.clone(),
+        problem,
+        history: history.join(" and "),
+    };
+    if !history.is_empty() {
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(lost("is missing".to_owned()));
+            }
+            Err(e) => return Err(lost(format!("could not be read ({e})"))),
+            Ok(m) if m.len() == 0 => return Err(lost("is empty".to_owned())),
+            Ok(_) => {}
+        }
+    }
+    match Store::open(&path) {
+        Ok(store) => Ok(store),
+        // A database from a newer div is there and readable: said as such, never as lost.
+        Err(e @ StoreError::TooNew { .. }) => Err(crate::ServerError::Store(Box::new(e))),
+        Err(e) if !history.is_empty() => Err(lost(format!("could not be read ({e})"))),
+        Err(e) => Err(crate::ServerError::Store(Box::new(e))),
     }
 }
 

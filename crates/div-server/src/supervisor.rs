@@ -5,7 +5,7 @@
 //! checks once it exits and writes `run-dir/end.json` last, atomically. Nothing it does
 //! depends on the server still running.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +29,24 @@ pub(crate) const DISK_FULL_REASON: &str =
     "no space left on the control plane's disk; the run's log could not be written";
 /// Room kept beside the run so its end can be written even when the disk fills up.
 const RESERVE_BYTES: usize = 64 << 10;
+/// The most of `/tmp/divergent/result.json` that is read; a larger one is not read at all.
+pub(crate) const RESULT_MAX_BYTES: u64 = 16 << 20;
+/// The most of `/tmp/divergent/telemetry.jsonl` that is read; the rest is reported unread.
+pub(crate) const TELEMETRY_MAX_BYTES: u64 = 64 << 20;
+/// The run's telemetry file as the run knows it.
+const TELEMETRY_SHOWN: &str = "/tmp/divergent/telemetry.jsonl";
+/// The most entries counted under one leftover folder in the run's `/mnt`.
+const LEFTOVER_MAX_ENTRIES: usize = 100_000;
+/// The environment the supervisor starts the sandbox (and its cgroup shell) with: fixed,
+/// never the run's. The run's own variables reach it through bwrap's `--setenv`, read from
+/// `run-dir/launch.args` (mode 0600) by `--args 3`, inside the sandbox.
+const LAUNCH_ENV: [(&str, &str); 2] = [
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("LANG", "C.UTF-8"),
+];
 
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,14 +115,26 @@ pub(crate) struct KeptTelemetry {
     pub(crate) bad_lines: Vec<BadLine>,
 }
 
-/// Writes `value` as JSON to `path` atomically: a temporary file, then a rename.
+/// Writes `value` as JSON to `path` atomically: a temporary file, then a rename. The file is
+/// the owner's alone (mode 0600): `spec.json` holds the run's secrets.
 pub(crate) fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
-    let mut file = File::create(&tmp)?;
+    let _ = fs::remove_file(&tmp);
+    let mut file = private_file(&tmp)?;
     file.write_all(&bytes)?;
     file.sync_all()?;
     fs::rename(&tmp, path)
+}
+
+/// A new file only its owner may read or write.
+fn private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// The body of `div __supervise <run-dir>` and `div-supervise <run-dir>`.
@@ -149,7 +179,7 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
 
 /// How the watching loop ended.
 enum Stopped {
-    Exited(std::process::ExitStatus),
+    Exited,
     Canceled,
     Ceiling,
     Day,
@@ -189,25 +219,30 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             "div: no CPU cgroup could be made; the run is held to its cores by affinity alone"
         );
     }
-    let mut argv: Vec<String> = Vec::new();
-    let dirs = cgroups.dirs();
-    if !dirs.is_empty() {
-        // A shell that moves itself into each cgroup, then becomes the command: the run is in
-        // its cgroups before it execs, and the supervisor stays outside them.
-        argv.extend([
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\""
-                .to_owned(),
-            "sh".to_owned(),
-        ]);
-        argv.extend(
-            dirs.iter()
-                .map(|d| d.join("cgroup.procs").display().to_string()),
-        );
-        argv.push("--".to_owned());
+    let sandboxed = spec.mnt_dir.is_some();
+    let args_file = run_dir.join("launch.args");
+    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed.then_some(&args_file));
+    if sandboxed {
+        // bwrap starts with LAUNCH_ENV; the run's variables are set inside, by bwrap, from
+        // a file (never on a command line another user could read).
+        let _ = fs::remove_file(&args_file);
+        let written = private_file(&args_file).and_then(|mut f| f.write_all(&env_args(&spec.env)));
+        if let Err(e) = written {
+            return early_end(
+                spec,
+                format!("the run's environment could not be written: {e}"),
+            );
+        }
+        let mut bwrap = spec.argv.iter().cloned();
+        argv.extend(bwrap.next());
+        argv.extend(["--args".to_owned(), "3".to_owned()]);
+        argv.extend(bwrap);
+    } else {
+        // No sandbox: the run's variables are given by `env -i` as the shell's last step.
+        argv.extend(["/usr/bin/env".to_owned(), "-i".to_owned()]);
+        argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.extend(spec.argv.iter().cloned());
     }
-    argv.extend(spec.argv.iter().cloned());
     let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
         return early_end(spec, "the log could not be shared with the run".to_owned());
     };
@@ -215,7 +250,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     command
         .args(&argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(LAUNCH_ENV)
         .current_dir(&spec.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::from(out))
@@ -226,15 +261,17 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Err(e) => {
             let _ = writeln!(log, "div: the run could not start: {e}");
             cgroups.remove();
+            let _ = fs::remove_file(&args_file);
             return early_end(spec, format!("the run could not start: {e}"));
         }
     };
     let stop_file = run_dir.join("stop");
     let mut last_poll = std::time::Instant::now();
     let stopped = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Stopped::Exited(status),
-            Ok(None) => {}
+        // Not reaped here: see `sys::child_exited`.
+        match sys::child_exited(child.id()) {
+            Ok(true) => break Stopped::Exited,
+            Ok(false) => {}
             Err(_) => break Stopped::Canceled,
         }
         let elapsed = now_ms().saturating_sub(spec.started_ms);
@@ -261,7 +298,8 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    kill_tree(&mut child, &cgroups);
+    let status = kill_tree(&mut child, &cgroups);
+    let _ = fs::remove_file(&args_file);
     let ended_ms = now_ms();
     let oom = matches!(stopped, Stopped::Memory) || cgroups.oom_killed();
     cgroups.remove();
@@ -270,13 +308,17 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     let spent = rules::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
     // A run that exited (often failing) as its log filled the disk says so too.
     let stopped = match stopped {
-        Stopped::Exited(st) if !st.success() && sys::disk_full(&log_path) => Stopped::DiskFull,
+        Stopped::Exited
+            if !status.as_ref().is_ok_and(|s| s.success()) && sys::disk_full(&log_path) =>
+        {
+            Stopped::DiskFull
+        }
         other => other,
     };
     let (mut status, exit_code, mut reason) = match stopped {
         Stopped::DiskFull => (RunStatus::Failed, None, Some(DISK_FULL_REASON.to_owned())),
-        Stopped::Exited(st) => {
-            let code = exit_code_of(st);
+        Stopped::Exited => {
+            let code = status.map_or(1, exit_code_of);
             if code == 0 {
                 (RunStatus::Succeeded, Some(0), None)
             } else {
@@ -303,17 +345,32 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         reason = last_line(&log_path);
     }
     // After exit: result, verdicts, telemetry, what was lost under /mnt, then clean up.
-    let kept = read_result(&spec.result_path);
+    let (kept, hostile) = read_result(&spec.result_path);
     let _ = write_json_atomic(&run_dir.join("result.kept.json"), &kept);
+    if let Some(problem) = &hostile {
+        let _ = writeln!(log, "div: {problem}");
+    }
     let verdicts: Vec<CheckVerdict> = spec
         .checks
         .iter()
-        .map(|c| rules::judge(c, kept.text.as_deref()))
+        .map(|c| {
+            let mut v = rules::judge(c, kept.text.as_deref());
+            // A check that could not be judged says what was wrong with the file.
+            if let Some(problem) = &hostile {
+                v.line = format!("{} ({problem})", v.line);
+            }
+            v
+        })
         .collect();
     for v in &verdicts {
         let _ = writeln!(log, "{}", v.line);
     }
     let telemetry = read_telemetry(&spec.telemetry_path);
+    for bad in &telemetry.bad_lines {
+        if bad.error.starts_with(TELEMETRY_SHOWN) {
+            let _ = writeln!(log, "div: {}", bad.error);
+        }
+    }
     let _ = write_json_atomic(&run_dir.join("telemetry.kept.json"), &telemetry);
     if let Some(mnt) = &spec.mnt_dir {
         for line in lost_under_mnt(mnt, &spec.volumes) {
@@ -331,6 +388,56 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         duration_seconds,
         spent_cents: spent,
         verdicts,
+    }
+}
+
+/// The end of a run whose `end.json` is there but could not be parsed (`error`): what can
+/// still be found in its bytes (the exit code, the times, the spend) is kept, and the reason
+/// says the record was unreadable.
+pub(crate) fn unreadable_end(
+    bytes: &[u8],
+    error: &str,
+    run: &div_api::Run,
+    internal: &crate::store::RunInternal,
+) -> EndRecord {
+    let text = String::from_utf8_lossy(bytes);
+    let number = |key: &str| -> Option<i64> {
+        let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
+        let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    let now = now_ms();
+    let started_ms = number("started_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .or(internal.started_ms)
+        .unwrap_or(now);
+    let ended_ms = number("ended_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(now);
+    let exit_code = number("exit_code").and_then(|n| i32::try_from(n).ok());
+    let duration_seconds = ended_ms.saturating_sub(started_ms) / 1000;
+    let found = match exit_code {
+        Some(code) => format!("; its exit code, {code}, was found in it"),
+        None => "; no exit code could be found in it".to_owned(),
+    };
+    EndRecord {
+        status: RunStatus::Failed,
+        exit_code,
+        reason: Some(format!(
+            "the run's end record (runs/{}/end.json) could not be read: {error}{found}",
+            run.id
+        )),
+        started_ms,
+        ended_ms,
+        duration_seconds,
+        // Metered from its times when the record does not say.
+        spent_cents: number("spent_cents").unwrap_or_else(|| {
+            rules::charge(run.cents_per_hour, duration_seconds, run.max_spend_cents)
+        }),
+        verdicts: Vec::new(),
     }
 }
 
@@ -356,42 +463,115 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
-/// A failed run's reason: its log's last non-empty line, at most 200 characters.
+/// A failed run's reason: its log's last non-empty line, at most 200 characters. Only the
+/// log's last 64 KiB are read, however large it grew.
 fn last_line(log: &Path) -> Option<String> {
-    let bytes = fs::read(log).ok()?;
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = File::open(log).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(64 << 10)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(64 << 10).read_to_end(&mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
     let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
     Some(line.chars().take(200).collect())
 }
 
-/// Every process under `root` (itself included), from `/proc`.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
-    if let Ok(dir) = fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
-                // The command name is in parentheses and may hold spaces: read after the last `)`.
-                if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r)
-                    && let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok())
-                {
-                    parent.insert(pid, ppid);
-                }
-            }
+/// The program and arguments put before the run's own: a shell that moves itself into each
+/// cgroup in `dirs`, then (with `args`) opens that file as descriptor 3 for `bwrap --args
+/// 3`, and becomes the command: the run is in its cgroups before it execs, and the
+/// supervisor stays outside them. It runs with [`LAUNCH_ENV`], never the run's variables.
+fn launch_prefix(dirs: &[PathBuf], args: Option<&PathBuf>) -> Vec<String> {
+    let exec = if args.is_some() {
+        "exec \"$@\" 3< \"$a\""
+    } else {
+        "exec \"$@\""
+    };
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "a=$1; shift; while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; {exec}"
+        ),
+        "sh".to_owned(),
+        args.map(|a| a.display().to_string()).unwrap_or_default(),
+    ];
+    argv.extend(
+        dirs.iter()
+            .map(|d| d.join("cgroup.procs").display().to_string()),
+    );
+    argv.push("--".to_owned());
+    argv
+}
+
+/// bwrap's `--args` file: `--clearenv`, then `--setenv KEY VALUE` for each variable, each
+/// argument ended by a NUL (the server refuses a variable holding one).
+fn env_args(env: &[(String, String)]) -> Vec<u8> {
+    let mut out = b"--clearenv\0".to_vec();
+    for (k, v) in env {
+        for part in ["--setenv", k.as_str(), v.as_str()] {
+            out.extend(part.bytes().filter(|b| *b != 0));
+            out.push(0);
         }
     }
+    out
+}
+
+/// One line of `/proc/<pid>/stat`: parent, process group, and whether it is a zombie.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    pgrp: u32,
+    zombie: bool,
+}
+
+fn processes() -> Vec<Proc> {
+    let mut out = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may hold spaces: read after the last `)`.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(state), Some(ppid), Some(pgrp)) = (
+            fields.first(),
+            fields.get(1).and_then(|s| s.parse().ok()),
+            fields.get(2).and_then(|s| s.parse().ok()),
+        ) else {
+            continue;
+        };
+        out.push(Proc {
+            pid,
+            ppid,
+            pgrp,
+            zombie: *state == "Z" || *state == "X",
+        });
+    }
+    out
+}
+
+/// Every process under `root` (itself included), from `/proc`.
+fn descendants(root: u32, table: &[Proc]) -> Vec<u32> {
     let mut tree = BTreeSet::from([root]);
     loop {
         let before = tree.len();
-        for (&pid, ppid) in &parent {
-            if tree.contains(ppid) {
-                tree.insert(pid);
+        for p in table {
+            if tree.contains(&p.ppid) {
+                tree.insert(p.pid);
             }
         }
         if tree.len() == before {
@@ -404,7 +584,7 @@ fn descendants(root: u32) -> Vec<u32> {
 /// The resident memory of the process tree under `root`, in bytes.
 fn tree_rss(root: u32) -> u64 {
     let page = sys::page_size();
-    descendants(root)
+    descendants(root, &processes())
         .into_iter()
         .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/statm")).ok())
         .filter_map(|s| {
@@ -416,64 +596,212 @@ fn tree_rss(root: u32) -> u64 {
         .sum()
 }
 
-/// Kills everything the run started: its process group, every descendant, and everything
-/// in its cgroup; then reaps the child. No orphan survives.
-fn kill_tree(child: &mut Child, cgroups: &RunCgroups) {
+/// Kills everything the run started: every live descendant of the child, every live process
+/// of its process group, and everything in its cgroup; then reaps the child and returns how
+/// it ended. No orphan survives.
+///
+/// The child is reaped only at the very end: until then it is a zombie at worst, so its pid
+/// and its process-group id stay the run's. (Reaping it first, as this once did, freed the
+/// pid: a process started meanwhile — another run's supervisor, whose `setsid` makes its
+/// group id its pid — could get it and be killed as "the run's group", and its run read as
+/// "the supervisor was lost".)
+fn kill_tree(child: &mut Child, cgroups: &RunCgroups) -> io::Result<std::process::ExitStatus> {
     let pid = child.id();
+    let me = std::process::id();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
+        let table = processes();
+        let live: BTreeSet<u32> = table.iter().filter(|p| !p.zombie).map(|p| p.pid).collect();
+        let mut targets: BTreeSet<u32> = descendants(pid, &table).into_iter().collect();
+        targets.extend(table.iter().filter(|p| p.pgrp == pid).map(|p| p.pid));
+        targets.extend(cgroups.pids());
+        targets.remove(&me);
         let mut any = false;
-        for p in descendants(pid) {
-            if p != std::process::id() && sys::kill(p, libc::SIGKILL) {
+        for p in targets {
+            if live.contains(&p) && sys::kill(p, libc::SIGKILL) {
                 any = true;
             }
         }
-        any |= sys::kill_group(pid, libc::SIGKILL);
-        for p in cgroups.pids() {
-            any |= sys::kill(p, libc::SIGKILL);
-        }
-        let _ = child.try_wait();
         if !any || std::time::Instant::now() >= deadline {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = child.wait();
+    child.wait()
 }
 
-fn read_result(path: &Path) -> KeptResult {
-    match fs::read(path) {
-        Err(_) => KeptResult {
+/// What came of opening a file the run left.
+enum Untrusted {
+    /// No such file.
+    Missing,
+    /// Something that is not a plain file, or too large: what was wrong, as a sentence.
+    Refused(String),
+    /// Its bytes (at most the limit), and whether more were left unread.
+    Read(Vec<u8>, bool),
+}
+
+/// Reads a file the run left at `path` (`shown` is its path inside the run), trusting
+/// nothing about it: `path`'s last `untrusted` components may be links, FIFOs, folders,
+/// devices or sparse giants. No link is followed, a FIFO is never waited on, and at most
+/// `max` bytes are read. A file over `max` is read in part when `partial`, else refused.
+fn read_untrusted(
+    path: &Path,
+    untrusted: usize,
+    shown: &str,
+    max: u64,
+    partial: bool,
+) -> Untrusted {
+    use std::io::Read;
+    let parts: Vec<&std::ffi::OsStr> = path.iter().collect();
+    let split = parts.len().saturating_sub(untrusted);
+    let base: PathBuf = parts[..split].iter().collect();
+    let rest: Vec<&str> = parts[split..].iter().filter_map(|p| p.to_str()).collect();
+    let file = match sys::open_beneath(&base, &rest) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Untrusted::Missing,
+        Err(e) => {
+            let why = match e.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                    "is (or lies under) a symbolic link, which is not followed".to_owned()
+                }
+                Some(libc::ENXIO) => "is a socket, not a file".to_owned(),
+                _ => format!("could not be opened: {e}"),
+            };
+            return Untrusted::Refused(format!("{shown} {why}; it was not read"));
+        }
+    };
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return Untrusted::Refused(format!("{shown} could not be read: {e}")),
+    };
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if ft.is_dir() {
+            "a folder"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Untrusted::Refused(format!(
+            "{shown} is {what}, not a regular file; it was not read"
+        ));
+    }
+    if meta.len() > max && !partial {
+        return Untrusted::Refused(format!(
+            "{shown} is {}, over the {} it may be; it was not read",
+            div_spec::format_bytes(meta.len()),
+            div_spec::format_bytes(max)
+        ));
+    }
+    let mut bytes = Vec::new();
+    let mut reader = file.take(max.saturating_add(1));
+    if let Err(e) = reader.read_to_end(&mut bytes) {
+        return Untrusted::Refused(format!("{shown} could not be read: {e}"));
+    }
+    let more = bytes.len() as u64 > max;
+    if more && !partial {
+        return Untrusted::Refused(format!(
+            "{shown} is over the {} it may be; it was not read",
+            div_spec::format_bytes(max)
+        ));
+    }
+    bytes.truncate(usize::try_from(max).unwrap_or(usize::MAX));
+    Untrusted::Read(bytes, more)
+}
+
+/// The kept result, and what was wrong with the file when it was not a plain file of at
+/// most [`RESULT_MAX_BYTES`].
+fn read_result(path: &Path) -> (KeptResult, Option<String>) {
+    let bytes = match read_untrusted(
+        path,
+        2,
+        "/tmp/divergent/result.json",
+        RESULT_MAX_BYTES,
+        false,
+    ) {
+        Untrusted::Missing => {
+            return (
+                KeptResult {
+                    result: None,
+                    problem: Some("the run wrote no result".to_owned()),
+                    text: None,
+                },
+                None,
+            );
+        }
+        Untrusted::Refused(why) => {
+            return (
+                KeptResult {
+                    result: None,
+                    problem: Some(why.clone()),
+                    text: None,
+                },
+                Some(why),
+            );
+        }
+        Untrusted::Read(bytes, _) => bytes,
+    };
+    let kept = match serde_json::from_slice::<Value>(&bytes) {
+        // The text checks judge is this bounded read's, never the file read again.
+        Ok(v @ Value::Object(_)) => KeptResult {
+            result: Some(v),
+            problem: None,
+            text: String::from_utf8(bytes).ok(),
+        },
+        Ok(_) => KeptResult {
             result: None,
-            problem: Some("the run wrote no result".to_owned()),
+            problem: Some("the result is not a JSON object".to_owned()),
             text: None,
         },
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(v @ Value::Object(_)) => KeptResult {
-                result: Some(v),
-                problem: None,
-                text: String::from_utf8(bytes).ok(),
-            },
-            Ok(_) => KeptResult {
-                result: None,
-                problem: Some("the result is not a JSON object".to_owned()),
-                text: None,
-            },
-            Err(e) => KeptResult {
-                result: None,
-                problem: Some(format!("the result is not JSON: {e}")),
-                text: None,
-            },
+        Err(e) => KeptResult {
+            result: None,
+            problem: Some(format!("the result is not JSON: {e}")),
+            text: None,
         },
-    }
+    };
+    (kept, None)
 }
 
+/// The run's telemetry, read as [`read_untrusted`] reads (at most
+/// [`TELEMETRY_MAX_BYTES`]). A file that could not be read is said by a bad line 1; one read
+/// in part by a bad line at the first line not read.
 pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
     let mut kept = KeptTelemetry::default();
-    let Ok(bytes) = fs::read(path) else {
-        return kept;
+    let (bytes, more) = match read_untrusted(path, 2, TELEMETRY_SHOWN, TELEMETRY_MAX_BYTES, true) {
+        Untrusted::Missing => return kept,
+        Untrusted::Refused(why) => {
+            kept.bad_lines.push(BadLine {
+                line: 1,
+                error: why,
+            });
+            return kept;
+        }
+        Untrusted::Read(mut bytes, more) => {
+            if more {
+                // The last line may be cut: it is left unread with the rest.
+                let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                bytes.truncate(end);
+            }
+            (bytes, more)
+        }
     };
-    for (i, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+    let text = String::from_utf8_lossy(&bytes);
+    if more {
+        kept.bad_lines.push(BadLine {
+            line: text.lines().count() as u64 + 1,
+            error: format!(
+                "{TELEMETRY_SHOWN} is over {}; only its first lines were read, up to here",
+                div_spec::format_bytes(TELEMETRY_MAX_BYTES)
+            ),
+        });
+    }
+    for (i, line) in text.lines().enumerate() {
         let n = i as u64 + 1;
         if line.trim().is_empty() {
             continue;
@@ -493,8 +821,8 @@ pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
     kept
 }
 
-/// The spec's sentence for each directory under the run's `/mnt` that is not a volume and
-/// holds something; each is then deleted.
+/// The spec's sentence for each entry under the run's `/mnt` that is not a volume and holds
+/// something; each is then deleted (a link is deleted, never what it points at).
 fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
     let mut lines = Vec::new();
     let Ok(dir) = fs::read_dir(mnt) else {
@@ -510,17 +838,29 @@ fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
             continue;
         }
         let path = mnt.join(&name);
-        let size = disk::tree_bytes(&path);
-        let has_anything = fs::read_dir(&path)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(true);
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let (size, cut) = disk::tree_bytes_at_most(&path, LEFTOVER_MAX_ENTRIES);
+        let has_anything = !meta.is_dir()
+            || fs::read_dir(&path)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(true);
         if has_anything {
-            lines.push(format!(
-                "/mnt/{name} is not a volume, so the {} the run wrote there went with the container. Volumes are mounted when a run starts: make {name} first with div storage put {name} <path>, or name /mnt/{name} in the command.",
+            let amount = if cut {
+                format!("more than {}", rules::format_bytes_short(size))
+            } else {
                 rules::format_bytes_short(size)
+            };
+            lines.push(format!(
+                "/mnt/{name} is not a volume, so the {amount} the run wrote there went with the container. Volumes are mounted when a run starts: make {name} first with div storage put {name} <path>, or name /mnt/{name} in the command.",
             ));
         }
-        let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+        let _ = if meta.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
     }
     lines
 }
@@ -582,6 +922,18 @@ mod tests {
         assert!(
             !sys::alive(child) || zombie,
             "the background child survived the limit"
+        );
+    }
+
+    #[test]
+    fn the_runs_variables_are_bwrap_arguments_each_ended_by_a_nul() {
+        let env = vec![
+            ("A".to_owned(), "1".to_owned()),
+            ("B".to_owned(), "x y\nz".to_owned()),
+        ];
+        assert_eq!(
+            env_args(&env),
+            b"--clearenv\0--setenv\0A\0\x31\0--setenv\0B\0x y\nz\0".to_vec()
         );
     }
 

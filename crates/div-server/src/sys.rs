@@ -1,5 +1,6 @@
 //! The few system calls std does not offer: sessions, CPU affinity, signals, page size, free
-//! space. Each goes through the safe calls of rustix or signal-hook instead of raw libc, so
+//! space, opening beneath a folder without following links, and waiting without reaping.
+//! Each goes through the safe calls of rustix or signal-hook instead of raw libc, so
 //! div-server holds no unsafe code of its own (the workspace lint denies it).
 
 use std::io;
@@ -58,18 +59,6 @@ pub(crate) fn kill(pid: u32, signal: libc::c_int) -> bool {
     }
 }
 
-/// Sends `signal` to the process group `pgid`.
-pub(crate) fn kill_group(pgid: u32, signal: libc::c_int) -> bool {
-    if pgid <= 1 {
-        // Never group 1 (init's): a stray 1 must not signal every process.
-        return false;
-    }
-    match (one_process(pgid), Signal::from_named_raw(signal)) {
-        (Some(pgid), Some(signal)) => rustix::process::kill_process_group(pgid, signal).is_ok(),
-        _ => false,
-    }
-}
-
 /// Whether a process with this pid exists (zombies included).
 pub(crate) fn alive(pid: u32) -> bool {
     one_process(pid).is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
@@ -85,6 +74,60 @@ pub(crate) fn disk_full(path: &std::path::Path) -> bool {
     rustix::fs::statvfs(path).is_ok_and(|st| st.f_blocks > 0 && st.f_bavail == 0)
 }
 
+/// Opens `base/rest[0]/…/rest[n-1]` for reading without following a link at any of the
+/// `rest` components (a run may have put one there): each folder is opened `O_NOFOLLOW |
+/// O_DIRECTORY` beneath the one before, the last component `O_NOFOLLOW | O_NONBLOCK` (so a
+/// FIFO never blocks the open). `base` itself is trusted. The caller still checks what was
+/// opened (`File::metadata`): it may be a FIFO, a folder or a device.
+pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let mut dir = rustix::fs::open(
+        base,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    for (i, name) in rest.iter().enumerate() {
+        if name.is_empty() || name.contains('/') || *name == "." || *name == ".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{name}` is not one path component"),
+            ));
+        }
+        let last = i + 1 == rest.len();
+        let flags = OFlags::RDONLY
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY
+            | if last {
+                OFlags::NONBLOCK
+            } else {
+                OFlags::DIRECTORY
+            };
+        // rustix refuses a name holding a NUL (EINVAL) before the call.
+        dir = rustix::fs::openat(&dir, *name, flags, Mode::empty())?;
+    }
+    Ok(std::fs::File::from(dir))
+}
+
+/// Whether the child `pid` has exited, without reaping it: while it stays a zombie its pid
+/// (and so its process-group id) cannot be given to another process, so what is killed by
+/// that pid afterwards is still the run's.
+pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let Some(pid) = one_process(pid) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{pid} is not a process id"),
+        ));
+    };
+    // WNOWAIT leaves the child waitable (unreaped); WNOHANG answers at once.
+    let status = rustix::process::waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+    )?;
+    Ok(status.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -93,8 +136,62 @@ mod tests {
         assert!(!super::alive(0));
         assert!(!super::alive(u32::MAX));
         assert!(!super::kill(0, libc::SIGKILL));
-        assert!(!super::kill_group(1, libc::SIGKILL));
-        assert!(!super::kill_group(0, libc::SIGKILL));
+    }
+
+    #[test]
+    fn open_beneath_follows_no_link_and_waits_on_no_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("d")).unwrap();
+        std::fs::write(base.join("d/f"), b"kept").unwrap();
+        std::os::unix::fs::symlink("/etc", base.join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", base.join("d/file-link")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(base.join("d/fifo"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+
+        let text = std::io::read_to_string(super::open_beneath(base, &["d", "f"]).unwrap());
+        assert_eq!(text.unwrap(), "kept");
+        // A link as a folder on the way, or as the file itself, is refused.
+        let err = super::open_beneath(base, &["link", "hostname"]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+        let err = super::open_beneath(base, &["d", "file-link"]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        // A FIFO with no writer opens at once (the caller then sees what it is).
+        let opened = super::open_beneath(base, &["d", "fifo"]).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+            &opened.metadata().unwrap().file_type()
+        ));
+        for bad in ["..", ".", "", "a/b"] {
+            let err = super::open_beneath(base, &["d", bad]).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        let err = super::open_beneath(base, &["d", "missing"]).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn child_exited_leaves_the_child_unreaped() {
+        let mut running = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(!super::child_exited(running.id()).unwrap());
+        running.kill().unwrap();
+        running.wait().unwrap();
+
+        let mut done = std::process::Command::new("true").spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !super::child_exited(done.id()).unwrap() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(super::child_exited(done.id()).unwrap());
+        // Still a zombie of ours: its status is there to be reaped, and only now is it.
+        assert!(super::alive(done.id()));
+        assert!(done.try_wait().unwrap().is_some_and(|s| s.success()));
+        assert!(super::child_exited(0).is_err());
     }
 
     #[test]

@@ -209,6 +209,18 @@ pub(crate) fn commit_tree(
             tree.path
         )));
     }
+    // A folder on the way that is a link (a run can leave one in a volume: `code` → /etc)
+    // would carry the commit out of the volume: refused, never followed.
+    let parts: Vec<&str> = tree.path.split('/').collect();
+    for depth in 1..parts.len() {
+        let above = parts[..depth].join("/");
+        if fs::symlink_metadata(server.volume_dir(volume).join(&above)).is_ok_and(|m| !m.is_dir()) {
+            return Err(HttpError::conflict(format!(
+                "`{above}` in volume `{volume}` is not a folder (a link or a file left there, perhaps by a run); remove it to commit `{}`",
+                tree.path
+            )));
+        }
+    }
     if let Some(parent) = dest.parent() {
         fs::create_dir_all(parent)?;
     }

@@ -1,15 +1,172 @@
 //! The shipped set inside a git repository: what `git ls-files -co --exclude-standard` prints,
 //! computed with gix, with submodules and nested repositories walked for their own sets.
 
-use std::path::Path;
+use std::borrow::Cow;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use gix::bstr::{BStr, ByteSlice};
+use gix::bstr::{BStr, BString, ByteSlice};
 use gix::dir::entry::{Kind, Status};
 use gix::dir::walk::{Action, Delegate, EmissionMode};
 
-use crate::ShipError;
 use crate::git_walk::Untracked;
+use crate::name::{display_path, encode_path};
+use crate::{ShipError, ShipOptions};
+
+/// A repository opened as git opens it for a command run in the shipped folder.
+pub(crate) struct Opened {
+    pub(crate) repo: gix::Repository,
+    /// What to open again for another handle (one per walking thread): the work tree when
+    /// the repository was found from it, the git directory when it was named.
+    open_at: PathBuf,
+    /// The work tree that was named (or implied by a named git directory), set on every
+    /// handle: gix takes one only from its own reading of `GIT_WORK_TREE`.
+    work_tree: Option<PathBuf>,
+}
+
+/// What another thread needs to open its own handle with [`reopen`].
+pub(crate) struct Reopen<'a> {
+    open_at: &'a Path,
+    options: gix::open::Options,
+    work_tree: Option<&'a Path>,
+}
+
+impl Opened {
+    pub(crate) fn how_to_reopen(&self) -> Reopen<'_> {
+        Reopen {
+            open_at: &self.open_at,
+            options: self.repo.open_options().clone(),
+            work_tree: self.work_tree.as_deref(),
+        }
+    }
+}
+
+/// Another handle on the same repository, with the same options, overrides and work tree.
+pub(crate) fn reopen(how: Reopen<'_>) -> Result<gix::Repository, ShipError> {
+    let git_err = |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git {
+        repo: how.open_at.to_owned(),
+        source,
+    };
+    let mut repo = gix::open_opts(how.open_at, how.options).map_err(|e| git_err(Box::new(e)))?;
+    if let Some(work_tree) = how.work_tree {
+        repo.set_workdir(work_tree.to_owned())
+            .map_err(|e| git_err(Box::new(e)))?;
+    }
+    Ok(repo)
+}
+
+/// `key=value` for gix's configuration overrides, the value a path's bytes.
+fn setting(key: &str, path: &Path) -> BString {
+    let mut value = BString::from(format!("{key}="));
+    value.extend_from_slice(path.as_os_str().as_bytes());
+    value
+}
+
+/// The repository whose work tree holds `root`, as git finds it: `options.git_dir`
+/// (`GIT_DIR`) if named, else upwards from `root`; the work tree `options.work_tree`
+/// (`GIT_WORK_TREE`) if named, else, with a named git directory and no `core.worktree`,
+/// `root` itself (git takes the current directory). `None` outside any repository.
+///
+/// A relative `core.excludesFile` is made absolute from the top of the work tree: git
+/// resolves it from its current directory, which is always the top of the work tree by
+/// the time it reads it; gix would resolve it from this process's directory.
+pub(crate) fn open(root: &Path, options: &ShipOptions) -> Result<Option<Opened>, ShipError> {
+    let git_err = |repo: &Path| {
+        let repo = repo.to_owned();
+        move |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git { repo, source }
+    };
+    let (repo, work_tree, open_at) = match &options.git_dir {
+        Some(git_dir) => {
+            // As is: `GIT_DIR=repo` does not mean `repo/.git` to git.
+            let repo = gix::open_opts(git_dir, gix::open::Options::default().open_path_as_is(true))
+                .map_err(|e| git_err(git_dir)(Box::new(e)))?;
+            let has_core_worktree = repo
+                .config_snapshot()
+                .string("core.worktree")
+                .is_some_and(|v| !v.is_empty());
+            let work_tree = match &options.work_tree {
+                Some(work_tree) => Some(work_tree.clone()),
+                None if has_core_worktree => None,
+                None if repo.config_snapshot().boolean("core.bare") == Some(true) => {
+                    return Err(ShipError::Bare {
+                        repo: repo.git_dir().to_owned(),
+                    });
+                }
+                None => Some(root.to_owned()),
+            };
+            let open_at = repo.git_dir().to_owned();
+            (repo, work_tree, open_at)
+        }
+        None => match gix::discover(root) {
+            Ok(repo) => match &options.work_tree {
+                Some(work_tree) => {
+                    let open_at = repo.git_dir().to_owned();
+                    (repo, Some(work_tree.clone()), open_at)
+                }
+                None => {
+                    let open_at = repo.workdir().unwrap_or(repo.git_dir()).to_owned();
+                    (repo, None, open_at)
+                }
+            },
+            Err(err) if crate::is_no_repository(&err) => return Ok(None),
+            Err(err) => return Err(git_err(root)(Box::new(err))),
+        },
+    };
+    let work_tree = match work_tree {
+        Some(work_tree) => {
+            Some(
+                std::path::absolute(&work_tree).map_err(|source| ShipError::Io {
+                    path: work_tree.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let mut opened = Opened {
+        repo,
+        open_at,
+        work_tree,
+    };
+    if let Some(work_tree) = &opened.work_tree {
+        opened
+            .repo
+            .set_workdir(work_tree.clone())
+            .map_err(|e| git_err(work_tree)(Box::new(e)))?;
+    }
+    if let Some(options) = excludes_file_from_top(&opened.repo) {
+        opened.repo = reopen(Reopen {
+            options,
+            ..opened.how_to_reopen()
+        })?;
+    }
+    Ok(Some(opened))
+}
+
+/// `repo`'s open options with an absolute `core.excludesFile`, if its own is relative (joined
+/// to the top of the work tree, as git reads it); `None` when nothing needs changing.
+fn excludes_file_from_top(repo: &gix::Repository) -> Option<gix::open::Options> {
+    let workdir = repo.workdir()?;
+    let absolute = match repo.config_snapshot().trusted_path("core.excludesFile") {
+        Ok(Some(path)) if path.is_relative() => workdir.join(path),
+        _ => return None,
+    };
+    Some(
+        repo.open_options()
+            .clone()
+            .config_overrides([setting("core.excludesFile", &absolute)]),
+    )
+}
+
+/// A repository inside the one listed.
+#[derive(Debug, Clone, Copy)]
+enum Inner {
+    /// A gitlink in the index.
+    Submodule,
+    /// An untracked folder holding its own `.git` (git lists it as `name/`).
+    Nested,
+}
 
 /// One path the listing found, before it is looked at on disk.
 #[derive(Debug)]
@@ -27,14 +184,15 @@ fn join(prefix: &str, rel: &str) -> String {
     path
 }
 
-/// Lists what is shipped from `dir`, which is inside the work tree of `repo` (opened at
-/// `workdir`). Paths come out relative to `dir`, unsorted, maybe repeated.
+/// Lists what is shipped from `dir`, which is inside the work tree of `opened`. Paths come
+/// out relative to `dir`, unsorted, maybe repeated.
 pub(crate) fn list(
-    repo: &gix::Repository,
+    opened: &Opened,
     dir: &Path,
     out: &mut Vec<Listed>,
     warnings: &mut Vec<String>,
 ) -> Result<(), ShipError> {
+    let repo = &opened.repo;
     let workdir = repo.workdir().ok_or_else(|| ShipError::Bare {
         repo: repo.git_dir().to_owned(),
     })?;
@@ -42,21 +200,27 @@ pub(crate) fn list(
         path: workdir.to_owned(),
         source,
     })?;
-    let prefix = dir.strip_prefix(&workdir).unwrap_or(Path::new(""));
-    let prefix = path_to_str(prefix)?;
-    list_repo(repo, &workdir, prefix, "", out, warnings)
+    let prefix = dir
+        .strip_prefix(&workdir)
+        .map_err(|_| ShipError::OutsideWorkTree {
+            dir: dir.to_owned(),
+            work_tree: workdir.clone(),
+        })?;
+    let prefix = encode_path(prefix.as_os_str().as_bytes());
+    list_repo(opened, &workdir, &prefix, "", out, warnings)
 }
 
 /// Lists `prefix` (relative to `workdir`, `""` for all) of `repo`; each path is written relative
 /// to `prefix`, behind `out_prefix`.
 fn list_repo(
-    repo: &gix::Repository,
+    opened: &Opened,
     workdir: &Path,
     prefix: &str,
     out_prefix: &str,
     out: &mut Vec<Listed>,
     warnings: &mut Vec<String>,
 ) -> Result<(), ShipError> {
+    let repo = &opened.repo;
     if repo.git_dir_trust() != gix::sec::Trust::Full {
         return Err(ShipError::DubiousOwnership {
             repo: workdir.to_owned(),
@@ -79,11 +243,16 @@ fn list_repo(
     } else {
         gix::index::File::from_state(gix::index::State::new(repo.object_hash()), index_path)
     };
-    if index.is_sparse() {
-        return Err(ShipError::SparseIndex {
+    // A sparse index holds whole folders outside the sparse cone as one entry (their tree);
+    // git expands them before it lists anything (`ensure_full_index`), and so does div.
+    let index = if index.is_sparse() {
+        expand_sparse(repo, &index).map_err(|source| ShipError::Git {
             repo: workdir.to_owned(),
-        });
-    }
+            source,
+        })?
+    } else {
+        index
+    };
     let dir_prefix = if prefix.is_empty() {
         String::new()
     } else {
@@ -92,15 +261,10 @@ fn list_repo(
 
     // Untracked files git is not ignoring, and nested repositories: walked as git walks
     // them, or by gix's walk where the file system folds case or composes Unicode.
-    let collect = match crate::git_walk::walk(repo, workdir, &index, prefix)? {
+    let collect = match crate::git_walk::walk(opened, workdir, &index, prefix)? {
         Some(found) => found,
-        None => walk_untracked(repo, workdir, &index, prefix)?,
+        None => walk_untracked(opened, workdir, &index, prefix)?,
     };
-    if let Some(path) = collect.non_utf8 {
-        return Err(ShipError::NonUtf8Path {
-            path: workdir.join(path),
-        });
-    }
 
     let mut nested = Vec::new();
     for (path, kind) in collect.found {
@@ -112,11 +276,8 @@ fn list_repo(
                 path: join(out_prefix, rel),
             }),
             Kind::Repository => {
-                warnings.push(format!(
-                    "`{out_prefix}{rel}` is a git repository inside this one: shipping what it lists itself"
-                ));
                 let rel = rel.to_owned();
-                nested.push((path, rel));
+                nested.push((path, rel, Inner::Nested));
             }
             Kind::Directory | Kind::Untrackable => {}
         }
@@ -130,14 +291,12 @@ fn list_repo(
             continue; // another conflict stage of the same path
         }
         last = Some(path);
-        let path = path.to_str().map_err(|_| ShipError::NonUtf8Path {
-            path: workdir.join(path.to_path_lossy()),
-        })?;
-        let Some(rel) = relative(path, prefix, &dir_prefix) else {
+        let path = encode_path(path);
+        let Some(rel) = relative(&path, prefix, &dir_prefix) else {
             continue;
         };
         if entry.mode == gix::index::entry::Mode::COMMIT {
-            nested.push((path.to_owned(), rel.to_owned()));
+            nested.push((path.clone().into_owned(), rel.to_owned(), Inner::Submodule));
         } else {
             out.push(Listed {
                 path: join(out_prefix, rel),
@@ -145,21 +304,40 @@ fn list_repo(
         }
     }
 
-    // Submodules and nested repositories: each one's own set.
-    for (path, rel) in nested {
-        let sub_workdir = workdir.join(&path);
+    // Submodules and nested repositories, alike: each one's own set, and a word about it.
+    for (path, rel, inner) in nested {
+        let sub_workdir = workdir.join(on_disk(&path));
+        let shown = display_path(&rel);
         if !sub_workdir.join(".git").exists() {
             warnings.push(format!(
-                "submodule `{out_prefix}{rel}` is not checked out: nothing of it is shipped"
+                "submodule `{out_prefix}{shown}` is not checked out: nothing of it is shipped"
             ));
             continue;
         }
+        let what = match inner {
+            Inner::Submodule => "a submodule",
+            Inner::Nested => "a git repository inside this one (not a submodule)",
+        };
+        warnings.push(format!(
+            "`{out_prefix}{shown}` is {what}: shipping what it lists itself, its untracked files included"
+        ));
         let sub_repo = gix::open(&sub_workdir).map_err(|source| ShipError::Git {
             repo: sub_workdir.clone(),
             source: Box::new(source),
         })?;
+        let mut sub = Opened {
+            repo: sub_repo,
+            open_at: sub_workdir.clone(),
+            work_tree: None,
+        };
+        if let Some(options) = excludes_file_from_top(&sub.repo) {
+            sub.repo = reopen(Reopen {
+                options,
+                ..sub.how_to_reopen()
+            })?;
+        }
         list_repo(
-            &sub_repo,
+            &sub,
             &sub_workdir,
             "",
             &format!("{out_prefix}{rel}/"),
@@ -170,6 +348,41 @@ fn list_repo(
     Ok(())
 }
 
+/// `index` with each sparse folder entry (a tree, outside the sparse cone) replaced by the
+/// files of that tree, each marked skip-worktree as git marks them when it expands the index:
+/// the full index git itself lists from.
+fn expand_sparse(
+    repo: &gix::Repository,
+    index: &gix::index::File,
+) -> Result<gix::index::File, Box<dyn std::error::Error + Send + Sync>> {
+    use gix::index::entry::{Flags, Mode};
+    let mut full = gix::index::State::new(repo.object_hash());
+    for entry in index.entries() {
+        let path = entry.path(index);
+        if entry.mode != Mode::DIR {
+            full.dangerously_push_entry(entry.stat, entry.id, entry.flags, entry.mode, path);
+            continue;
+        }
+        // The folder's path ends with `/`.
+        let tree = gix::index::State::from_tree(&entry.id, &repo.objects, Default::default())?;
+        let mut inner = Vec::with_capacity(path.len() + 64);
+        for file in tree.entries() {
+            inner.clear();
+            inner.extend_from_slice(path);
+            inner.extend_from_slice(file.path(&tree));
+            full.dangerously_push_entry(
+                file.stat,
+                file.id,
+                file.flags | Flags::SKIP_WORKTREE | Flags::EXTENDED,
+                file.mode,
+                inner.as_bstr(),
+            );
+        }
+    }
+    full.sort_entries();
+    Ok(gix::index::File::from_state(full, index.path().to_owned()))
+}
+
 /// Untracked files git is not ignoring, and nested repositories, under `prefix` (relative to
 /// `workdir`, `""` for all): one gix walk per core, each given some of the folder's
 /// subfolders as literal pathspecs (the first also its other entries), or one walk when the
@@ -177,11 +390,12 @@ fn list_repo(
 /// without a trailing `/` keeps the walk in its parent), so each entry is classified, ignore
 /// rules included, exactly as by one walk; only the work is shared.
 fn walk_untracked(
-    repo: &gix::Repository,
+    opened: &Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
 ) -> Result<Untracked, ShipError> {
+    let repo = &opened.repo;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let Some(mut groups) = split_top(workdir, prefix, threads) else {
         // `top`: relative to the work tree, whatever this process's directory;
@@ -194,20 +408,15 @@ fn walk_untracked(
         return walk_one(repo, workdir, index, &patterns);
     };
     let first = groups.swap_remove(0);
-    let options = repo.open_options().clone();
     std::thread::scope(|scope| {
         let others: Vec<_> = groups
             .into_iter()
             .map(|patterns| {
-                let options = options.clone();
+                let how = opened.how_to_reopen();
                 scope.spawn(move || {
                     // One handle per thread: gix's is not `Send` without its `parallel`
                     // feature, which would rebuild gix for the whole workspace.
-                    let repo =
-                        gix::open_opts(workdir, options).map_err(|source| ShipError::Git {
-                            repo: workdir.to_owned(),
-                            source: Box::new(source),
-                        })?;
+                    let repo = reopen(how)?;
                     walk_one(&repo, workdir, index, &patterns)
                 })
             })
@@ -221,20 +430,30 @@ fn walk_untracked(
     })
 }
 
-/// `:(top,literal)path`: relative to the work tree, and no glob.
+/// `:(top,literal)path`: relative to the work tree, and no glob (`path` as the manifest
+/// writes it).
 fn pathspec(path: &str) -> gix::bstr::BString {
-    format!(":(top,literal){path}").into()
+    let mut spec = BString::from(":(top,literal)");
+    spec.extend_from_slice(
+        &crate::name::decode_path(path).unwrap_or(Cow::Borrowed(path.as_bytes())),
+    );
+    spec
+}
+
+/// A path as the manifest writes it ([`encode_path`]), on disk.
+pub(crate) fn on_disk(path: &str) -> Cow<'_, Path> {
+    crate::name::fs_path(path).unwrap_or(Cow::Borrowed(Path::new(path)))
 }
 
 /// The pathspecs of each walk when the folder `prefix` is walked by `threads`: its
 /// subfolders dealt round, its other entries with the first. `None` when one walk will do:
 /// one thread, fewer than two subfolders, or a name that is not UTF-8 (the single walk
-/// reports it).
+/// takes it).
 fn split_top(workdir: &Path, prefix: &str, threads: usize) -> Option<Vec<Vec<gix::bstr::BString>>> {
     if threads < 2 {
         return None;
     }
-    let dir = workdir.join(prefix);
+    let dir = workdir.join(on_disk(prefix));
     let mut folders = Vec::new();
     let mut others = Vec::new();
     for entry in std::fs::read_dir(&dir).ok()? {
@@ -295,12 +514,6 @@ fn relative<'a>(path: &'a str, prefix: &str, dir_prefix: &str) -> Option<&'a str
         .filter(|rest| !rest.is_empty())
 }
 
-fn path_to_str(path: &Path) -> Result<&str, ShipError> {
-    path.to_str().ok_or_else(|| ShipError::NonUtf8Path {
-        path: path.to_owned(),
-    })
-}
-
 impl Delegate for Untracked {
     fn emit(&mut self, entry: gix::dir::EntryRef<'_>, _dir_status: Option<Status>) -> Action {
         if entry.status != Status::Untracked {
@@ -309,13 +522,8 @@ impl Delegate for Untracked {
         let Some(kind) = entry.disk_kind else {
             return Action::Continue(());
         };
-        match entry.rela_path.to_str() {
-            Ok(path) => self.found.push((path.to_owned(), kind)),
-            Err(_) => {
-                self.non_utf8 = Some(entry.rela_path.to_path_lossy().into_owned());
-                return Action::Break(());
-            }
-        }
+        self.found
+            .push((encode_path(entry.rela_path.as_bytes()).into_owned(), kind));
         Action::Continue(())
     }
 }

@@ -34,18 +34,17 @@ use rustix::fs::{AtFlags, FileType, Mode as FsMode, OFlags, RawDir};
 use crate::ShipError;
 
 /// What the walk found: untracked, not ignored files and symlinks, and nested repositories,
-/// as paths relative to the work tree; or the first such path that is not UTF-8.
+/// as paths relative to the work tree, written as the manifest writes them
+/// ([`encode_path`](crate::name::encode_path)).
 #[derive(Default)]
 pub(crate) struct Untracked {
     pub(crate) found: Vec<(String, Kind)>,
-    pub(crate) non_utf8: Option<PathBuf>,
 }
 
 impl Untracked {
     /// Adds what another walk found (a walk of other folders).
     pub(crate) fn merge(&mut self, other: Untracked) {
         self.found.extend(other.found);
-        self.non_utf8 = self.non_utf8.take().or(other.non_utf8);
     }
 }
 
@@ -53,11 +52,12 @@ impl Untracked {
 /// `repo`, whose index is `index`. `None` when the file system needs case folding or
 /// Unicode precomposition (gix's walk then does it).
 pub(crate) fn walk(
-    repo: &gix::Repository,
+    opened: &crate::git::Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
 ) -> Result<Option<Untracked>, ShipError> {
+    let repo = &opened.repo;
     let git_err = |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git {
         repo: workdir.to_owned(),
         source,
@@ -74,16 +74,18 @@ pub(crate) fn walk(
     // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
     // untracked below is listed (git's `treat_leading_path`).
     let mut rela = Vec::with_capacity(256);
-    for component in prefix.split('/').filter(|c| !c.is_empty()) {
+    let prefix = crate::git::on_disk(prefix);
+    let prefix = prefix.as_os_str().as_bytes();
+    for component in prefix.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
         if !rela.is_empty() {
             rela.push(b'/');
         }
-        rela.extend_from_slice(component.as_bytes());
+        rela.extend_from_slice(component);
         if walker.excluded(&rela, true) {
             return Ok(Some(walker.out));
         }
     }
-    let root = workdir.join(prefix);
+    let root = workdir.join(OsStr::from_bytes(prefix));
     let fd = rustix::fs::open(
         &root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -105,17 +107,15 @@ pub(crate) fn walk(
     };
     // The folder's subfolders dealt round between threads, its other entries with the first;
     // each thread has its own repository handle and exclude stack (gix's are not `Send`).
-    let options = repo.open_options().clone();
     let (fd, listing, rela, tracked) = (&fd, &listing, &rela, &tracked);
     std::thread::scope(|scope| {
         let mut groups = groups.into_iter();
         let mine = groups.next().unwrap_or_default();
         let others: Vec<_> = groups
             .map(|group| {
-                let options = options.clone();
+                let how = opened.how_to_reopen();
                 scope.spawn(move || {
-                    let repo =
-                        gix::open_opts(workdir, options).map_err(|e| git_err(Box::new(e)))?;
+                    let repo = crate::git::reopen(how)?;
                     let excludes = exclude_stack(&repo, index).map_err(git_err)?;
                     let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
                     walker.walk_entries(fd, listing, group.into_iter(), &mut rela.clone());
@@ -306,14 +306,12 @@ impl<'a, 'repo> Walker<'a, 'repo> {
     }
 
     fn stopped(&self) -> bool {
-        self.error.is_some() || self.out.non_utf8.is_some()
+        self.error.is_some()
     }
 
     fn emit(&mut self, rela: &[u8], kind: Kind) {
-        match std::str::from_utf8(rela) {
-            Ok(path) => self.out.found.push((path.to_owned(), kind)),
-            Err(_) => self.out.non_utf8 = Some(PathBuf::from(OsStr::from_bytes(rela))),
-        }
+        let path = crate::name::encode_path(rela).into_owned();
+        self.out.found.push((path, kind));
     }
 
     /// The entries of the folder open as `fd`, at `rela` (relative to the work tree).

@@ -1,9 +1,11 @@
 //! Looking at each listed path on disk, hashing files with blake3 on every core, and the hash
 //! cache that lets an unchanged file go unread.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io;
 use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -293,7 +295,7 @@ pub(crate) fn look_all(
 #[derive(Debug, Default)]
 struct Folder {
     /// Relative to the root; `None` before the first.
-    rel: Option<String>,
+    rel: Option<OsString>,
     /// `None` when it could not be opened (gone, not a folder): then the whole path is used,
     /// which gives the same answer (not found, or the error) as before.
     fd: Option<rustix::fd::OwnedFd>,
@@ -302,7 +304,7 @@ struct Folder {
 impl Folder {
     /// The stat of `name` in `parent`, without following a link, as `lstat` of the whole
     /// path would give it.
-    fn lstat(&mut self, root: &Path, parent: &str, name: &str) -> io::Result<rustix::fs::Stat> {
+    fn lstat(&mut self, root: &Path, parent: &OsStr, name: &OsStr) -> io::Result<rustix::fs::Stat> {
         use rustix::fs::{AtFlags, Mode, OFlags};
         if self.rel.as_deref() != Some(parent) {
             self.fd = rustix::fs::open(
@@ -328,12 +330,13 @@ fn look(
     folder: &mut Folder,
     cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
-    let abs = || root.join(&item.path);
+    let on_disk = crate::git::on_disk(&item.path);
+    let abs = || root.join(&on_disk);
     let io_err = |source| ShipError::Io {
         path: abs(),
         source,
     };
-    let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
+    let (parent, name) = split_parent(&on_disk);
     let stat = match folder.lstat(root, parent, name) {
         Ok(stat) => stat,
         // A tracked file deleted from the work tree (or a file gone since the listing).
@@ -343,10 +346,7 @@ fn look(
     let file_type = rustix::fs::FileType::from_raw_mode(stat.st_mode);
     if file_type == rustix::fs::FileType::Symlink {
         let target = fs::read_link(abs()).map_err(io_err)?;
-        let target = target
-            .into_os_string()
-            .into_string()
-            .map_err(|_| ShipError::NonUtf8Path { path: abs() })?;
+        let target = crate::name::encode_path(target.as_os_str().as_bytes()).into_owned();
         return Ok(Some(Looked {
             entry: ManifestEntry {
                 path: item.path.clone(),
@@ -380,6 +380,18 @@ fn look(
         key: Some(StatKeyRef(key)),
         hashed,
     }))
+}
+
+/// A relative path's folder (`""` at the top) and name, as bytes.
+fn split_parent(path: &Path) -> (&OsStr, &OsStr) {
+    let bytes = path.as_os_str().as_bytes();
+    match bytes.iter().rposition(|&b| b == b'/') {
+        Some(at) => (
+            OsStr::from_bytes(&bytes[..at]),
+            OsStr::from_bytes(&bytes[at + 1..]),
+        ),
+        None => (OsStr::new(""), path.as_os_str()),
+    }
 }
 
 /// blake3 of a file's content, lowercase hex, read in bounded chunks.

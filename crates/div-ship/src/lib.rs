@@ -35,12 +35,14 @@ mod git_walk;
 mod hash;
 mod manifest;
 mod materialise;
+mod name;
 mod plan;
 mod walk;
 
 pub use hash::{HashStats, cache_file_for, hash_file};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
 pub use materialise::{MaterialiseError, materialise, validate_entries};
+pub use name::{decode_path, display_path, encode_path, fs_path};
 pub use plan::{PlannedBlob, UploadPlan};
 pub use walk::{SKIPPED_NAMES, is_skipped};
 
@@ -59,16 +61,14 @@ pub enum ShipError {
     DubiousOwnership { repo: PathBuf },
     #[error("repository `{}` has no work tree", repo.display())]
     Bare { repo: PathBuf },
-    #[error("repository `{}` uses a sparse index, which div cannot ship", repo.display())]
-    SparseIndex { repo: PathBuf },
+    #[error("`{}` is outside the work tree `{}`", dir.display(), work_tree.display())]
+    OutsideWorkTree { dir: PathBuf, work_tree: PathBuf },
     #[error("cannot list the files of repository `{}`", repo.display())]
     Git {
         repo: PathBuf,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("path `{}` is not valid UTF-8", path.display())]
-    NonUtf8Path { path: PathBuf },
     #[error("cannot read `{}`", path.display())]
     Io {
         path: PathBuf,
@@ -89,12 +89,14 @@ impl ShipError {
                 "git refuses it too; if you trust it, run `git config --global --add safe.directory {}`",
                 repo.display()
             )),
-            ShipError::SparseIndex { .. } => {
-                Some("run `git sparse-checkout disable`, or run from a full checkout".to_owned())
-            }
-            ShipError::NonUtf8Path { .. } => {
-                Some("rename it, or name it in `.gitignore`".to_owned())
-            }
+            ShipError::Bare { .. } => Some(
+                "set `GIT_WORK_TREE` to the top of the work tree to ship (git needs it too), or run where the code is checked out"
+                    .to_owned(),
+            ),
+            ShipError::OutsideWorkTree { work_tree, .. } => Some(format!(
+                "run from `{}` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`",
+                work_tree.display()
+            )),
             _ => None,
         }
     }
@@ -109,6 +111,15 @@ pub struct ShipOptions {
     /// Bytes hashed so far, added to as files are read (the cache's files are not read): a
     /// caller shows progress from it while [`collect()`] works.
     pub hashed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// `GIT_DIR` as the caller read it (div-ship reads no environment): the repository to
+    /// use, instead of one found upwards from the shipped folder. Without [`work_tree`]
+    /// (`Self::work_tree`) and without `core.worktree`, the shipped folder is the top of the
+    /// work tree, as git takes the current directory. Relative to the process's directory.
+    pub git_dir: Option<PathBuf>,
+    /// `GIT_WORK_TREE` as the caller read it: the top of the work tree, whatever the
+    /// repository's `core.bare` and `core.worktree` say (a work tree of a bare repository).
+    /// The shipped folder must be inside it. Relative to the process's directory.
+    pub work_tree: Option<PathBuf>,
 }
 
 /// How the shipped set was decided.
@@ -235,9 +246,11 @@ impl Shipment {
         std::fs::read(self.local_path(path))
     }
 
-    /// Where the shipped `path` is on this machine.
+    /// Where the shipped `path` (as the manifest writes it, see [`encode_path`]) is on this
+    /// machine.
     pub fn local_path(&self, path: &str) -> PathBuf {
-        self.root.join(path.strip_prefix("./").unwrap_or(path))
+        self.root
+            .join(git::on_disk(path.strip_prefix("./").unwrap_or(path)))
     }
 
     /// The line printed before uploading, like
@@ -288,8 +301,10 @@ pub fn human_bytes(bytes: u64) -> String {
 /// `git ls-files --cached --others --exclude-standard` prints when run in `dir`, minus tracked
 /// files deleted from the work tree, with each submodule and nested repository replaced by its
 /// own set; paths are relative to `dir`. Outside one, everything under `dir` but
-/// [`SKIPPED_NAMES`], `*.pyc` and names beginning with `.env`. Symlinks are shipped as links;
-/// one that points outside `dir` is left out with a warning, never followed.
+/// [`SKIPPED_NAMES`], `*.pyc` and names beginning with `.env`. Symlinks are shipped as links,
+/// never followed; an absolute one into `dir` is rewritten as the relative link to the same
+/// place, one that points outside `dir` is left out with a warning. Names that are not UTF-8
+/// are written as [`encode_path`] says.
 ///
 /// Refuses a repository owned by another user (as git does), and a directory with nothing
 /// to send.
@@ -303,14 +318,16 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             dir: dir.to_owned(),
         });
     }
-    let (source, listed, mut warnings) = list_sorted(&root)?;
+    let (source, listed, mut warnings) = list_sorted(&root, options)?;
 
     let cache = options
         .cache
         .as_deref()
         .map(|p| hash::Cache::load(p, &root))
         .unwrap_or_default();
-    let (looked, stats) = hash::look_all(&root, &listed, &cache, options.hashed.as_deref())?;
+    let (mut looked, stats) = hash::look_all(&root, &listed, &cache, options.hashed.as_deref())?;
+    let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
+    relative_absolute_links(&mut looked, &[&root, &given]);
     let looked = drop_unsafe_links(looked, &mut warnings);
 
     // Every file came from the cache and the cache holds nothing else: writing it again would
@@ -350,15 +367,27 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
 /// reading anything but folders (no stat, no hash). Paths deleted from disk since they were
 /// tracked, and links pointing outside, are still in it: `collect` drops them.
 pub fn list_paths(dir: &Path) -> Result<(Source, Vec<String>), ShipError> {
+    list_paths_with(dir, &ShipOptions::default())
+}
+
+/// [`list_paths`] with the repository and work tree that `options` name, if any (its hash
+/// cache is not used).
+pub fn list_paths_with(
+    dir: &Path,
+    options: &ShipOptions,
+) -> Result<(Source, Vec<String>), ShipError> {
     let root = dir.canonicalize().map_err(|source| ShipError::Io {
         path: dir.to_owned(),
         source,
     })?;
-    let (source, listed, _) = list_sorted(&root)?;
+    let (source, listed, _) = list_sorted(&root, options)?;
     Ok((source, listed.into_iter().map(|l| l.path).collect()))
 }
 
-fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
+fn list_sorted(
+    root: &Path,
+    options: &ShipOptions,
+) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
     if !root.is_dir() {
         return Err(ShipError::NotADirectory {
             dir: root.to_owned(),
@@ -366,20 +395,14 @@ fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), S
     }
     let mut listed = Vec::new();
     let mut warnings = Vec::new();
-    let source = match gix::discover(root) {
-        Ok(repo) => {
-            git::list(&repo, root, &mut listed, &mut warnings)?;
+    let source = match git::open(root, options)? {
+        Some(opened) => {
+            git::list(&opened, root, &mut listed, &mut warnings)?;
             Source::Git
         }
-        Err(err) if is_no_repository(&err) => {
+        None => {
             walk::list(root, &mut listed, &mut warnings)?;
             Source::Walk
-        }
-        Err(err) => {
-            return Err(ShipError::Git {
-                repo: root.to_owned(),
-                source: Box::new(err),
-            });
         }
     };
     listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -387,7 +410,7 @@ fn list_sorted(root: &Path) -> Result<(Source, Vec<git::Listed>, Vec<String>), S
     Ok((source, listed, warnings))
 }
 
-fn is_no_repository(err: &gix::Error) -> bool {
+pub(crate) fn is_no_repository(err: &gix::Error) -> bool {
     use gix::discover::upwards::Error;
     matches!(
         err.downcast_any_ref::<Error>(),
@@ -397,6 +420,54 @@ fn is_no_repository(err: &gix::Error) -> bool {
                 | Error::NoGitRepositoryWithinFs { .. }
         )
     )
+}
+
+/// Rewrites each link whose absolute target lies inside the shipped folder (one of `roots`:
+/// its canonical path, and the path it was given as) as the relative target that reaches the
+/// same place from the link's folder: in the run the folder is `/workspace`, so the absolute
+/// target would point at nothing there, or at something else. Other absolute targets stay as
+/// they are (and are left out by [`drop_unsafe_links`]).
+fn relative_absolute_links(looked: &mut [hash::Looked], roots: &[&Path]) {
+    for l in looked.iter_mut() {
+        let Some(target) = l.entry.target.as_deref().filter(|t| t.starts_with('/')) else {
+            continue;
+        };
+        if let Some(relative) = relative_target(&l.entry.path, target, roots) {
+            l.entry.target = Some(relative);
+        }
+    }
+}
+
+/// The relative target for a link at `link_path` (a manifest path) whose absolute `target`
+/// is inside one of `roots`, lexically, or once the target's folder is resolved on this
+/// machine (a root reached through a link); `None` when it is not.
+fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<String> {
+    let target = git::on_disk(target);
+    let target = target.as_ref();
+    let canonical = || {
+        let parent = target.parent()?.canonicalize().ok()?;
+        Some(match target.file_name() {
+            Some(name) => parent.join(name),
+            None => parent,
+        })
+    };
+    let rest = roots
+        .iter()
+        .find_map(|root| target.strip_prefix(root).ok().map(Path::to_owned))
+        .or_else(|| {
+            let target = canonical()?;
+            roots
+                .iter()
+                .find_map(|root| target.strip_prefix(root).ok().map(Path::to_owned))
+        })?;
+    let rest = encode_path(rest.as_os_str().as_encoded_bytes()).into_owned();
+    let depth = link_path.matches('/').count();
+    let mut relative = "../".repeat(depth);
+    relative.push_str(&rest);
+    if relative.is_empty() {
+        relative.push('.');
+    }
+    Some(relative.trim_end_matches('/').to_owned())
 }
 
 /// Leaves out links that resolve outside the shipped tree, and anything listed under a link,
@@ -419,7 +490,10 @@ fn drop_unsafe_links(looked: Vec<hash::Looked>, warnings: &mut Vec<String>) -> V
             .match_indices('/')
             .any(|(at, _)| targets.contains_key(&path[..at]));
         if under_link {
-            warnings.push(format!("`{path}` is under a symlink: not shipped"));
+            warnings.push(format!(
+                "`{}` is under a symlink: not shipped",
+                display_path(path)
+            ));
             dropped.push(i);
             continue;
         }
@@ -427,7 +501,9 @@ fn drop_unsafe_links(looked: Vec<hash::Looked>, warnings: &mut Vec<String>) -> V
             && manifest::resolve_link(path, target, &lookup).is_err()
         {
             warnings.push(format!(
-                "symlink `{path}` points outside the shipped folder (`{target}`): not shipped"
+                "symlink `{}` points outside the shipped folder (`{}`): not shipped",
+                display_path(path),
+                display_path(target)
             ));
             dropped.push(i);
             continue;

@@ -7,7 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::git::on_disk;
 use crate::manifest::{EntryKind, ManifestEntry, resolve_link};
+use crate::name::decode_path;
 
 /// The longest file name Linux file systems take, in bytes.
 const NAME_MAX: usize = 255;
@@ -18,21 +20,21 @@ const PATH_MAX: usize = 4095;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MaterialiseError {
-    #[error("path `{path}` is not relative")]
+    #[error("path `{}` is not relative", crate::name::display_path(.path))]
     AbsolutePath { path: String },
-    #[error("path `{path}` has an empty, `.` or `..` component")]
+    #[error("path `{}` has an empty, `.` or `..` component", crate::name::display_path(.path))]
     BadComponent { path: String },
-    #[error("path `{path}` is not a valid name on Linux")]
+    #[error("path `{}` is not a valid name on Linux", crate::name::display_path(.path))]
     InvalidName { path: String },
-    #[error("path `{path}` is listed twice")]
+    #[error("path `{}` is listed twice", crate::name::display_path(.path))]
     Duplicate { path: String },
-    #[error("path `{path}` goes through the symlink `{link}`")]
+    #[error("path `{}` goes through the symlink `{link}`", crate::name::display_path(.path))]
     ThroughSymlink { path: String, link: String },
-    #[error("path `{path}` is under `{file}`, which is a file")]
+    #[error("path `{}` is under `{file}`, which is a file", crate::name::display_path(.path))]
     UnderFile { path: String, file: String },
-    #[error("symlink `{path}` points outside the tree (`{target}`)")]
+    #[error("symlink `{}` points outside the tree (`{target}`)", crate::name::display_path(.path))]
     LinkEscapes { path: String, target: String },
-    #[error("entry `{path}` is a {kind} but {problem}")]
+    #[error("entry `{}` is a {kind} but {problem}", crate::name::display_path(.path))]
     Inconsistent {
         path: String,
         kind: &'static str,
@@ -40,14 +42,14 @@ pub enum MaterialiseError {
     },
     #[error("destination `{dest}` already exists")]
     DestinationExists { dest: PathBuf },
-    #[error("blob `{hash}` for `{path}` has {found} bytes, expected {expected}")]
+    #[error("blob `{hash}` for `{}` has {found} bytes, expected {expected}", crate::name::display_path(.path))]
     BlobSize {
         path: String,
         hash: String,
         expected: u64,
         found: u64,
     },
-    #[error("cannot write `{path}`")]
+    #[error("cannot write `{}`", .path.display())]
     Io {
         path: PathBuf,
         #[source]
@@ -115,7 +117,14 @@ fn validate_path(path: &str) -> Result<(), MaterialiseError> {
             path: path.to_owned(),
         });
     }
-    if path.contains('\0') || path.len() > PATH_MAX {
+    // The bytes it stands for (a name that is not UTF-8 is escaped, see `encode_path`); a NUL
+    // that is not such an escape is no valid name.
+    let Some(bytes) = decode_path(path) else {
+        return Err(MaterialiseError::InvalidName {
+            path: path.to_owned(),
+        });
+    };
+    if bytes.len() > PATH_MAX {
         return Err(MaterialiseError::InvalidName {
             path: path.to_owned(),
         });
@@ -126,6 +135,8 @@ fn validate_path(path: &str) -> Result<(), MaterialiseError> {
                 path: path.to_owned(),
             });
         }
+    }
+    for component in bytes.split(|&b| b == b'/') {
         if component.len() > NAME_MAX {
             return Err(MaterialiseError::InvalidName {
                 path: path.to_owned(),
@@ -147,7 +158,7 @@ fn validate_kind(entry: &ManifestEntry) -> Result<(), MaterialiseError> {
             _ if entry.hash.is_some() || entry.executable || entry.size != 0 => {
                 Some("has file content")
             }
-            Some(target) if target.contains('\0') || target.len() > PATH_MAX => {
+            Some(target) if decode_path(target).is_none_or(|t| t.len() > PATH_MAX) => {
                 Some("its target is not a valid path")
             }
             Some(_) => None,
@@ -235,7 +246,7 @@ fn write_tree(
     // can go through one, whatever the order.
     let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);
     for entry in files {
-        let path = root.join(&entry.path);
+        let path = root.join(on_disk(&entry.path));
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io_err(parent))?;
         }
@@ -254,7 +265,7 @@ fn write_tree(
         fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err(&path))?;
     }
     for entry in links {
-        let path = root.join(&entry.path);
+        let path = root.join(on_disk(&entry.path));
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io_err(parent))?;
         }
@@ -262,7 +273,7 @@ fn write_tree(
             .target
             .as_deref()
             .expect("validated: a symlink has a target");
-        std::os::unix::fs::symlink(target, &path).map_err(io_err(&path))?;
+        std::os::unix::fs::symlink(on_disk(target), &path).map_err(io_err(&path))?;
     }
     Ok(())
 }

@@ -84,11 +84,8 @@ pub(crate) fn list(
         let rel = path
             .strip_prefix(dir)
             .expect("the walker yields paths under its root");
-        let rel = rel
-            .to_str()
-            .ok_or_else(|| ShipError::NonUtf8Path { path: path.clone() })?;
         out.push(Listed {
-            path: rel.to_owned(),
+            path: crate::name::encode_path(rel.as_os_str().as_encoded_bytes()).into_owned(),
         });
     }
     for problem in problems.into_inner().expect("no walker thread panics") {

@@ -2,6 +2,7 @@
 //! renders what comes back.
 
 pub(crate) mod config;
+pub(crate) mod dashboard;
 pub(crate) mod generate;
 pub(crate) mod image;
 pub(crate) mod logs;
@@ -256,6 +257,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Config(args) => config::config(args, &settings, &mut printer),
             Command::Login(args) => config::login(args, &settings, &mut printer).await,
             Command::Image(command) => image::image(command, &settings, &mut printer).await,
+            Command::Dashboard(args) => dashboard::dashboard(args, &settings, &mut printer).await,
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
             Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),
         }

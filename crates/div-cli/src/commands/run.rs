@@ -165,6 +165,8 @@ pub(crate) async fn run(
             .cache_dir
             .as_ref()
             .map(|c| div_ship::cache_file_for(&c.join("ship"), &settings.cwd)),
+        git_dir: settings.git_dir.clone(),
+        git_work_tree: settings.git_work_tree.clone(),
         idempotency_key: None,
     };
     if args.json {

@@ -204,6 +204,11 @@ async fn status(settings: &Settings, printer: &mut Printer) -> Result<i32, Failu
         printer.status(&format!("pid     {pid}"));
     }
     printer.status(&format!("runs    {going} going"));
+    if let Ok(health) = cp.health().await
+        && let Some(executor) = health.extra.get("executor").and_then(|e| e.as_str())
+    {
+        printer.status(&format!("executor  {executor}"));
+    }
     Ok(exit_codes::SUCCESS)
 }
 

@@ -39,7 +39,7 @@ pub(crate) async fn telemetry(
             let path = settings.cwd.join(path);
             let text = std::fs::read_to_string(&path)
                 .map_err(|source| super::failure(div_core::RunError::Read { path, source }))?;
-            Some(Layout::parse(&text).map_err(super::failure)?)
+            Some(Layout::parse(&text).map_err(|e| super::failure(e.into()))?)
         }
         None => None,
     };
@@ -51,7 +51,7 @@ pub(crate) async fn telemetry(
     let layout = match given {
         Some(layout) => Some(layout),
         None => match &first.run.telemetry_layout {
-            Some(text) => Some(Layout::parse(text).map_err(super::failure)?),
+            Some(text) => Some(Layout::parse(text).map_err(|e| super::failure(e.into()))?),
             None => None,
         },
     };

@@ -25,6 +25,7 @@ const COMMANDS: &[&[&str]] = &[
     &["image"],
     &["image", "ls"],
     &["image", "prune"],
+    &["dashboard"],
     &["server"],
     &["server", "run"],
     &["server", "start"],

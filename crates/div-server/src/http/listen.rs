@@ -92,6 +92,7 @@ pub(crate) async fn serve(
     let shared = Arc::new(Shared {
         server: Arc::clone(&server),
         uploads: Default::default(),
+        dashboard: Default::default(),
     });
     let accept = async {
         loop {
@@ -120,6 +121,11 @@ pub(crate) async fn serve(
     }
     drop(scheduler);
     let _ = std::fs::remove_file(&socket);
+    // `state.db` self-contained once the server stops: the WAL copied in and emptied.
+    {
+        let s = Arc::clone(&server);
+        let _ = tokio::task::spawn_blocking(move || s.store.checkpoint()).await;
+    }
     drop(home_lock);
     Ok(())
 }

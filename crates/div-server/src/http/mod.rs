@@ -3,6 +3,7 @@
 //! are [`wire`]'s, the streams [`logstream`]'s and [`files`]'s, the blob upload
 //! [`upload`]'s, and the listeners [`listen`]'s.
 
+pub(crate) mod dashboard;
 mod files;
 pub(crate) mod listen;
 mod logstream;
@@ -28,6 +29,20 @@ pub(crate) struct Shared {
     pub(crate) server: Arc<Server>,
     /// Uploads of one blob take turns.
     pub(crate) uploads: upload::UploadLocks,
+    /// The dashboard's loopback listener and tokens, opened on demand.
+    pub(crate) dashboard: dashboard::Dashboard,
+}
+
+/// Whether `given` is `token`, in a time that depends on their lengths only, never on where
+/// they first differ (a byte-by-byte `==` stops there, which a caller could time).
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    let mut differ = given.len() ^ token.len();
+    for i in 0..given.len().max(token.len()) {
+        let a = given.get(i).copied().unwrap_or(0);
+        let b = token.get(i).copied().unwrap_or(0);
+        differ |= usize::from(std::hint::black_box(a ^ b));
+    }
+    differ == 0
 }
 
 pub(crate) async fn handle(
@@ -39,7 +54,7 @@ pub(crate) async fn handle(
         let ok = header(&req, "authorization")
             .as_deref()
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t == token.as_str());
+            .is_some_and(|t| same_token(t.as_bytes(), token.as_bytes()));
         if !ok {
             return Ok(fail(HttpError::new(
                 ErrorCode::Unauthorized,
@@ -178,6 +193,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let t = blocking(server, move |s| runs::telemetry(s, &run, after)).await?;
             Ok(wire::json(200, &t))
         }
+        (&Method::POST, ["v1", "dashboard"]) => dashboard::open(&shared.dashboard, server).await,
         (&Method::GET, ["v1", "secrets"]) => {
             let list = blocking(server, secrets::list).await?;
             Ok(wire::json(200, &json!({ "secrets": list })))

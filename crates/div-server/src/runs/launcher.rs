@@ -29,7 +29,10 @@ pub(crate) fn launch(
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     let _ = fs::remove_file(dir.join("end.json"));
     let _ = fs::remove_file(dir.join("stop"));
-    let handle = server.executor.start(&Launch { run_dir: &dir })?;
+    let handle = server.executor.start(&Launch {
+        run_dir: &dir,
+        run: &record.run,
+    })?;
     record.internal = RunInternal {
         handle: Some(handle),
         cores: cores.to_vec(),
@@ -126,10 +129,23 @@ fn prepare(
         ("LANG".into(), "C.UTF-8".into()),
     ];
     if let Some(image) = &image {
-        env.extend(image.env.iter().filter_map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        }));
+        // An image is as untrusted as a run: an entry no process could be given (a NUL, a
+        // value over the kernel's limit, a name that is not one) is left out, and said.
+        for kv in &image.env {
+            let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+            let problem = if div_spec::is_env_key(k) {
+                sandbox::env_value_problem("image's environment variable", k, v)
+            } else {
+                Some(format!(
+                    "the image's Env entry `{}` has no valid name",
+                    k.escape_debug()
+                ))
+            };
+            match problem {
+                None => env.push((k.to_owned(), v.to_owned())),
+                Some(problem) => first_lines.push(format!("div: left out: {problem}")),
+            }
+        }
     }
     env.extend([
         ("HOME".into(), in_tmp.display().to_string()),

@@ -13,7 +13,7 @@ use crate::rules;
 use crate::runs::launcher;
 use crate::server::Server;
 use crate::store::{RunRecord, StoreError};
-use crate::supervisor::EndRecord;
+use crate::supervisor::{self, EndRecord};
 
 /// The reason of a run whose supervisor vanished without writing its end.
 pub(crate) const LOST_REASON: &str = "the supervisor was lost";
@@ -79,10 +79,13 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
 fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRecord>, StoreError> {
     let dir = server.run_dir(&record.run.id);
     let end_path = dir.join("end.json");
+    // The supervisor writes its end atomically, so one that is there but does not parse was
+    // damaged afterwards: it is said to be unreadable, never read as "the supervisor was lost".
     let read_end = || -> Option<EndRecord> {
-        fs::read(&end_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        let bytes = fs::read(&end_path).ok()?;
+        Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            supervisor::unreadable_end(&bytes, &e.to_string(), &record.run, &record.internal)
+        }))
     };
     let end = match read_end() {
         Some(end) => Some(end),
@@ -206,6 +209,7 @@ mod tests {
                 host_cores: 4,
                 gpus: Vec::new(),
                 emulated: false,
+                prices: Default::default(),
             },
             false,
             Default::default(),

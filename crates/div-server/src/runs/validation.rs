@@ -34,6 +34,7 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             )
             .with_details(json!({ "accepted": accepted }))
         })?;
+    let sku = server.inventory.priced(sku);
     let sizing = rules::size(&sku, request.gpus, request.cpu, request.memory_gib)
         .map_err(HttpError::invalid)?;
     let gpus = if sku.gpu { request.gpus } else { 0 };
@@ -73,6 +74,13 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             bad.key
         )));
     }
+    if let Some(problem) = request
+        .env
+        .iter()
+        .find_map(|e| crate::sandbox::env_value_problem("environment variable", &e.key, &e.value))
+    {
+        return Err(HttpError::invalid(problem));
+    }
     if request.project.trim().is_empty() {
         return Err(HttpError::invalid("the run has no project"));
     }
@@ -95,6 +103,15 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             )));
         }
     }
+    server
+        .executor
+        .check(&crate::executor::Placement {
+            sku: sku.name,
+            gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+        })
+        .map_err(HttpError::invalid)?;
     Ok(Valid {
         sku,
         sizing,

@@ -4,11 +4,15 @@
 mod api;
 mod conformance;
 mod diskfull;
+mod escape;
 mod example;
 mod faults;
 mod harness;
 mod hostile;
+mod hostile_env;
+mod hostile_files;
 mod limits;
 mod races;
 mod runs;
+mod state;
 mod unprivileged;

@@ -48,7 +48,7 @@ fn install(bin: &Path, from: &str) -> PathBuf {
 }
 
 /// The server process, killed when the test ends however it ends.
-struct Serving(Child);
+pub(crate) struct Serving(Child);
 
 impl Drop for Serving {
     fn drop(&mut self) {
@@ -57,31 +57,32 @@ impl Drop for Serving {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_control_plane_runs_as_an_unprivileged_user() {
-    if own_uid() != Some(0) {
-        println!(
-            "skipped: the tests do not run as root, so no user can be made to run the server as"
-        );
-        return;
-    }
+/// Whether the tests run as root (else nothing here can be set up: each test says so and
+/// returns).
+pub(crate) fn as_root() -> bool {
+    own_uid() == Some(0)
+}
+
+/// `div-serve` started as the user `div-runner` (made with `useradd -m` if missing) on the
+/// home `dir/state/home`, with its binaries copied to `dir/bin`; `dir` is made readable to
+/// all. The server, a client of it, and the user's uid and gid.
+pub(crate) async fn serve_as_user(dir: &Path) -> (Serving, Server, u32, u32) {
     // Made once; later runs find it there.
     let _ = Command::new("useradd").args(["-m", USER]).output();
     let (uid, gid) = (id("-u"), id("-g"));
     assert_ne!(uid, 0);
 
-    let dir = tempfile::tempdir().expect("a temp dir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let bin = dir.path().join("bin");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin = dir.join("bin");
     std::fs::create_dir(&bin).expect("bin");
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let serve = install(&bin, env!("CARGO_BIN_EXE_div-serve"));
     let supervise = install(&bin, env!("CARGO_BIN_EXE_div-supervise"));
-    let state = dir.path().join("state");
+    let state = dir.join("state");
     std::fs::create_dir(&state).expect("state");
     std::os::unix::fs::chown(&state, Some(uid), Some(gid)).expect("chown");
     let home = state.join("home");
-    let out_path = dir.path().join("serve.out");
+    let out_path = dir.join("serve.out");
     let out = std::fs::File::create(&out_path).expect("serve.out");
 
     // setpriv execs the server itself, so this child is the server.
@@ -120,6 +121,20 @@ async fn the_control_plane_runs_as_an_unprivileged_user() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (serving, server, uid, gid)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_control_plane_runs_as_an_unprivileged_user() {
+    if !as_root() {
+        println!(
+            "skipped: the tests do not run as root, so no user can be made to run the server as"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (serving, server, uid, _) = serve_as_user(dir.path()).await;
+    let home = server.home.clone();
     let status = std::fs::read_to_string(format!("/proc/{}/status", serving.0.id()))
         .expect("the server's status");
     assert_eq!(uid_of(&status), Some(uid), "the server is not `{USER}`");

@@ -5,7 +5,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use crate::support::{assert_matches_git, git, git_init, ship_set, symlink, write};
+use crate::support::{
+    assert_matches_git, git, git_env, git_init, git_set_env, ship_set, ship_set_with, symlink,
+    write,
+};
 
 /// Builds a repository with `setup`, checks div-ship against git from `run_in` (relative to the
 /// repository), and that the set is `expect`.
@@ -570,4 +573,430 @@ proptest! {
         }
         prop_assert_eq!(ship_set(&r), crate::support::git_set(&r));
     }
+}
+
+// Exactly what git lists: the cases issue 15 found where div and git differed.
+
+/// git reads a relative `core.excludesFile` from the top of the work tree (it has moved there
+/// by the time it reads it), wherever it was started; so does div, not from its own directory.
+#[test]
+fn a_relative_core_excludes_file_is_read_from_the_top_of_the_work_tree() {
+    let setup = |r: &Path| {
+        git(r, &["config", "core.excludesFile", "my-ignore"]);
+        write(r, "my-ignore", "*.ckpt\n");
+        // The same name in the subfolder: git does not read this one.
+        write(r, "sub/my-ignore", "*.py\n");
+        write(r, "top.ckpt", "");
+        write(r, "sub/a.py", "");
+        write(r, "sub/m.ckpt", "");
+    };
+    check(setup, "sub", &["a.py", "my-ignore"]);
+    check(setup, "", &["my-ignore", "sub/a.py", "sub/my-ignore"]);
+}
+
+/// The same from a submodule: its own relative `core.excludesFile`, from its own top.
+#[test]
+fn a_submodules_relative_core_excludes_file_is_read_from_its_top() {
+    check(
+        |r| {
+            let sub = r.join("lib");
+            git_init(&sub);
+            write(&sub, "lib.py", "");
+            git(&sub, &["add", "."]);
+            git(&sub, &["commit", "-qm", "lib"]);
+            git(&sub, &["config", "core.excludesFile", "ignores"]);
+            write(&sub, "ignores", "*.tmp\n");
+            write(&sub, "scratch.tmp", "");
+            git(r, &["add", "lib"]);
+        },
+        "",
+        &["lib/ignores", "lib/lib.py"],
+    );
+}
+
+/// A bare repository and a work tree elsewhere, as `GIT_DIR=… GIT_WORK_TREE=…` name them.
+fn bare_and_work_tree(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bare = tmp.join("code.git");
+    let work = tmp.join("work");
+    fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "-q", "--bare"]);
+    write(&bare, "info/exclude", "secret.txt\n");
+    write(&work, ".gitignore", "*.log\nbuild/\n");
+    write(&work, "train.py", "");
+    write(&work, "run.log", "");
+    write(&work, "secret.txt", "");
+    write(&work, "build/out.bin", "");
+    write(&work, "exp/a.py", "");
+    write(&work, "exp/b.log", "");
+    write(&work, "exp/forced.log", "");
+    let env = [
+        ("GIT_DIR", bare.as_path()),
+        ("GIT_WORK_TREE", work.as_path()),
+    ];
+    git_env(&work, &env, &["add", ".gitignore", "train.py"]);
+    git_env(&work, &env, &["add", "-f", "exp/forced.log"]);
+    (bare, work)
+}
+
+/// `GIT_DIR` and `GIT_WORK_TREE`: the work tree of a bare repository is walked with its
+/// ignore rules (`.gitignore`, the bare repository's `info/exclude`) and its index, from the
+/// top or a subfolder, as git lists it with the same variables.
+#[test]
+fn a_work_tree_of_a_bare_repository_ships_what_git_lists_with_git_dir_and_git_work_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare.clone()),
+        work_tree: Some(work.clone()),
+        ..Default::default()
+    };
+    let env = [
+        ("GIT_DIR", bare.as_path()),
+        ("GIT_WORK_TREE", work.as_path()),
+    ];
+    let got = ship_set_with(&work, &options);
+    assert_eq!(got, git_set_env(&work, &env));
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        [".gitignore", "exp/a.py", "exp/forced.log", "train.py"]
+    );
+    let sub = work.join("exp");
+    let got = ship_set_with(&sub, &options);
+    assert_eq!(got, git_set_env(&sub, &env));
+    assert_eq!(got.into_iter().collect::<Vec<_>>(), ["a.py", "forced.log"]);
+}
+
+/// `GIT_DIR` alone, with no `core.worktree`: git takes its current directory as the top of
+/// the work tree, and so does div with the shipped folder.
+#[test]
+fn git_dir_alone_makes_the_shipped_folder_the_top_of_the_work_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    write(&r, ".gitignore", "*.log\n");
+    write(&r, "a.py", "");
+    write(&r, "sub/.gitignore", "*.tmp\n");
+    write(&r, "sub/b.py", "");
+    write(&r, "sub/c.log", "");
+    write(&r, "sub/d.tmp", "");
+    git(&r, &["add", ".gitignore", "a.py"]);
+    let git_dir = r.join(".git");
+    let sub = r.join("sub");
+    let options = div_ship::ShipOptions {
+        git_dir: Some(git_dir.clone()),
+        ..Default::default()
+    };
+    let got = ship_set_with(&sub, &options);
+    assert_eq!(got, git_set_env(&sub, &[("GIT_DIR", git_dir.as_path())]));
+    // `sub` is the top: its `.gitignore` is the root one, the repository's own is not read.
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        [".gitignore", "b.py", "c.log"]
+    );
+}
+
+/// A bare repository named without a work tree: git refuses (`must be run in a work tree`),
+/// and so does div, saying what would be right.
+#[test]
+fn a_bare_repository_without_a_work_tree_is_refused_with_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare.clone()),
+        ..Default::default()
+    };
+    let err = div_ship::collect(&work, &options).unwrap_err();
+    let shown = format!("{err}\nhint: {}", err.hint().unwrap())
+        .replace(tmp.path().to_str().unwrap(), "TMP");
+    insta::assert_snapshot!(shown, @r"
+    repository `TMP/code.git` has no work tree
+    hint: set `GIT_WORK_TREE` to the top of the work tree to ship (git needs it too), or run where the code is checked out
+    ");
+}
+
+/// A folder outside the work tree `GIT_WORK_TREE` names is refused: its files are not in it.
+#[test]
+fn a_folder_outside_the_named_work_tree_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = bare_and_work_tree(tmp.path());
+    let elsewhere = tmp.path().join("elsewhere");
+    write(&elsewhere, "x.py", "");
+    let options = div_ship::ShipOptions {
+        git_dir: Some(bare),
+        work_tree: Some(work),
+        ..Default::default()
+    };
+    let err = div_ship::collect(&elsewhere, &options).unwrap_err();
+    let tmp_str = tmp.path().canonicalize().unwrap();
+    let shown =
+        format!("{err}\nhint: {}", err.hint().unwrap()).replace(tmp_str.to_str().unwrap(), "TMP");
+    insta::assert_snapshot!(shown, @r"
+    `TMP/elsewhere` is outside the work tree `TMP/work`
+    hint: run from `TMP/work` or a folder inside it, or unset `GIT_WORK_TREE` and `GIT_DIR`
+    ");
+}
+
+/// A registered submodule and a nested repository are shipped alike, each with its own set
+/// (its untracked files included, its own ignore rules applied), and each named in a warning.
+#[test]
+fn submodules_and_nested_repositories_are_shipped_alike_and_both_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    for (name, register) in [("vendor/sub", true), ("vendor/nested", false)] {
+        let inner = r.join(name);
+        git_init(&inner);
+        write(&inner, ".gitignore", "*.o\n");
+        write(&inner, "lib.py", "");
+        write(&inner, "lib.o", "");
+        git(&inner, &["add", "."]);
+        git(&inner, &["commit", "-qm", "lib"]);
+        write(&inner, "untracked.py", "");
+        if register {
+            git(&r, &["add", name]);
+        }
+    }
+    write(&r, "a.py", "");
+    assert_matches_git(&r);
+    let shipment = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap();
+    let paths: Vec<&str> = shipment
+        .manifest
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "a.py",
+            "vendor/nested/.gitignore",
+            "vendor/nested/lib.py",
+            "vendor/nested/untracked.py",
+            "vendor/sub/.gitignore",
+            "vendor/sub/lib.py",
+            "vendor/sub/untracked.py",
+        ]
+    );
+    let mut warnings = shipment.warnings.clone();
+    warnings.sort();
+    insta::assert_snapshot!(warnings.join("\n"), @r"
+    `vendor/nested` is a git repository inside this one (not a submodule): shipping what it lists itself, its untracked files included
+    `vendor/sub` is a submodule: shipping what it lists itself, its untracked files included
+    ");
+}
+
+/// git lists a symlink as one path whatever it points to. An absolute link into the shipped
+/// folder is shipped as the relative link that reaches the same place, so the run (where
+/// the folder is `/workspace`) sees what this machine sees; one pointing outside the shipped
+/// folder is left out, and the warning says so truly. What is shipped passes the server's own
+/// check (`validate_entries`).
+#[test]
+fn an_absolute_symlink_into_the_tree_ships_as_the_relative_link_to_the_same_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().canonicalize().unwrap().join("repo");
+    git_init(&r);
+    write(&r, "a.py", "");
+    write(&r, "sub/b.py", "");
+    let abs = |p: &str| r.join(p).to_str().unwrap().to_owned();
+    symlink(&r, "top", &abs("a.py"));
+    symlink(&r, "sub/up", &abs("a.py"));
+    symlink(&r, "sub/here", &abs("sub"));
+    symlink(&r, "sub/deep/root", &abs(""));
+    symlink(&r, "dangling", &abs("nope/x"));
+    symlink(&r, "outside", "/etc/passwd");
+    git(&r, &["add", "top"]);
+    let git_says = crate::support::git_set(&r);
+    assert!(
+        git_says.contains("top") && git_says.contains("sub/up") && git_says.contains("outside")
+    );
+    let shipment = div_ship::collect(&r, &div_ship::ShipOptions::default()).unwrap();
+    let links: Vec<(&str, &str)> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.path.as_str(), e.target.as_deref()?)))
+        .collect();
+    assert_eq!(
+        links,
+        [
+            ("dangling", "nope/x"),
+            ("sub/deep/root", "../.."),
+            ("sub/here", "../sub"),
+            ("sub/up", "../a.py"),
+            ("top", "a.py"),
+        ]
+    );
+    let mut expected = git_says;
+    expected.remove("outside");
+    assert_eq!(ship_set(&r), expected);
+    div_ship::validate_entries(&shipment.manifest.entries).unwrap();
+    insta::assert_snapshot!(shipment.warnings.join("\n"), @"symlink `outside` points outside the shipped folder (`/etc/passwd`): not shipped");
+
+    // From `sub`, a link to the repository's `a.py` points outside what is shipped.
+    let sub = div_ship::collect(&r.join("sub"), &div_ship::ShipOptions::default()).unwrap();
+    let warnings = sub.warnings.join("\n").replace(r.to_str().unwrap(), "REPO");
+    insta::assert_snapshot!(warnings, @r"
+    symlink `deep/root` points outside the shipped folder (`REPO/`): not shipped
+    symlink `up` points outside the shipped folder (`REPO/a.py`): not shipped
+    ");
+    assert_eq!(
+        sub.manifest.get("here").unwrap().target.as_deref(),
+        Some(".")
+    );
+}
+
+/// A sparse index (`index.sparse`, cone mode): folders outside the cone are one entry in the
+/// index. git expands them before listing; div does too, and ships what is on disk of git's
+/// list, from the top, from a folder in the cone, and with untracked files in and out of it.
+#[test]
+fn a_sparse_index_is_expanded_and_ships_what_git_lists() {
+    let setup = |r: &Path| {
+        write(r, ".gitignore", "*.log\n");
+        write(r, "top.py", "");
+        write(r, "in/a.py", "");
+        write(r, "in/deep/b.py", "");
+        write(r, "out/c.py", "");
+        write(r, "out/deep/d.py", "");
+        write(r, "other/e.py", "");
+        git(r, &["add", "."]);
+        git(r, &["commit", "-qm", "all"]);
+        git(r, &["sparse-checkout", "init", "--cone", "--sparse-index"]);
+        git(r, &["sparse-checkout", "set", "in"]);
+        write(r, "in/new.py", "");
+        write(r, "in/run.log", "");
+        write(r, "loose.py", "");
+        // Written by hand into a folder outside the cone.
+        write(r, "out/by-hand.py", "");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    setup(&r);
+    let index = fs::read(r.join(".git/index")).unwrap();
+    assert!(
+        index.windows(4).any(|w| w == b"sdir"),
+        "git wrote a sparse index"
+    );
+    assert!(!r.join("out/c.py").exists(), "`out` is outside the cone");
+    check(
+        setup,
+        "",
+        &[
+            ".gitignore",
+            "in/a.py",
+            "in/deep/b.py",
+            "in/new.py",
+            "loose.py",
+            "out/by-hand.py",
+            "top.py",
+        ],
+    );
+    check(setup, "in", &["a.py", "deep/b.py", "new.py"]);
+}
+
+/// A file name that is not UTF-8 is shipped as git lists it, tracked or not, in a folder or
+/// as a link's target: the manifest writes each byte that is not UTF-8 as NUL and two hex
+/// digits (`caf\u0000e9.txt`), which reads back to the same bytes, goes through the hash
+/// cache, and is materialised under the original name.
+#[test]
+fn a_name_that_is_not_utf8_ships_as_git_lists_it() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("repo");
+    git_init(&r);
+    let raw = |b: &[u8]| r.join(OsStr::from_bytes(b));
+    fs::write(raw(b"caf\xe9.txt"), "latin-1").unwrap();
+    fs::create_dir(raw(b"d\xff")).unwrap();
+    fs::write(raw(b"d\xff/x.py"), "x").unwrap();
+    write(&r, "a.py", "");
+    git(&r, &["add", "."]);
+    fs::write(raw(b"new\xfe.py"), "untracked").unwrap();
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"caf\xe9.txt"), raw(b"link")).unwrap();
+    assert_matches_git(&r);
+
+    let cache = tmp.path().join("cache");
+    let options = div_ship::ShipOptions {
+        cache: Some(cache.clone()),
+        ..Default::default()
+    };
+    let shipment = div_ship::collect(&r, &options).unwrap();
+    let paths: Vec<&str> = shipment
+        .manifest
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(
+        paths,
+        ["a.py", "caf\0e9.txt", "d\0ff/x.py", "link", "new\0fe.py"]
+    );
+    let link = shipment.manifest.get("link").unwrap();
+    assert_eq!(link.target.as_deref(), Some("caf\0e9.txt"));
+    assert_eq!(shipment.read("caf\0e9.txt").unwrap(), b"latin-1");
+    let json = serde_json::to_string(shipment.manifest.get("caf\0e9.txt").unwrap()).unwrap();
+    assert!(json.contains(r#""path":"caf\u0000e9.txt""#), "{json}");
+    assert!(shipment.warnings.is_empty(), "{:?}", shipment.warnings);
+    let again = div_ship::collect(&r, &options).unwrap();
+    assert_eq!((again.stats.cached_files, again.stats.hashed_files), (4, 0));
+    assert_eq!(again.manifest.id(), shipment.manifest.id());
+
+    // Written back out under the same bytes.
+    let blobs: std::collections::HashMap<String, std::path::PathBuf> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.hash.clone()?, shipment.local_path(&e.path))))
+        .collect();
+    let out = tmp.path().join("out");
+    div_ship::materialise(&shipment.manifest.entries, |h| blobs[h].clone(), &out).unwrap();
+    assert_eq!(
+        fs::read(out.join(OsStr::from_bytes(b"caf\xe9.txt"))).unwrap(),
+        b"latin-1"
+    );
+    assert_eq!(
+        fs::read(out.join(OsStr::from_bytes(b"d\xff/x.py"))).unwrap(),
+        b"x"
+    );
+    assert_eq!(
+        fs::read_link(out.join("link"))
+            .unwrap()
+            .as_os_str()
+            .as_bytes(),
+        b"caf\xe9.txt"
+    );
+}
+
+/// git appends a newline to every ignore file it reads, then drops one CR before each
+/// newline: a last line ending in a lone CR, no LF, is the pattern without its CR. (A CR
+/// before a CRLF stays, as in git.)
+#[test]
+fn an_ignore_file_whose_last_line_ends_in_a_lone_cr_reads_as_git_reads_it() {
+    check(
+        |r| {
+            fs::write(r.join(".gitignore"), "b.txt\r\nc.txt\r\r\na.txt\r").unwrap();
+            write(r, ".git/info/exclude", "*.tmp \r");
+            write(r, "sub/.gitignore", "d.txt\r");
+            for name in [
+                "a.txt",
+                "b.txt",
+                "c.txt",
+                "keep.py",
+                "x.tmp",
+                "sub/d.txt",
+                "sub/e.txt",
+            ] {
+                write(r, name, "");
+            }
+            write(r, "c.txt\r", "");
+        },
+        "",
+        &[
+            ".gitignore",
+            "c.txt",
+            "keep.py",
+            "sub/.gitignore",
+            "sub/e.txt",
+        ],
+    );
 }

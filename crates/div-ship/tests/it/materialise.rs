@@ -247,3 +247,33 @@ fn a_shipment_round_trips() {
     let again = div_ship::collect(&dest, &div_ship::ShipOptions::default()).unwrap();
     assert_eq!(again.manifest, shipment.manifest);
 }
+
+/// Names that are not UTF-8 come escaped (`div_ship::encode_path`): exactly one string per
+/// name is taken, so two strings can never write one file twice, and a name's length is
+/// counted in the bytes it stands for.
+#[test]
+fn escaped_names_are_taken_only_in_their_one_spelling() {
+    validate_entries(&[file("caf\0e9.txt", ""), link("l", "caf\0e9.txt")]).unwrap();
+    // `é` is valid UTF-8: it is written as itself, never as its escaped bytes.
+    check(
+        &[file("\0c3\0a9", "")],
+        "path `\0c3\0a9` is not a valid name on Linux",
+    );
+    check(
+        &[file("a\0E9", "")],
+        "path `a\0E9` is not a valid name on Linux",
+    );
+    check(
+        &[link("l", "x\0zz")],
+        "entry `l` is a symlink but its target is not a valid path",
+    );
+    // 200 escaped bytes are 200 bytes of name, though 600 characters of string.
+    validate_entries(&[file(&"\0ff".repeat(200), "")]).unwrap();
+    check(
+        &[file(&"\0ff".repeat(256), "")],
+        &format!(
+            "path `{}` is not a valid name on Linux",
+            "\\xff".repeat(256)
+        ),
+    );
+}

@@ -39,6 +39,11 @@ pub(crate) fn set_mtime(root: &Path, path: &str, offset_s: i64) {
 
 /// Runs git in `dir`, isolated from system config, and returns its stdout.
 pub(crate) fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
+    git_env(dir, &[], args)
+}
+
+/// [`git`] with environment variables (`GIT_DIR`, `GIT_WORK_TREE`) set.
+pub(crate) fn git_env(dir: &Path, env: &[(&str, &Path)], args: &[&str]) -> Vec<u8> {
     let out = Command::new("git")
         .args([
             "-c",
@@ -57,6 +62,7 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -77,32 +83,39 @@ pub(crate) fn git_init(dir: &Path) {
 /// --exclude-standard` there, minus paths gone from disk (or now folders), with each gitlink
 /// and each nested repository (`x/`) replaced by its own set.
 pub(crate) fn git_set(dir: &Path) -> BTreeSet<String> {
+    git_set_env(dir, &[])
+}
+
+/// [`git_set`] with `GIT_DIR` and `GIT_WORK_TREE` (or either) set for the top repository.
+pub(crate) fn git_set_env(dir: &Path, env: &[(&str, &Path)]) -> BTreeSet<String> {
     let mut set = BTreeSet::new();
-    git_set_into(dir, "", &mut set);
+    git_set_into(dir, env, "", &mut set);
     set
 }
 
-fn git_set_into(dir: &Path, prefix: &str, set: &mut BTreeSet<String>) {
-    let staged = git(dir, &["ls-files", "-z", "--stage"]);
+fn git_set_into(dir: &Path, env: &[(&str, &Path)], prefix: &str, set: &mut BTreeSet<String>) {
+    let staged = git_env(dir, env, &["ls-files", "-z", "--stage"]);
     let gitlinks: BTreeSet<String> = staged
         .split(|b| *b == 0)
         .filter(|r| r.starts_with(b"160000 "))
         .map(|r| {
             let tab = r.iter().position(|b| *b == b'\t').unwrap();
-            String::from_utf8(r[tab + 1..].to_vec()).unwrap()
+            div_ship::encode_path(&r[tab + 1..]).into_owned()
         })
         .collect();
-    let listed = git(dir, &["ls-files", "-z", "-co", "--exclude-standard"]);
+    let listed = git_env(dir, env, &["ls-files", "-z", "-co", "--exclude-standard"]);
     for raw in listed.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let path = String::from_utf8(raw.to_vec()).unwrap();
+        // Names that are not UTF-8 as the manifest writes them.
+        let path = div_ship::encode_path(raw).into_owned();
+        let on_disk = |p: &str| dir.join(div_ship::fs_path(p).unwrap());
         if let Some(nested) = path.strip_suffix('/') {
-            git_set_into(&dir.join(nested), &format!("{prefix}{nested}/"), set);
+            git_set_into(&on_disk(nested), &[], &format!("{prefix}{nested}/"), set);
         } else if gitlinks.contains(&path) {
-            if dir.join(&path).join(".git").exists() {
-                git_set_into(&dir.join(&path), &format!("{prefix}{path}/"), set);
+            if on_disk(&path).join(".git").exists() {
+                git_set_into(&on_disk(&path), &[], &format!("{prefix}{path}/"), set);
             }
         } else {
-            match fs::symlink_metadata(dir.join(&path)) {
+            match fs::symlink_metadata(on_disk(&path)) {
                 Ok(meta) if !meta.is_dir() => {
                     set.insert(format!("{prefix}{path}"));
                 }
@@ -114,7 +127,12 @@ fn git_set_into(dir: &Path, prefix: &str, set: &mut BTreeSet<String>) {
 
 /// div-ship's set from `dir` (empty when it refuses with nothing to ship).
 pub(crate) fn ship_set(dir: &Path) -> BTreeSet<String> {
-    match div_ship::collect(dir, &ShipOptions::default()) {
+    ship_set_with(dir, &ShipOptions::default())
+}
+
+/// [`ship_set`] with `options` (a named git directory or work tree).
+pub(crate) fn ship_set_with(dir: &Path, options: &ShipOptions) -> BTreeSet<String> {
+    match div_ship::collect(dir, options) {
         Ok(shipment) => shipment
             .manifest
             .entries

@@ -122,3 +122,16 @@ fn not_a_directory_is_refused() {
     .unwrap_err();
     assert!(matches!(err, div_ship::ShipError::Io { .. }), "{err}");
 }
+
+/// Outside a repository too, a name that is not UTF-8 is shipped, escaped in the manifest.
+#[test]
+fn a_name_that_is_not_utf8_is_shipped() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(dir, "keep.py", "");
+    std::fs::write(dir.join(OsStr::from_bytes(b"caf\xe9.txt")), "x").unwrap();
+    let set: Vec<String> = ship_set(dir).into_iter().collect();
+    assert_eq!(set, ["caf\0e9.txt", "keep.py"]);
+}

@@ -1,0 +1,73 @@
+// Shared helpers. Everything a run provides is put in the page with textContent, never
+// innerHTML: a name, a log line or a result holding markup stays text.
+"use strict";
+
+const div = {
+  el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (k === "text") e.textContent = v;
+      else if (k === "class") e.className = v;
+      else if (k === "href") e.setAttribute("href", v);
+      else e.dataset[k] = v;
+    }
+    for (const c of children) if (c != null) e.append(c);
+    return e;
+  },
+
+  money(cents) {
+    if (cents == null) return "";
+    const sign = cents < 0 ? "-" : "";
+    const c = Math.abs(cents);
+    return `${sign}$${Math.floor(c / 100)}.${String(c % 100).padStart(2, "0")}`;
+  },
+
+  duration(seconds) {
+    if (seconds == null) return "";
+    const s = Math.floor(seconds);
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    if (h > 0) return `${h}h ${m}m`;
+    if (m > 0) return `${m}m ${r}s`;
+    return `${r}s`;
+  },
+
+  when(rfc3339) {
+    if (!rfc3339) return "";
+    const d = new Date(rfc3339);
+    if (isNaN(d)) return rfc3339;
+    return d.toLocaleString();
+  },
+
+  terminal(status) {
+    return ["succeeded", "failed", "canceled", "stopped_by_org"].includes(status);
+  },
+
+  // GET (or POST) JSON from the dashboard's own API; a problem is thrown as an Error whose
+  // message the page shows as text.
+  async api(path, options) {
+    const resp = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
+    if (resp.status === 401) {
+      throw new Error("The dashboard's token is missing or wrong: open the link `div dashboard` prints.");
+    }
+    const text = await resp.text();
+    let body = null;
+    try { body = text ? JSON.parse(text) : null; } catch (_) { /* not JSON */ }
+    if (!resp.ok) {
+      const msg = body && body.error && body.error.message ? body.error.message : `HTTP ${resp.status}`;
+      throw new Error(msg);
+    }
+    return body;
+  },
+
+  showError(e) {
+    const p = document.getElementById("error");
+    if (!p) return;
+    if (e) { p.textContent = String(e.message || e); p.hidden = false; }
+    else { p.hidden = true; p.textContent = ""; }
+  },
+
+  setLive(on) {
+    const l = document.getElementById("live");
+    if (l) l.classList.toggle("off", !on);
+  },
+};

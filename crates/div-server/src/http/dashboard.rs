@@ -1,0 +1,696 @@
+//! The dashboard: pages for people, served by the local control plane on loopback TCP.
+//!
+//! The API listens on a Unix socket, which a browser cannot reach. `POST /v1/dashboard` (on
+//! that socket, or on the API's own TCP listener with its bearer token) binds a second
+//! listener on `127.0.0.1`, on a port the kernel picks, the first time it is asked, and
+//! answers a fresh random token and the URL that carries it. That listener serves only the
+//! dashboard: its pages, its assets (vendored, nothing from another origin) and a small,
+//! read-mostly API of its own, never `/v1` (no secrets, no uploads, no run placement).
+//!
+//! - **The token.** The URL's `?token=` opens the dashboard once: it is exchanged for a
+//!   fresh session token, kept as the cookie `div_dashboard_PORT` (`HttpOnly`,
+//!   `SameSite=Strict`, `Path=/`), and the browser is sent on to the same page without it.
+//!   Every other request needs the cookie; a wrong or missing one is 401. Tokens are
+//!   compared in constant time.
+//! - **Loopback only.** The listener binds `127.0.0.1`; a `Host` other than
+//!   `127.0.0.1:PORT` or `localhost:PORT` is refused (421), so a page of another site that
+//!   rebinds its name to 127.0.0.1 cannot read the dashboard.
+//! - **Stop** is a `POST` that needs the cookie (`SameSite=Strict`: another site's request
+//!   carries none) and an `Origin` equal to the dashboard's own (403 otherwise).
+//! - **Escaping.** The pages are static; what a run provides arrives as JSON and is put in
+//!   the page with `textContent`. A `Content-Security-Policy` of `'self'` only, and
+//!   `nosniff`, make any markup a run smuggles inert.
+//! - **Secrets.** Nothing here reads the secrets' values: the API answers runs, their logs,
+//!   results and telemetry only.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
+
+use super::wire::{self, Resp, decode_segment, fail, header, param, query};
+use crate::error::{ErrorCode, HttpError};
+use crate::runs;
+use crate::server::{Server, blocking};
+
+mod assets;
+mod replay;
+
+/// The cookie that carries the token: `div_dashboard_PORT`. Cookies are kept per host, not
+/// per port, so two local control planes (two state directories) on 127.0.0.1 would
+/// otherwise overwrite each other's.
+fn cookie_name(port: u16) -> String {
+    format!("div_dashboard_{port}")
+}
+
+/// How many links' and sessions' tokens are kept: each `div dashboard` adds a link, each
+/// link used a session; the oldest go first.
+const MAX_TOKENS: usize = 64;
+/// The most bytes of a log one request answers.
+const MAX_LOG_READ: u64 = 4 << 20;
+
+/// The dashboard's listener and tokens, shared by the API (which opens it) and the
+/// listener's connections.
+#[derive(Debug, Default)]
+pub(crate) struct Dashboard {
+    state: Arc<State>,
+    listening: tokio::sync::Mutex<Option<Listening>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Links' tokens not yet used: each opens the dashboard once.
+    links: Mutex<Vec<String>>,
+    /// Sessions' tokens, each held as a browser's cookie.
+    sessions: Mutex<Vec<String>>,
+}
+
+#[derive(Debug)]
+struct Listening {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        if let Some(l) = self.listening.get_mut().take() {
+            l.task.abort();
+        }
+    }
+}
+
+impl State {
+    fn add_link(&self, token: String) {
+        keep(&self.links, token);
+    }
+
+    fn add_session(&self, token: String) {
+        keep(&self.sessions, token);
+    }
+
+    /// Whether `given` is a link's token not yet used; using it now.
+    fn use_link(&self, given: &str) -> bool {
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        match find(&links, given) {
+            Some(i) => {
+                links.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `given` is a session's token.
+    fn knows_session(&self, given: &str) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        find(&sessions, given).is_some()
+    }
+}
+
+/// Adds `token` to `list`, the oldest going past [`MAX_TOKENS`].
+fn keep(list: &Mutex<Vec<String>>, token: String) {
+    let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+    if list.len() >= MAX_TOKENS {
+        list.remove(0);
+    }
+    list.push(token);
+}
+
+/// Where `given` is in `tokens`: every one compared, each in constant time.
+fn find(tokens: &[String], given: &str) -> Option<usize> {
+    tokens.iter().enumerate().fold(None, |found, (i, t)| {
+        if constant_time_eq(t.as_bytes(), given.as_bytes()) {
+            Some(i)
+        } else {
+            found
+        }
+    })
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A fresh token: 32 bytes from the kernel's generator, as hex. No fallback: a dashboard
+/// without a random token is not opened.
+fn fresh_token() -> Result<String, HttpError> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| {
+            HttpError::internal(format!("could not read /dev/urandom for a token: {e}"))
+        })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `POST /v1/dashboard`: binds the dashboard's loopback listener if it is not yet bound, and
+/// answers `{"url", "address"}` with a fresh token in the URL.
+pub(crate) async fn open(dashboard: &Dashboard, server: &Arc<Server>) -> Result<Resp, HttpError> {
+    let mut listening = dashboard.listening.lock().await;
+    let addr = match &*listening {
+        Some(l) if !l.task.is_finished() => l.addr,
+        _ => {
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .map_err(|e| {
+                    HttpError::internal(format!(
+                        "could not listen on 127.0.0.1 for the dashboard: {e}"
+                    ))
+                })?;
+            let addr = listener.local_addr()?;
+            let task = tokio::spawn(accept(
+                listener,
+                addr,
+                Arc::clone(&dashboard.state),
+                Arc::clone(server),
+            ));
+            *listening = Some(Listening { addr, task });
+            addr
+        }
+    };
+    let token = fresh_token()?;
+    dashboard.state.add_link(token.clone());
+    Ok(wire::json(
+        200,
+        &json!({
+            "url": format!("http://{addr}/?token={token}"),
+            "address": addr.to_string(),
+        }),
+    ))
+}
+
+async fn accept(
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    state: Arc<State>,
+    server: Arc<Server>,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, most likely: let some connections end first.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (state, server) = (Arc::clone(&state), Arc::clone(&server));
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |req| {
+                let (state, server) = (Arc::clone(&state), Arc::clone(&server));
+                async move {
+                    Ok::<_, std::convert::Infallible>(secure(
+                        serve(&state, &server, addr, req).await,
+                    ))
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// The headers every answer carries: only this origin's scripts and styles, no framing, no
+/// sniffing, no referrer (the first URL holds the token), nothing cached.
+fn secure(mut resp: Resp) -> Resp {
+    let h = resp.headers_mut();
+    for (name, value) in [
+        (
+            "content-security-policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        ("referrer-policy", "no-referrer"),
+        ("cache-control", "no-store"),
+        ("cross-origin-resource-policy", "same-origin"),
+    ] {
+        h.insert(name, http::HeaderValue::from_static(value));
+    }
+    resp
+}
+
+fn refuse(status: StatusCode, message: &str) -> Resp {
+    wire::full(
+        status.as_u16(),
+        "application/json",
+        serde_json::to_vec(&json!({"error": {"code": "forbidden", "message": message}}))
+            .unwrap_or_default(),
+    )
+}
+
+/// The token the request's cookie `name` holds.
+fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.headers()
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+async fn serve(
+    state: &State,
+    server: &Arc<Server>,
+    addr: SocketAddr,
+    req: Request<Incoming>,
+) -> Resp {
+    let port = addr.port();
+    let host_ok = header(&req, "host")
+        .is_some_and(|h| h == format!("127.0.0.1:{port}") || h == format!("localhost:{port}"));
+    if !host_ok {
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            &format!("the dashboard answers only at 127.0.0.1:{port}"),
+        );
+    }
+    // The assets are the same for everyone and hold nothing of any run: the page that asks
+    // for the token is styled with them too.
+    if req.method() == Method::GET
+        && let Some(name) = req.uri().path().strip_prefix("/assets/")
+    {
+        return assets::asset(name)
+            .unwrap_or_else(|| fail(HttpError::not_found(format!("no asset `{name}`"))));
+    }
+    let q = query(&req);
+    // The first load: the URL's token is exchanged for a session's, and the URL loses it.
+    let session = cookie_token(&req, &cookie_name(port)).filter(|t| state.knows_session(t));
+    if let Some(given) = param(&q, "token") {
+        let redirect = Response::builder()
+            .status(StatusCode::SEE_OTHER)
+            .header("location", same_page(req.uri().path()));
+        // A link opens the dashboard once: its token is exchanged for a session's, kept as
+        // the cookie, so the link left in the browser's history opens nothing. The same
+        // link opened again where the session already is goes on to the page.
+        if state.use_link(&given) {
+            let session = match fresh_token() {
+                Ok(t) => t,
+                Err(e) => return fail(e),
+            };
+            state.add_session(session.clone());
+            return redirect
+                .header(
+                    "set-cookie",
+                    format!(
+                        "{}={session}; HttpOnly; SameSite=Strict; Path=/",
+                        cookie_name(port)
+                    ),
+                )
+                .body(Full::new(Bytes::new()).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+        }
+        if session.is_some() {
+            return redirect
+                .body(Full::new(Bytes::new()).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+        }
+        return unauthorized(&req);
+    }
+    if session.is_none() {
+        return unauthorized(&req);
+    }
+    if req.method() == Method::POST {
+        let expected = format!("http://127.0.0.1:{port}");
+        let expected_localhost = format!("http://localhost:{port}");
+        let origin_ok =
+            header(&req, "origin").is_some_and(|o| o == expected || o == expected_localhost);
+        if !origin_ok {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "a change needs a request from the dashboard's own page (its `Origin`)",
+            );
+        }
+    }
+    route(server, req, &q).await.unwrap_or_else(fail)
+}
+
+/// Where the first load goes on to: the same path, when it is one of this origin's
+/// (`//host/…` or a backslash would send the browser elsewhere); else `/`.
+fn same_page(path: &str) -> &str {
+    if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') {
+        path
+    } else {
+        "/"
+    }
+}
+
+fn unauthorized(req: &Request<Incoming>) -> Resp {
+    if req.uri().path().starts_with("/api/") {
+        return fail(HttpError::new(
+            ErrorCode::Unauthorized,
+            "the dashboard needs its token: open the URL `div dashboard` prints",
+        ));
+    }
+    // A cookie already held is left as it is: a wrong link another site makes one open
+    // must not sign the dashboard out.
+    wire::full(401, "text/html; charset=utf-8", assets::UNAUTHORIZED)
+}
+
+async fn route(
+    server: &Arc<Server>,
+    req: Request<Incoming>,
+    q: &[(String, String)],
+) -> Result<Resp, HttpError> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(decode_segment)
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    match (&method, seg.as_slice()) {
+        (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
+        (&Method::GET, ["runs", _]) => Ok(assets::page(assets::RUN)),
+        (&Method::GET, ["api", "runs"]) => {
+            let query = super::list_query(q)?;
+            let list = blocking(server, move |s| runs::list(s, &query)).await?;
+            Ok(wire::json(200, &list))
+        }
+        (&Method::GET, ["api", "runs", run]) => {
+            let run = run.to_string();
+            let detail = blocking(server, move |s| {
+                let (r, _) = runs::get_run(s, &run)?;
+                let result = runs::result(s, &r.id)?;
+                let replay = replay::command(&r);
+                let signalled = signalled_at(&s.run_dir(&r.id));
+                Ok(json!({
+                    "run": r,
+                    "result": result,
+                    "replay": replay,
+                    "signalled_at": signalled,
+                }))
+            })
+            .await?;
+            Ok(wire::json(200, &detail))
+        }
+        (&Method::POST, ["api", "runs", run, "stop"]) => {
+            let r = runs::stop_and_wait(server, run.to_string()).await?;
+            Ok(wire::json(200, &r))
+        }
+        (&Method::GET, ["api", "runs", run, "log"]) => {
+            let run = run.to_string();
+            let id = blocking(server, move |s| Ok(runs::get_run(s, &run)?.0.id)).await?;
+            let file = server.run_dir(&id).join("log");
+            if param(q, "download").is_some() {
+                return download(&file, &id).await;
+            }
+            let range = header(&req, "range");
+            log_range(file, range).await
+        }
+        (&Method::GET, ["api", "runs", run, "charts"]) => {
+            let run = run.to_string();
+            let charts = blocking(server, move |s| charts(s, &run)).await?;
+            Ok(wire::json(200, &charts))
+        }
+        _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
+    }
+}
+
+/// When the run was asked to stop, in RFC 3339: the time the stop request was written into
+/// its directory (the local executor's `stop` file, which its supervisor watches). `None`
+/// when it never was (or its executor keeps no such file).
+fn signalled_at(run_dir: &std::path::Path) -> Option<String> {
+    let modified = std::fs::metadata(run_dir.join("stop"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let ms = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    Some(crate::clock::rfc3339(u64::try_from(ms).ok()?))
+}
+
+/// The whole log, as a file to save.
+async fn download(file: &std::path::Path, id: &str) -> Result<Resp, HttpError> {
+    if !tokio::fs::try_exists(file).await.unwrap_or(false) {
+        return Ok(wire::full(200, "text/plain; charset=utf-8", Bytes::new()));
+    }
+    let mut resp = super::files::file_response(file, None, None).await?;
+    let h = resp.headers_mut();
+    h.insert(
+        "content-type",
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The id is the server's own (`r_` and base36), never the run's name.
+    if let Ok(v) = http::HeaderValue::from_str(&format!("attachment; filename=\"{id}.log\"")) {
+        h.insert("content-disposition", v);
+    }
+    Ok(resp)
+}
+
+/// The byte range a `range: bytes=…` asks of a file of `size` bytes, at most
+/// [`MAX_LOG_READ`] of it: `a-b`, `a-`, `-n` (the last n); none or another form is the
+/// last [`MAX_LOG_READ`] bytes. `Err` when it starts at or past the end.
+fn wanted_range(range: Option<&str>, size: u64) -> Result<(u64, u64), ()> {
+    let tail = |n: u64| (size.saturating_sub(n), size);
+    let spec = range
+        .and_then(|r| r.trim().strip_prefix("bytes="))
+        .and_then(|r| r.split_once('-'));
+    let (from, to) = match spec {
+        Some(("", n)) => match n.parse::<u64>() {
+            Ok(n) => tail(n.min(MAX_LOG_READ)),
+            Err(_) => tail(MAX_LOG_READ),
+        },
+        Some((a, b)) => match (a.parse::<u64>(), b) {
+            (Ok(a), "") => (a, size),
+            (Ok(a), b) => match b.parse::<u64>() {
+                Ok(b) if b >= a => (a, b.saturating_add(1).min(size)),
+                _ => tail(MAX_LOG_READ),
+            },
+            _ => tail(MAX_LOG_READ),
+        },
+        None => tail(MAX_LOG_READ),
+    };
+    if from >= size && !(from == 0 && size == 0) {
+        return Err(());
+    }
+    Ok((from, to.min(from.saturating_add(MAX_LOG_READ))))
+}
+
+/// What one read of the log found.
+enum LogRead {
+    /// From this byte, of a log of this size.
+    Part {
+        from: u64,
+        size: u64,
+        bytes: Vec<u8>,
+    },
+    /// Nothing at or past the byte asked for, in a log of this size.
+    Past { size: u64 },
+}
+
+/// A part of the log: 206 with `content-range: bytes a-b/size` (the size is the log's now),
+/// or 416 with `content-range: bytes */size` when nothing is past the byte asked for. A log
+/// not yet written is an empty one.
+async fn log_range(file: std::path::PathBuf, range: Option<String>) -> Result<Resp, HttpError> {
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<LogRead> {
+        use std::io::{Read, Seek};
+        let mut f = match std::fs::File::open(&file) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LogRead::Part {
+                    from: 0,
+                    size: 0,
+                    bytes: Vec::new(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let size = f.metadata()?.len();
+        let Ok((from, to)) = wanted_range(range.as_deref(), size) else {
+            return Ok(LogRead::Past { size });
+        };
+        f.seek(std::io::SeekFrom::Start(from))?;
+        let mut bytes = Vec::with_capacity((to - from) as usize);
+        (&mut f).take(to - from).read_to_end(&mut bytes)?;
+        Ok(LogRead::Part { from, size, bytes })
+    })
+    .await
+    .map_err(|e| HttpError::internal(format!("a task failed: {e}")))??;
+    let (from, size, bytes) = match read {
+        LogRead::Part { from, size, bytes } => (from, size, bytes),
+        LogRead::Past { size } => {
+            let mut resp = fail(HttpError::new(
+                ErrorCode::RangeNotSatisfiable,
+                format!("the log has {size} bytes; nothing is past the byte asked for"),
+            ));
+            if let Ok(v) = http::HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert("content-range", v);
+            }
+            return Ok(resp);
+        }
+    };
+    let last = (from + bytes.len() as u64).saturating_sub(1);
+    Ok(Response::builder()
+        .status(StatusCode::PARTIAL_CONTENT)
+        .header("content-type", "application/octet-stream")
+        .header("content-range", format!("bytes {from}-{last}/{size}"))
+        .header("x-log-size", size)
+        .body(Full::new(Bytes::from(bytes)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}
+
+/// The run's charts, laid out by its `telemetry.toml` (as `div telemetry` lays them out), or
+/// one per series when it has none; `{"layout": "…", "problem": …, "charts": [...]}`.
+fn charts(server: &Server, run: &str) -> Result<serde_json::Value, HttpError> {
+    use div_api::layout::{Layout, charts};
+    let (r, _) = runs::get_run(server, run)?;
+    let telemetry = runs::telemetry(server, &r.id, 0)?;
+    let (layout, problem, from) = match &r.telemetry_layout {
+        Some(text) => match Layout::parse(text) {
+            Ok(l) => (l, None, "telemetry.toml"),
+            Err(e) => (
+                Layout::default_for(&telemetry.points),
+                Some(format!("the run's telemetry.toml could not be read: {e}")),
+                "one chart per series",
+            ),
+        },
+        None => (
+            Layout::default_for(&telemetry.points),
+            None,
+            "one chart per series",
+        ),
+    };
+    let charts: Vec<_> = charts(&layout, &telemetry.points)
+        .into_iter()
+        .map(|c| {
+            json!({
+                "title": c.title,
+                "x": c.x,
+                "series": c.series.iter().map(|s| json!({
+                    "name": s.name,
+                    "points": s.points.iter().map(|(x, y)| [x, y]).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "layout": from,
+        "problem": problem,
+        "points": telemetry.points.len(),
+        "bad_lines": telemetry.bad_lines.len(),
+        "charts": charts,
+    }))
+}
+
+/// The link [`open_url`] answers: the URL (with its token) and the loopback address.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct DashboardLink {
+    /// `http://127.0.0.1:PORT/?token=…`
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub address: String,
+}
+
+/// The error returned by [`open_url`].
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error("could not reach the local control plane at `{path}`")]
+    Connect {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the local control plane did not answer the dashboard's request")]
+    Http(#[source] hyper::Error),
+    #[error("the local control plane refused to open the dashboard (HTTP {status}): {body}")]
+    Refused { status: u16, body: String },
+    #[error("the local control plane's answer was not a dashboard link")]
+    Answer(#[source] serde_json::Error),
+}
+
+/// Asks the local control plane listening at `socket` to open its dashboard: it binds
+/// loopback TCP if it has not yet, and answers a link with a fresh token.
+pub async fn open_url(socket: &std::path::Path) -> Result<DashboardLink, DashboardError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|source| DashboardError::Connect {
+            path: socket.to_owned(),
+            source,
+        })?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(DashboardError::Http)?;
+    let driver = tokio::spawn(conn);
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/dashboard")
+        .header("host", "localhost")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|e| DashboardError::Refused {
+            status: 0,
+            body: e.to_string(),
+        })?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(DashboardError::Http)?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(DashboardError::Http)?
+        .to_bytes();
+    driver.abort();
+    if status != 200 {
+        return Err(DashboardError::Refused {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        });
+    }
+    serde_json::from_slice(&body).map_err(DashboardError::Answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_LOG_READ, constant_time_eq, same_page, wanted_range};
+
+    #[test]
+    fn ranges_are_read_as_asked_and_held_to_the_most_one_read_answers() {
+        assert_eq!(wanted_range(Some("bytes=0-9"), 100), Ok((0, 10)));
+        assert_eq!(wanted_range(Some("bytes=90-"), 100), Ok((90, 100)));
+        assert_eq!(wanted_range(Some("bytes=-10"), 100), Ok((90, 100)));
+        assert_eq!(wanted_range(Some("bytes=-1000"), 100), Ok((0, 100)));
+        assert_eq!(wanted_range(Some("bytes=50-1000"), 100), Ok((50, 100)));
+        assert_eq!(wanted_range(Some("bytes=100-"), 100), Err(()));
+        assert_eq!(wanted_range(Some("bytes=0-"), 0), Ok((0, 0)));
+        let big = 1 << 30;
+        assert_eq!(wanted_range(None, big), Ok((big - MAX_LOG_READ, big)));
+        assert_eq!(wanted_range(Some("bytes=0-"), big), Ok((0, MAX_LOG_READ)));
+        assert_eq!(wanted_range(Some("bytes=x-y"), 10), Ok((0, 10)));
+        assert_eq!(wanted_range(Some("bytes=9-3"), 10), Ok((0, 10)));
+    }
+
+    #[test]
+    fn the_first_load_goes_on_to_a_page_of_this_origin_only() {
+        assert_eq!(same_page("/runs/r_1"), "/runs/r_1");
+        assert_eq!(same_page("/"), "/");
+        assert_eq!(same_page("//evil.example/x"), "/");
+        assert_eq!(same_page("/\\evil.example"), "/");
+        assert_eq!(same_page(""), "/");
+    }
+
+    #[test]
+    fn tokens_compare_equal_only_when_equal() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

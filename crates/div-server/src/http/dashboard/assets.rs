@@ -1,0 +1,61 @@
+//! The dashboard's pages, scripts and styles, built into the binary: nothing is fetched
+//! from anywhere but the control plane. uPlot (MIT, `assets/vendor/uplot/LICENSE`) draws
+//! the charts.
+
+use super::super::wire::{self, Resp};
+
+pub(crate) const INDEX: &[u8] = include_bytes!("../../../assets/index.html");
+pub(crate) const RUN: &[u8] = include_bytes!("../../../assets/run.html");
+pub(crate) const UNAUTHORIZED: &[u8] = include_bytes!("../../../assets/unauthorized.html");
+
+/// The files under `/assets/`, by name, with their type.
+const ASSETS: &[(&str, &str, &[u8])] = &[
+    (
+        "dashboard.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../assets/dashboard.css"),
+    ),
+    (
+        "common.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/common.js"),
+    ),
+    (
+        "runs.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/runs.js"),
+    ),
+    (
+        "run.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/run.js"),
+    ),
+    (
+        "uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/vendor/uplot/uPlot.iife.min.js"),
+    ),
+    (
+        "uPlot.min.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../assets/vendor/uplot/uPlot.min.css"),
+    ),
+    (
+        "uPlot.LICENSE.txt",
+        "text/plain; charset=utf-8",
+        include_bytes!("../../../assets/vendor/uplot/LICENSE"),
+    ),
+];
+
+/// An HTML page.
+pub(crate) fn page(body: &'static [u8]) -> Resp {
+    wire::full(200, "text/html; charset=utf-8", body)
+}
+
+/// The asset called `name`, if there is one.
+pub(crate) fn asset(name: &str) -> Option<Resp> {
+    ASSETS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, kind, body)| wire::full(200, kind, *body))
+}

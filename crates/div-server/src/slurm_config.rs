@@ -1,0 +1,287 @@
+//! The Slurm settings file, `home/slurm.toml`: when it exists, the local control plane places
+//! its runs on a Slurm cluster rather than on this machine (docs/slurm.md).
+//!
+//! ```toml
+//! # The directory every node sees at the same path; the state directory must be inside it.
+//! shared_dir = "/shared/div"
+//! # The GRES name of the GPUs, and how many one node has.
+//! gres = "gpu"
+//! gpus_per_node = 8
+//! # Seconds between a stop (`div stop`) and `scancel`.
+//! grace_seconds = 10
+//! # Optional: the `div` the nodes run (default: the server's own supervisor command).
+//! # div = "/shared/bin/div"
+//! [partitions]   # the partition of each SKU; a SKU not named here is refused
+//! h100 = "gpu"
+//! cpu = "cpu"
+//! [prices]       # optional: an hour of each unit, replacing the catalogue's (`div-pricing`)
+//! h100 = "$3.10"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::rules;
+
+/// The file's name inside the state directory.
+pub(crate) const FILE_NAME: &str = "slurm.toml";
+
+/// What `slurm.toml` says, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlurmConfig {
+    pub(crate) shared_dir: PathBuf,
+    pub(crate) gres: String,
+    pub(crate) gpus_per_node: u32,
+    pub(crate) grace_seconds: u64,
+    pub(crate) div: Option<PathBuf>,
+    /// SKU name (`h100`) → partition.
+    pub(crate) partitions: BTreeMap<String, String>,
+    /// SKU name → cents an hour, replacing the catalogue's; empty: the catalogue's.
+    pub(crate) prices: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    shared_dir: PathBuf,
+    #[serde(default = "default_gres")]
+    gres: String,
+    #[serde(default = "default_gpus_per_node")]
+    gpus_per_node: u32,
+    #[serde(default = "default_grace")]
+    grace_seconds: u64,
+    #[serde(default)]
+    div: Option<PathBuf>,
+    partitions: BTreeMap<String, String>,
+    #[serde(default)]
+    prices: BTreeMap<String, String>,
+}
+
+fn default_gres() -> String {
+    "gpu".to_owned()
+}
+fn default_gpus_per_node() -> u32 {
+    8
+}
+fn default_grace() -> u64 {
+    10
+}
+
+/// A word Slurm takes as a partition or GRES name, passed on a command line as one argument.
+fn slurm_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+/// Parses and checks the text of `slurm.toml`; `home` is the state directory, which must be
+/// inside `shared_dir`. The error says what was wrong and what would be right.
+pub(crate) fn parse(text: &str, home: &Path) -> Result<SlurmConfig, String> {
+    let raw: Raw = toml::from_str(text).map_err(|e| format!("{FILE_NAME}: {e}"))?;
+    if !raw.shared_dir.is_absolute() {
+        return Err(format!(
+            "{FILE_NAME}: `shared_dir` must be an absolute path, not `{}`",
+            raw.shared_dir.display()
+        ));
+    }
+    let shared = raw.shared_dir.canonicalize().map_err(|e| {
+        format!(
+            "{FILE_NAME}: `shared_dir` `{}`: {e}",
+            raw.shared_dir.display()
+        )
+    })?;
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    if !home.starts_with(&shared) {
+        return Err(format!(
+            "{FILE_NAME}: the state directory `{}` is not inside `shared_dir` `{}`; the nodes must see it (set DIVERGENT_HOME to a directory under the shared one)",
+            home.display(),
+            shared.display()
+        ));
+    }
+    if !slurm_word(&raw.gres) {
+        return Err(format!(
+            "{FILE_NAME}: `gres` must be a GRES name like `gpu`, not `{}`",
+            raw.gres
+        ));
+    }
+    if raw.gpus_per_node == 0 || raw.gpus_per_node > 64 {
+        return Err(format!(
+            "{FILE_NAME}: `gpus_per_node` must be 1 to 64, not {}",
+            raw.gpus_per_node
+        ));
+    }
+    if raw.grace_seconds > 3600 {
+        return Err(format!(
+            "{FILE_NAME}: `grace_seconds` must be at most 3600, not {}",
+            raw.grace_seconds
+        ));
+    }
+    if raw.partitions.is_empty() {
+        return Err(format!(
+            "{FILE_NAME}: `[partitions]` names no SKU; write e.g. `h100 = \"gpu\"`"
+        ));
+    }
+    let names: Vec<String> = rules::skus().iter().map(|s| s.name.to_owned()).collect();
+    let mut partitions = BTreeMap::new();
+    for (sku, partition) in raw.partitions {
+        let Some(price) = rules::sku(&sku) else {
+            return Err(format!(
+                "{FILE_NAME}: `[partitions]` names `{sku}`, which is not a SKU; the SKUs are {}",
+                names.join(", ")
+            ));
+        };
+        if !slurm_word(&partition) {
+            return Err(format!(
+                "{FILE_NAME}: the partition of `{sku}` must be a partition name like `gpu`, not `{partition}`"
+            ));
+        }
+        partitions.insert(price.name.to_owned(), partition);
+    }
+    if let Some(div) = &raw.div
+        && !div.is_absolute()
+    {
+        return Err(format!(
+            "{FILE_NAME}: `div` must be an absolute path, not `{}`",
+            div.display()
+        ));
+    }
+    let mut prices = BTreeMap::new();
+    for (sku, typed) in raw.prices {
+        let Some(price) = rules::sku(&sku) else {
+            return Err(format!(
+                "{FILE_NAME}: `[prices]` names `{sku}`, which is not a SKU; the SKUs are {}",
+                names.join(", ")
+            ));
+        };
+        let money: div_spec::Money = typed.parse().map_err(|e| {
+            format!("{FILE_NAME}: the price of `{sku}` must be an hourly price like \"$4.95\": {e}")
+        })?;
+        prices.insert(price.name.to_owned(), money.cents());
+    }
+    Ok(SlurmConfig {
+        prices,
+        shared_dir: shared,
+        gres: raw.gres,
+        gpus_per_node: raw.gpus_per_node,
+        grace_seconds: raw.grace_seconds,
+        div: raw.div,
+        partitions,
+    })
+}
+
+/// Reads `home/slurm.toml`: `Ok(None)` when there is none (runs run on this machine).
+pub(crate) fn load(home: &Path) -> Result<Option<SlurmConfig>, String> {
+    let path = home.join(FILE_NAME);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => parse(&text, home).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("could not read `{}`: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn home() -> tempfile::TempDir {
+        tempfile::tempdir().expect("a temp dir")
+    }
+
+    #[test]
+    fn a_full_file_is_read() {
+        let dir = home();
+        let shared = dir.path().display().to_string();
+        let text = format!(
+            "shared_dir = \"{shared}\"\ngres = \"gpu\"\ngpus_per_node = 4\ngrace_seconds = 3\ndiv = \"/opt/div\"\n[partitions]\nH100 = \"gpu-h100\"\ncpu = \"cpu\"\n[prices]\nh100 = \"$3.10\"\n"
+        );
+        let c = parse(&text, &dir.path().join("home")).expect("valid");
+        assert_eq!(c.gpus_per_node, 4);
+        assert_eq!(c.grace_seconds, 3);
+        assert_eq!(c.div.as_deref(), Some(Path::new("/opt/div")));
+        assert_eq!(
+            c.partitions.get("h100").map(String::as_str),
+            Some("gpu-h100")
+        );
+        assert_eq!(c.partitions.get("cpu").map(String::as_str), Some("cpu"));
+        assert_eq!(c.prices.get("h100"), Some(&310));
+        assert_eq!(c.prices.get("cpu"), None, "the catalogue's");
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let dir = home();
+        let text = format!(
+            "shared_dir = \"{}\"\n[partitions]\nh100 = \"gpu\"\n",
+            dir.path().display()
+        );
+        let c = parse(&text, dir.path()).expect("valid");
+        assert_eq!(
+            (c.gres.as_str(), c.gpus_per_node, c.grace_seconds),
+            ("gpu", 8, 10)
+        );
+        assert_eq!(c.div, None);
+    }
+
+    #[test]
+    fn each_mistake_is_named() {
+        let dir = home();
+        let shared = dir.path().display().to_string();
+        let cases = [
+            (
+                format!("shared_dir = \"{shared}\"\n[partitions]\nh300 = \"gpu\"\n"),
+                "names `h300`, which is not a SKU",
+            ),
+            (
+                format!("shared_dir = \"{shared}\"\n[partitions]\nh100 = \"gpu; rm -rf /\"\n"),
+                "must be a partition name",
+            ),
+            (
+                format!("shared_dir = \"{shared}\"\n[partitions]\n"),
+                "names no SKU",
+            ),
+            (
+                format!(
+                    "shared_dir = \"{shared}\"\ngpus_per_node = 0\n[partitions]\nh100 = \"gpu\"\n"
+                ),
+                "`gpus_per_node` must be 1 to 64",
+            ),
+            (
+                "shared_dir = \"relative\"\n[partitions]\nh100 = \"gpu\"\n".to_owned(),
+                "must be an absolute path",
+            ),
+            (
+                format!("shared_dir = \"{shared}\"\nshared = 1\n[partitions]\nh100 = \"gpu\"\n"),
+                "unknown field `shared`",
+            ),
+            (
+                format!(
+                    "shared_dir = \"{shared}\"\n[partitions]\nh100 = \"gpu\"\n[prices]\nh100 = \"free\"\n"
+                ),
+                "the price of `h100` must be an hourly price like \"$4.95\"",
+            ),
+            (
+                format!(
+                    "shared_dir = \"{shared}\"\n[partitions]\nh100 = \"gpu\"\n[prices]\nh100 = \"0\"\n"
+                ),
+                "the price of `h100` must be an hourly price",
+            ),
+            (
+                "shared_dir = \"/proc\"\n[partitions]\nh100 = \"gpu\"\n".to_owned(),
+                "is not inside `shared_dir`",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse(&text, dir.path()).expect_err(&text);
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn no_file_means_this_machine() {
+        let dir = home();
+        assert_eq!(load(dir.path()), Ok(None));
+    }
+}

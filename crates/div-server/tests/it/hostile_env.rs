@@ -1,0 +1,113 @@
+//! A run's environment stays the run's: `PATH`, a secret named `LD_PRELOAD` and the loader's
+//! `LD_DEBUG` reach the run, never the sandbox's launch, and the secret is in no file others
+//! can read; values no process could be given
+//! (a NUL byte, over 128 KiB less 256: div_spec::MAX_ENV_VALUE_BYTES, the client's limit too) are refused when they are set.
+
+use serde_json::json;
+
+use crate::harness::Server;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_environment_never_changes_how_the_sandbox_is_started() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let (status, body) = server
+        .request(
+            "PUT",
+            "/v1/secrets/LD_PRELOAD",
+            Some(json!({"value": "/nonexistent/div-preload.so"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // LD_DEBUG makes the loader of every program that gets it name that program: the
+    // sandbox's own programs (`bwrap`, the shell that puts it in its cgroups) must not.
+    let (status, run) = server
+        .create_run(
+            "echo \"preload=$LD_PRELOAD\"; echo \"debug=$LD_DEBUG\"; echo ran",
+            json!({"env": [
+                {"key": "PATH", "value": "/opt/conda/bin"},
+                {"key": "LD_DEBUG", "value": "files"},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id).await;
+    let log = server.log_text(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}\n{log}");
+    assert!(
+        log.contains("preload=/nonexistent/div-preload.so\n"),
+        "{log}"
+    );
+    assert!(log.contains("debug=files\n"), "{log}");
+    assert!(log.contains("ran\n"), "{log}");
+    assert!(
+        !log.contains("bwrap"),
+        "the launch saw the run's variables:\n{log}"
+    );
+    // The secret is in no file another user could read: spec.json is the owner's alone, and
+    // the file bwrap read the variables from is gone.
+    use std::os::unix::fs::PermissionsExt;
+    let run_dir = server.home.join("runs").join(&id);
+    let mode = std::fs::metadata(run_dir.join("spec.json"))
+        .expect("spec.json")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "spec.json is {:o}", mode & 0o777);
+    assert!(
+        !run_dir.join("launch.args").exists(),
+        "launch.args was left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn values_no_process_could_hold_are_refused_when_set() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let big = "x".repeat(200 << 10);
+    let (status, body) = server
+        .request("PUT", "/v1/secrets/BIG", Some(json!({"value": big})))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the secret `BIG` is 204800 bytes; a value may be at most 130816 bytes (128 KiB less 256)"
+    );
+    let (status, body) = server
+        .request("PUT", "/v1/secrets/NUL", Some(json!({"value": "a\u{0}b"})))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the secret `NUL` holds a NUL byte, which no program's environment can hold; remove it"
+    );
+    let (_, list) = server.request("GET", "/v1/secrets", None).await;
+    assert_eq!(list["secrets"], json!([]), "a refused secret was kept");
+
+    let (status, body) = server
+        .create_run("true", json!({"env": [{"key": "BIG", "value": big}]}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the environment variable `BIG` is 204800 bytes; a value may be at most 130816 bytes (128 KiB less 256)"
+    );
+    let (status, body) = server
+        .create_run("true", json!({"env": [{"key": "NUL", "value": "a\u{0}b"}]}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (_, runs) = server.request("GET", "/v1/runs", None).await;
+    assert_eq!(runs["runs"], json!([]), "a refused run was placed: {runs}");
+
+    // At the limit it is a run's like any other.
+    let edge = "y".repeat(div_spec::MAX_ENV_VALUE_BYTES);
+    let (status, run) = server
+        .create_run(
+            "printf %s \"$EDGE\" | wc -c",
+            json!({"env": [{"key": "EDGE", "value": edge}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(server.log_text(&id).await.trim(), "130816");
+}

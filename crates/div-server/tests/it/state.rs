@@ -1,0 +1,199 @@
+//! No silent loss of state: a stopped server leaves `state.db` self-contained, and a server
+//! never starts on a missing, empty or unreadable `state.db` beside earlier runs and volumes
+//! (which would read as "no runs, no secrets"). And the TCP listener's token.
+
+use std::path::Path;
+
+use div_server::{SandboxMode, ServerError, TcpOptions};
+use serde_json::json;
+
+use crate::harness::options;
+
+/// Serves `home` until the returned sender is dropped or sent to; the task ends with
+/// `serve`'s result.
+fn serve(
+    home: &Path,
+    tcp: Option<TcpOptions>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), ServerError>>,
+) {
+    let mut opts = options(home, Some("h100:2"), SandboxMode::Auto);
+    opts.tcp = tcp;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(div_server::serve(opts, async {
+        let _ = rx.await;
+    }));
+    (tx, task)
+}
+
+/// A home that has served: a volume, a secret and an ended run, then a clean stop.
+async fn used_home(home: &Path) {
+    let (stop, task) = serve(home, None);
+    let server = crate::harness::Server::external(home);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !matches!(
+        server.try_request("GET", "/v1/health", None, &[]).await,
+        Ok((200, _))
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never up");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (s, v) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "kept"})))
+        .await;
+    assert!(matches!(s, 200 | 201), "{v}");
+    let (s, v) = server
+        .request(
+            "PUT",
+            "/v1/secrets/TOKEN",
+            Some(json!({"value": "hunter2"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, run) = server.create_run("echo hi", json!({})).await;
+    server.wait_end(run["id"].as_str().expect("an id")).await;
+    let _ = stop.send(());
+    task.await
+        .expect("the server task")
+        .expect("the server stopped cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_leaves_state_db_self_contained() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    used_home(&home).await;
+    let wal = std::fs::metadata(home.join("state.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(wal, 0, "the WAL still holds {wal} bytes");
+    // state.db alone, copied elsewhere, has everything.
+    let alone = dir.path().join("alone.db");
+    std::fs::copy(home.join("state.db"), &alone).expect("copy");
+    let conn = rusqlite::Connection::open(&alone).expect("the copy opens");
+    let volumes: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM volumes WHERE name = 'kept'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("volumes");
+    let secrets: i64 = conn
+        .query_row("SELECT COUNT(*) FROM secrets", [], |r| r.get(0))
+        .expect("secrets");
+    assert_eq!((volumes, secrets), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_state_db_beside_runs_and_volumes_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    used_home(&home).await;
+    let db = home.join("state.db");
+    let saved = std::fs::read(&db).expect("state.db");
+    for name in ["state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(home.join(name));
+    }
+    let cases: [(&str, Option<&[u8]>); 3] = [
+        ("is missing", None),
+        ("is empty", Some(b"")),
+        ("could not be read (", Some(&[0x5a; 8192])),
+    ];
+    for (says, content) in cases {
+        match content {
+            None => std::fs::remove_file(&db).expect("rm state.db"),
+            Some(bytes) => std::fs::write(&db, bytes).expect("write state.db"),
+        }
+        let (_stop, task) = serve(&home, None);
+        // A server that starts serves until stopped: give up waiting for its refusal.
+        let err = tokio::time::timeout(std::time::Duration::from_secs(30), task)
+            .await
+            .unwrap_or_else(|_| panic!("a server started on a state.db that {says}"))
+            .expect("the server task")
+            .expect_err("a server started on a lost state.db");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("the state database `{}` {says}", db.display())),
+            "{text}"
+        );
+        assert!(
+            text.contains("but runs/ and volumes/ beside it hold earlier runs and data")
+                && text.contains("move runs/ and volumes/ out of the state directory"),
+            "{text}"
+        );
+        // Nothing was made in its place.
+        match content {
+            None => assert!(!db.exists(), "a fresh state.db was made"),
+            Some(bytes) => assert_eq!(std::fs::read(&db).expect("state.db"), bytes),
+        }
+    }
+    // Put back, it starts and has everything.
+    std::fs::write(&db, &saved).expect("restore");
+    let (stop, task) = serve(&home, None);
+    let server = crate::harness::Server::external(&home);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !matches!(
+        server.try_request("GET", "/v1/health", None, &[]).await,
+        Ok((200, _))
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never up");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, list) = server.request("GET", "/v1/secrets", None).await;
+    assert_eq!(list["secrets"][0]["name"], "TOKEN", "{list}");
+    let _ = stop.send(());
+    task.await.expect("the task").expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tcp_listener_answers_only_the_exact_token() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port");
+    let token = "s3cret-token-0123456789";
+    let (stop, task) = serve(
+        &home,
+        Some(TcpOptions {
+            addr,
+            token: token.to_owned(),
+        }),
+    );
+    let ask = |auth: Option<String>| async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if let Ok(stream) = tokio::net::TcpStream::connect(addr).await {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+                    .await
+                    .expect("handshake");
+                tokio::spawn(conn);
+                let mut req = hyper::Request::builder()
+                    .uri("/v1/health")
+                    .header("host", "localhost");
+                if let Some(a) = &auth {
+                    req = req.header("authorization", a);
+                }
+                let req = req
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .expect("a request");
+                return sender.send_request(req).await.expect("an answer").status();
+            }
+            assert!(std::time::Instant::now() < deadline, "never listening");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    assert_eq!(ask(Some(format!("Bearer {token}"))).await, 200);
+    for wrong in [
+        None,
+        Some("Bearer ".to_owned()),
+        Some(format!("Bearer {}", &token[..token.len() - 1])),
+        Some(format!("Bearer {token}x")),
+        Some(format!("Bearer {}X", &token[..token.len() - 1])),
+        Some(format!("Basic {token}")),
+    ] {
+        assert_eq!(ask(wrong.clone()).await, 401, "{wrong:?}");
+    }
+    let _ = stop.send(());
+    task.await.expect("the task").expect("a clean stop");
+}
