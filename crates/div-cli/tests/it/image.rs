@@ -14,8 +14,14 @@ mod image_support;
 
 use image_support::{Built, E, OCI_MANIFEST, Registry, file, gzip, push, tar};
 
-/// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…).
+/// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…), gzip layers.
 fn build(layers: &[Vec<E>], config: serde_json::Value) -> Built {
+    build_with(layers, config, true)
+}
+
+/// The same, with plain tar layers when `gzip` is false (fast for a large tree in a debug
+/// build).
+fn build_with(layers: &[Vec<E>], config: serde_json::Value, compress: bool) -> Built {
     let mut blobs = Vec::new();
     let mut diff_ids = Vec::new();
     let mut descs = Vec::new();
@@ -23,10 +29,14 @@ fn build(layers: &[Vec<E>], config: serde_json::Value) -> Built {
     for l in layers {
         let raw = tar(l);
         diff_ids.push(Digest::sha256_of(&raw).to_string());
-        let gz = gzip(&raw);
+        let (gz, media_type) = if compress {
+            (gzip(&raw), "application/vnd.oci.image.layer.v1.tar+gzip")
+        } else {
+            (raw, "application/vnd.oci.image.layer.v1.tar")
+        };
         let d = Digest::sha256_of(&gz);
         descs.push(serde_json::json!({
-            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "mediaType": media_type,
             "digest": d.to_string(),
             "size": gz.len(),
         }));
@@ -399,5 +409,224 @@ fn div_image_lists_the_cache_and_prunes_it() {
         text(&out.stderr).contains("0 images cached in"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// A Python image built from this machine's own files, the legitimate offline way: the
+/// interpreter, the shared libraries `ldd` names (at their real paths, with `/lib` and
+/// `/lib64` linked as Debian has them), the standard library (less its tests and tools), and
+/// busybox for `/bin/sh`. `None` (the test skips loudly) when any is missing.
+fn python_layer() -> Option<Vec<E>> {
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let python = std::fs::canonicalize("/usr/bin/python3").ok()?;
+    let stdlib = python
+        .file_name()
+        .map(|n| Path::new("/usr/lib").join(n))
+        .filter(|p| p.is_dir());
+    let (Some(stdlib), Some(busybox)) = (stdlib, image_support::program("busybox")) else {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "\n!!!!! SKIPPED: no python3 and its standard library, or no busybox !!!!!\n"
+            );
+        }
+        return None;
+    };
+    let mut layer = vec![
+        E::Dir("usr", 0o755),
+        E::Dir("usr/bin", 0o755),
+        E::Dir("usr/lib", 0o755),
+        E::Dir("usr/lib64", 0o755),
+        E::Symlink("bin", "usr/bin"),
+        E::Symlink("lib", "usr/lib"),
+        E::Symlink("lib64", "usr/lib64"),
+        E::File(
+            "usr/bin/busybox",
+            0o755,
+            std::fs::read(busybox).expect("read busybox"),
+        ),
+        E::Symlink("usr/bin/sh", "busybox"),
+        E::File(
+            "usr/bin/python3",
+            0o755,
+            std::fs::read(&python).expect("read python"),
+        ),
+        E::Symlink("usr/bin/python", "python3"),
+    ];
+    let ldd = std::process::Command::new("ldd")
+        .arg(&python)
+        .output()
+        .expect("ldd runs");
+    let mut dirs = std::collections::BTreeSet::new();
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // `linux-vdso.so.1 (0x…)` is the kernel's: no file.
+        let Some(path) = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/'))
+            .map(Path::new)
+        else {
+            continue;
+        };
+        let real = std::fs::canonicalize(path).expect("a library ldd names");
+        // At the path the loader asks for, resolved through /lib -> usr/lib.
+        let parent = std::fs::canonicalize(path.parent().expect("a folder")).expect("its folder");
+        let inside = parent.join(path.file_name().expect("a name"));
+        let rel = inside.strip_prefix("/").expect("absolute").to_path_buf();
+        let mut dir = rel.parent().map(Path::to_path_buf);
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(d.clone());
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        layer.push(E::File(
+            leak(rel.display().to_string()),
+            0o755,
+            std::fs::read(real).expect("read a library"),
+        ));
+    }
+    let made = ["usr", "usr/bin", "usr/lib", "usr/lib64"];
+    let new_dirs: Vec<E> = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .filter(|d| !made.contains(&d.as_str()))
+        .map(|d| E::Dir(leak(d), 0o755))
+        .collect();
+    layer.splice(4..4, new_dirs);
+    const LEFT_OUT: [&str; 9] = [
+        "test",
+        "idlelib",
+        "tkinter",
+        "ensurepip",
+        "lib2to3",
+        "pydoc_data",
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+    ];
+    let mut stack = vec![stdlib];
+    while let Some(dir) = stack.pop() {
+        let rel = dir
+            .strip_prefix("/")
+            .expect("absolute")
+            .display()
+            .to_string();
+        layer.push(E::Dir(leak(rel), 0o755));
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .expect("read the standard library")
+            .flatten()
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            if LEFT_OUT.iter().any(|l| name == *l) {
+                continue;
+            }
+            let path = e.path();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            let rel = leak(
+                path.strip_prefix("/")
+                    .expect("absolute")
+                    .display()
+                    .to_string(),
+            );
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).expect("a link");
+                layer.push(E::Symlink(rel, leak(target.display().to_string())));
+            } else if meta.is_file() {
+                layer.push(E::File(rel, 0o644, std::fs::read(&path).expect("read")));
+            }
+        }
+    }
+    Some(layer)
+}
+
+#[test]
+fn a_train_py_run_with_checks_in_a_python_image() {
+    let Some(layer) = python_layer() else { return };
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let image = build_with(
+        &[layer],
+        serde_json::json!({"Env": ["PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"]}),
+        false,
+    );
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(push(
+            &reg.addr,
+            "tools/python",
+            "1",
+            &image,
+            &Credentials::none(),
+        ));
+    let local = Local::new();
+    std::fs::write(
+        local.tmp.path().join("project/train.py"),
+        "import json, os, sys\n\ndef main():\n    print('python', sys.version.split()[0], 'at', sys.executable)\n    print('usr' in os.listdir('/'), os.path.exists('/var'))\n    json.dump({'metrics': {'accuracy': 0.93}}, open(os.environ['DIVERGENT_RESULT_PATH'], 'w'))\n",
+    )
+    .expect("write train.py");
+    let name = format!("{}/tools/python:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &name,
+        "train.py::main",
+        "--check",
+        "metrics.accuracy>=0.9",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("div: image {name} (sha256:")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("python 3."), "{stdout}");
+    // The image's tree: /usr is there, the host's /var is not.
+    assert!(stdout.contains("True False"), "{stdout}");
+    assert!(
+        stdout.contains("check passed: metrics.accuracy >= 0.9 (found 0.93)"),
+        "the check's verdict: {stdout}"
+    );
+    assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
+}
+
+/// `div run --image X -- true` with X cached against `div run -- true` on this machine's
+/// system, five rounds interleaved; prints the times and their ratio (a measurement, not a
+/// test: `cargo test -p div-cli --test it -- --ignored image_run_bench --nocapture`).
+#[test]
+#[ignore]
+fn image_run_bench() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let run = |args: &[&str]| {
+        let started = std::time::Instant::now();
+        let out = local.div(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        started.elapsed().as_secs_f64()
+    };
+    // The pull, and the server's start, out of the way.
+    run(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
+    run(&["run", "--gpu", "cpu", "--", "true"]);
+    let (mut in_image, mut on_host) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        in_image.push(run(&[
+            "run", "--gpu", "cpu", "--image", &image, "--", "true",
+        ]));
+        on_host.push(run(&["run", "--gpu", "cpu", "--", "true"]));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (i, h) = (median(&mut in_image), median(&mut on_host));
+    println!(
+        "image (cached) {in_image:?}\nhost {on_host:?}\nmedian image {i:.3} s, host {h:.3} s, ratio {:.2}",
+        i / h
     );
 }
