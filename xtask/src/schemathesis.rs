@@ -60,6 +60,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         },
         sandbox: SandboxMode::Bwrap,
         tick: div_server::DEFAULT_TICK,
+        images: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

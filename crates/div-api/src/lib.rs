@@ -147,6 +147,19 @@ pub trait ControlPlane: Send + Sync {
     /// The catalogue: SKUs, prices, limits.
     async fn catalogue(&self) -> Result<Catalogue, ApiError>;
 
+    /// Pulls `image` into the control plane's image cache before a run names it, telling
+    /// `progress` each [`PullEvent`] as it comes; an image that cannot be used is an error
+    /// (`Refused`, the registry's answer in its message). A control plane without images
+    /// (no such route) pulls nothing, as does this default.
+    async fn pull_image(
+        &self,
+        image: &str,
+        progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
+    ) -> Result<(), ApiError> {
+        let _ = (image, progress);
+        Ok(())
+    }
+
     /// Every volume.
     async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError>;
     /// Make a volume; making one that exists returns it (idempotent).

@@ -544,3 +544,33 @@ pub enum LogEvent {
     /// The run has ended and every byte was delivered: the run as it ended.
     End(Box<Run>),
 }
+
+/// One line of `POST /v1/images/pull`'s answer (`application/x-ndjson`), in order; the last
+/// is `Ready`, `Host` or `Error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PullEvent {
+    /// The manifest is known: how many layers, their compressed bytes.
+    Resolved { layers: u64, bytes: u64 },
+    /// Bytes verified so far, all layers together.
+    Progress { done: u64, total: u64 },
+    /// Layer `layer` (from 1) of `layers` is being unpacked.
+    Unpacking { layer: u64, layers: u64 },
+    /// The image is cached and unpacked.
+    Ready { image: String, digest: String },
+    /// Nothing was pulled: the control plane's own system stands in for this (default) image.
+    Host { image: String },
+    /// The image cannot be used: the error `POST /v1/runs` would give.
+    Error { error: PullError },
+    /// A line of a newer control plane.
+    #[serde(other)]
+    Other,
+}
+
+/// Why an image cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullError {
+    pub code: String,
+    pub message: String,
+}

@@ -25,6 +25,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/volumes/{name}/trees"),
     ("GET", "/v1/volumes/{name}/tree"),
     ("GET", "/v1/volumes/{name}/file"),
+    ("POST", "/v1/images/pull"),
     ("POST", "/v1/runs"),
     ("GET", "/v1/runs"),
     ("GET", "/v1/runs/{run}"),
@@ -44,6 +45,66 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 impl ControlPlane for HttpControlPlane {
     async fn catalogue(&self) -> Result<Catalogue, ApiError> {
         self.json(Call::get("/v1/catalogue".to_owned())).await
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
+    ) -> Result<(), ApiError> {
+        use http_body_util::BodyExt;
+        let call = Call::with_json(
+            Method::POST,
+            "/v1/images/pull".to_owned(),
+            &serde_json::json!({ "image": image }),
+        );
+        let resp = match self.stream(call, self.deadline()).await {
+            // A control plane without images.
+            Err(e) if e.is_not_found() => return Ok(()),
+            other => other?,
+        };
+        let broke = |e: String| {
+            ApiError::new(
+                ErrorKind::Unavailable,
+                format!("the pull of `{image}` broke off: {e}"),
+            )
+        };
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| broke(e.to_string()))?;
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            buf.extend_from_slice(data);
+            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let event: PullEvent = serde_json::from_slice(&line).map_err(|e| {
+                    ApiError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "the pull of `{image}` answered a line this client cannot read: {e}"
+                        ),
+                    )
+                })?;
+                match event {
+                    PullEvent::Error { error } => {
+                        return Err(ApiError::from_server(
+                            ErrorKind::Refused,
+                            error.code,
+                            error.message,
+                            Value::Null,
+                        ));
+                    }
+                    PullEvent::Ready { .. } | PullEvent::Host { .. } => {
+                        progress(&event);
+                        return Ok(());
+                    }
+                    other => progress(&other),
+                }
+            }
+        }
+        Err(broke("it ended before its last line".to_owned()))
     }
 
     async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {

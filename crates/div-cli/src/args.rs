@@ -39,6 +39,9 @@ pub(crate) enum Command {
     Config(ConfigArgs),
     /// Store a control plane's address and token in the user config file
     Login(LoginArgs),
+    /// List and prune the local control plane's image cache
+    #[command(subcommand)]
+    Image(ImageCommand),
     /// Open the local control plane's dashboard: print its URL, with a fresh token
     Dashboard(DashboardArgs),
     /// Run or control the local control plane
@@ -376,6 +379,14 @@ pub(crate) enum Generate {
     Zsh,
     Fish,
     Man,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ImageCommand {
+    /// List the images the local control plane has pulled, and the disk they take
+    Ls,
+    /// Remove every cached image no queued or running run uses, and the blobs only they needed
+    Prune,
 }
 
 #[derive(Debug, Subcommand)]

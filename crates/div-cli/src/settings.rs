@@ -40,6 +40,22 @@ pub(crate) struct Settings {
     /// git would take them.
     pub(crate) git_dir: Option<PathBuf>,
     pub(crate) git_work_tree: Option<PathBuf>,
+    /// What `div server run` reads for its images.
+    pub(crate) images: ImageEnv,
+}
+
+/// The environment `div server run` takes its image settings from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ImageEnv {
+    /// `DIVERGENT_DEFAULT_IMAGE`: `host` (default) or `pull`.
+    pub(crate) default_image: Option<String>,
+    /// `DIVERGENT_INSECURE_REGISTRIES`: comma-separated `host:port`s.
+    pub(crate) insecure_registries: Option<String>,
+    /// `REGISTRY_AUTH_FILE`, `XDG_RUNTIME_DIR`, `DOCKER_CONFIG`, `HOME`: where logins are.
+    pub(crate) registry_auth_file: Option<String>,
+    pub(crate) xdg_runtime_dir: Option<String>,
+    pub(crate) docker_config: Option<String>,
+    pub(crate) home: Option<String>,
 }
 
 /// One resolved setting, for `div config`. Secret values are never kept here.
@@ -225,6 +241,14 @@ impl Settings {
             timings: env("DIVERGENT_TIMINGS").is_some_and(|v| v != "0"),
             git_dir,
             git_work_tree,
+            images: ImageEnv {
+                default_image: env("DIVERGENT_DEFAULT_IMAGE"),
+                insecure_registries: env("DIVERGENT_INSECURE_REGISTRIES"),
+                registry_auth_file: env("REGISTRY_AUTH_FILE"),
+                xdg_runtime_dir: env("XDG_RUNTIME_DIR"),
+                docker_config: env("DOCKER_CONFIG"),
+                home: env("HOME"),
+            },
         })
     }
 }

@@ -37,6 +37,12 @@ pub enum Event {
     /// even if no answer arrives, so a caller interrupted now should wait for [`Event::Placed`]
     /// (or say the run may have been placed) rather than say nothing was.
     Placing,
+    /// The control plane pulls the run's image (before anything is shipped): layers, bytes,
+    /// then ready.
+    Pulling {
+        image: String,
+        event: div_api::PullEvent,
+    },
     /// The run was placed; `header` is its header line
     /// (`run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m`).
     Placed { run: Box<Run>, header: String },

@@ -168,6 +168,31 @@ pub async fn run(
         return Ok(RunOutcome::DryRun(dry_run(plan)));
     }
     let mut request = plan.request;
+    // The image first, before anything is shipped: one that cannot be used is refused now,
+    // and a pull's progress shows before the header.
+    if let Some(image) = request.image.clone().filter(|i| i != DEFAULT_IMAGE) {
+        // The control plane's callback may come from any thread; the sink is ours: events go
+        // through a channel and are handed on here, as they come.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let progress = move |event: &div_api::PullEvent| {
+            let _ = tx.send(event.clone());
+        };
+        let pull = cp.pull_image(&image, &progress);
+        tokio::pin!(pull);
+        let pulled = loop {
+            tokio::select! {
+                pulled = &mut pull => break pulled,
+                Some(event) = rx.recv() => sink.event(Event::Pulling { image: image.clone(), event }),
+            }
+        };
+        while let Ok(event) = rx.try_recv() {
+            sink.event(Event::Pulling {
+                image: image.clone(),
+                event,
+            });
+        }
+        pulled.map_err(|e| RunError::api("pull the image", e))?;
+    }
     if let Some((shipment, volume, path)) = &plan.shipment {
         upload(cp, shipment, volume, (path, ""), &CODE_UPLOAD, sink).await?;
     }

@@ -19,6 +19,7 @@
 //!     supervisor: SupervisorCommand { program: "/usr/bin/div".into(), args: vec!["__supervise".into()] },
 //!     sandbox: SandboxMode::Auto,
 //!     tick: div_server::DEFAULT_TICK,
+//!     images: Default::default(),
 //! };
 //! div_server::serve(options, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
@@ -46,7 +47,9 @@ mod supervisor;
 mod sys;
 mod volumes;
 
+mod images;
 pub mod local;
+pub use images::{DefaultImage, ImageSettings};
 pub use local::{LocalControlPlane, StartError};
 
 use std::future::Future;
@@ -73,6 +76,8 @@ pub struct ServerOptions {
     /// it sooner (placing a run, and a log stream that sees its run's end, both do):
     /// [`DEFAULT_TICK`] unless a test says otherwise.
     pub tick: std::time::Duration,
+    /// Images: what the default image means here, registries, logins.
+    pub images: ImageSettings,
 }
 
 /// The scheduler's tick: 50 ms.
@@ -127,6 +132,8 @@ pub enum ServerError {
     AlreadyRunning(PathBuf),
     #[error("could not open the state database")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Images(#[from] div_image::StoreError),
     #[error(
         "the state database `{path}` {problem}, but {history} beside it hold earlier runs and data: starting would forget them and every secret. Put state.db (with state.db-wal, if any) back from a copy; or, to start afresh, move {history} out of the state directory"
     )]

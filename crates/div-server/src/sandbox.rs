@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::images::RunImage;
+
 /// The top-level host directories a run never sees from the host.
 const SKIPPED: [&str; 7] = ["proc", "dev", "sys", "tmp", "mnt", "workspace", "cache"];
 
@@ -114,8 +116,11 @@ pub(crate) struct SandboxInput<'a> {
     /// Device nodes to bind (GPU runs).
     pub(crate) devices: &'a [PathBuf],
     pub(crate) command: &'a str,
-    /// Where the command starts: `/workspace`, or `/` for a run that shipped nothing.
+    /// Where the command starts: `/workspace`, or `/` (an image's `WorkingDir`) for a run
+    /// that shipped nothing.
     pub(crate) chdir: &'a str,
+    /// The run's image; `None`: this machine's own system.
+    pub(crate) image: Option<&'a RunImage>,
 }
 
 fn s(p: &Path) -> String {
@@ -144,39 +149,23 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     );
     // Its own user namespace, in which no further one can be made: a nested one would hold
     // every capability over itself.
-    if *OWN_USERNS.get().unwrap_or(&true) {
+    let own_userns = *OWN_USERNS.get().unwrap_or(&true);
+    if own_userns {
         argv.extend(["--unshare-user", "--disable-userns"].map(str::to_owned));
     }
-    let home = input
-        .home
-        .canonicalize()
-        .unwrap_or_else(|_| input.home.to_path_buf());
-    let mut bound: Vec<PathBuf> = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir("/")
-        .map(|d| d.flatten().collect())
-        .unwrap_or_default();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if SKIPPED.contains(&name) {
-            continue;
+    // The user an image names is who its command runs as, in the run's user namespace.
+    if let Some((uid, gid)) = input.image.and_then(|i| i.user) {
+        if !own_userns {
+            argv.push("--unshare-user".to_owned());
         }
-        let path = Path::new("/").join(name);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            if let Ok(target) = std::fs::read_link(&path) {
-                argv.extend(["--symlink".to_owned(), s(&target), s(&path)]);
-            }
-        } else if meta.is_dir() || meta.is_file() {
-            argv.extend(["--ro-bind".to_owned(), s(&path), s(&path)]);
-            if meta.is_dir() {
-                bound.push(path);
-            }
-        }
+        argv.extend([
+            "--uid".to_owned(),
+            uid.to_string(),
+            "--gid".to_owned(),
+            gid.to_string(),
+        ]);
     }
+    argv.extend(root_argv(input));
     argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
     // Without capabilities a run under a root server is still uid 0, and the kernel lets
     // uid 0 write root's files in /proc with no capability check (`/proc/sys/vm/drop_caches`
@@ -192,6 +181,102 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     for dev in input.devices.iter().filter(|d| d.exists()) {
         argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
     }
+    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
+    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
+    for (name, dir) in input.volumes {
+        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
+        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
+        // a snapshot another run will start from. A link there (left by some run) is not
+        // followed: it is not bound, so nothing outside the volume is.
+        let code = dir.join("code");
+        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
+            argv.extend([
+                "--ro-bind".to_owned(),
+                s(&code),
+                format!("/mnt/{name}/code"),
+            ]);
+        }
+    }
+    argv.extend(["--bind".to_owned(), s(input.cache), CACHE_MOUNT.to_owned()]);
+    argv.extend([
+        "--bind".to_owned(),
+        s(input.workspace),
+        "/workspace".to_owned(),
+    ]);
+    if let Some(image) = input.image {
+        if image.name_resolution {
+            for file in ["/etc/resolv.conf", "/etc/hosts"] {
+                if Path::new(file).is_file() {
+                    argv.extend(["--ro-bind".to_owned(), file.to_owned(), file.to_owned()]);
+                }
+            }
+        }
+        // The root (a tmpfs holding the mount points) read-only too, once they are made.
+        argv.extend(["--remount-ro", "/"].map(str::to_owned));
+    }
+    // By absolute path: the run's own PATH is already set when bwrap looks for it.
+    argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
+    argv.push(input.command.to_owned());
+    argv
+}
+
+/// The root filesystem's part of bubblewrap's arguments: the image's tree, or this machine's
+/// own system (one top-level directory at a time, the state directory hidden, `python`
+/// provided when the host has only `python3`).
+///
+/// An image's tree is bound read-only entry by entry onto a tmpfs `/` (remounted read-only
+/// at the end, in [`bwrap_argv`]), so `/workspace`, `/mnt` and `/tmp` need no mount point
+/// inside the cached tree; its links at the top (`bin -> usr/bin`) are made as links.
+fn root_argv(input: &SandboxInput<'_>) -> Vec<String> {
+    let Some(image) = input.image else {
+        return host_root_argv(input);
+    };
+    let mut argv = ["--tmpfs", "/"].map(str::to_owned).to_vec();
+    top_level_binds(&image.rootfs, &mut argv);
+    argv
+}
+
+/// `--ro-bind` (directories and files) and `--symlink` for each top-level entry of `root`
+/// but [`SKIPPED`], at the same name under `/`; returns the directories bound.
+fn top_level_binds(root: &Path, argv: &mut Vec<String>) -> Vec<PathBuf> {
+    let mut bound: Vec<PathBuf> = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(root)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if SKIPPED.contains(&name) {
+            continue;
+        }
+        let path = root.join(name);
+        let inside = Path::new("/").join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(&path) {
+                argv.extend(["--symlink".to_owned(), s(&target), s(&inside)]);
+            }
+        } else if meta.is_dir() || meta.is_file() {
+            argv.extend(["--ro-bind".to_owned(), s(&path), s(&inside)]);
+            if meta.is_dir() {
+                bound.push(inside);
+            }
+        }
+    }
+    bound
+}
+
+/// This machine's own system as the run's root.
+fn host_root_argv(input: &SandboxInput<'_>) -> Vec<String> {
+    let mut argv = Vec::new();
+    let home = input
+        .home
+        .canonicalize()
+        .unwrap_or_else(|_| input.home.to_path_buf());
+    let bound = top_level_binds(Path::new("/"), &mut argv);
     // The state directory must be neither visible nor writable inside.
     if bound.iter().any(|b| home.starts_with(b)) {
         argv.extend(["--tmpfs".to_owned(), s(&home)]);
@@ -218,31 +303,6 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             ]);
         }
     }
-    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
-    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
-    for (name, dir) in input.volumes {
-        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
-        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
-        // a snapshot another run will start from. A link there (left by some run) is not
-        // followed: it is not bound, so nothing outside the volume is.
-        let code = dir.join("code");
-        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
-            argv.extend([
-                "--ro-bind".to_owned(),
-                s(&code),
-                format!("/mnt/{name}/code"),
-            ]);
-        }
-    }
-    argv.extend(["--bind".to_owned(), s(input.cache), CACHE_MOUNT.to_owned()]);
-    argv.extend([
-        "--bind".to_owned(),
-        s(input.workspace),
-        "/workspace".to_owned(),
-    ]);
-    // By absolute path: the run's own PATH is already set when bwrap looks for it.
-    argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
-    argv.push(input.command.to_owned());
     argv
 }
 

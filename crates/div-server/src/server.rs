@@ -12,6 +12,7 @@ use div_api::RunQueue;
 use crate::error::HttpError;
 use crate::executor::slurm::SlurmExecutor;
 use crate::executor::{Executor, LocalExecutor};
+use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
 use crate::{ServerError, ServerOptions, cgroup, sandbox, slurm_config};
@@ -27,6 +28,8 @@ pub(crate) struct Server {
     pub(crate) cgroups: cgroup::Plan,
     /// Where runs run: it starts, stops and watches their supervisors.
     pub(crate) executor: Box<dyn Executor>,
+    /// The image cache and what the default image means here.
+    pub(crate) images: Images,
     /// Serializes changes of runs' status between handlers and the scheduler.
     lock: Mutex<()>,
     /// Why each queued run waits, as the scheduler's last pass found it (run id to reason).
@@ -105,7 +108,8 @@ impl Server {
         for name in ["state.db", "state.db-wal", "state.db-shm"] {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }
-        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor);
+        let images = Images::open(&home, options.images.clone())?;
+        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         Ok((server, HomeLock { _file: lock }))
     }
 
@@ -117,6 +121,7 @@ impl Server {
         sandboxed: bool,
         cgroups: cgroup::Plan,
         executor: Box<dyn Executor>,
+        images: Images,
     ) -> Server {
         Server {
             home,
@@ -125,6 +130,7 @@ impl Server {
             sandboxed,
             cgroups,
             executor,
+            images,
             lock: Mutex::new(()),
             queue: Mutex::default(),
             warned: Mutex::default(),

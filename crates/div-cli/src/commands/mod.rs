@@ -4,6 +4,7 @@
 pub(crate) mod config;
 pub(crate) mod dashboard;
 pub(crate) mod generate;
+pub(crate) mod image;
 pub(crate) mod logs;
 pub(crate) mod result;
 pub(crate) mod run;
@@ -255,6 +256,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Telemetry(args) => telemetry::telemetry(args, &settings, &mut printer).await,
             Command::Config(args) => config::config(args, &settings, &mut printer),
             Command::Login(args) => config::login(args, &settings, &mut printer).await,
+            Command::Image(command) => image::image(command, &settings, &mut printer).await,
             Command::Dashboard(args) => dashboard::dashboard(args, &settings, &mut printer).await,
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
             Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),

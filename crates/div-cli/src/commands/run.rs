@@ -17,6 +17,10 @@ struct Seen {
     /// The request that places the run was sent.
     placing: bool,
     placed: Option<String>,
+    /// The quarter of the image's bytes last said (`pulled 1.2 GB of 4.8 GB`).
+    pulled_quarter: u64,
+    /// The image is being pulled (not found in the cache).
+    pulling: bool,
 }
 
 /// How long each step of `div run` took, for `DIVERGENT_TIMINGS`: each mark names the step
@@ -292,6 +296,44 @@ pub(crate) async fn run(
     }
 }
 
+/// What `div run` says while the control plane pulls the image: the layers and bytes, each
+/// quarter of them as it arrives, the unpacking, then the digest.
+fn pull_line(seen: &Mutex<Seen>, image: &str, event: &div_api::PullEvent) -> Option<String> {
+    use div_api::PullEvent as P;
+    match event {
+        P::Resolved { layers, bytes } => {
+            seen.lock().unwrap_or_else(|e| e.into_inner()).pulling = true;
+            Some(format!(
+                "pulling {image}: {layers} layer{}, {}",
+                if *layers == 1 { "" } else { "s" },
+                div_spec::format_bytes(*bytes)
+            ))
+        }
+        P::Progress { done, total } if *total > 0 => {
+            let quarter = done.saturating_mul(4) / total;
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if quarter > seen.pulled_quarter && quarter < 4 {
+                seen.pulled_quarter = quarter;
+                Some(format!(
+                    "pulled {} of {}",
+                    div_spec::format_bytes(*done),
+                    div_spec::format_bytes(*total)
+                ))
+            } else {
+                None
+            }
+        }
+        P::Unpacking { layer: 1, layers } => Some(format!(
+            "unpacking {layers} layer{}",
+            if *layers == 1 { "" } else { "s" }
+        )),
+        P::Ready { digest, .. } if seen.lock().unwrap_or_else(|e| e.into_inner()).pulling => {
+            Some(format!("image {image} ready ({digest})"))
+        }
+        _ => None,
+    }
+}
+
 fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
     match event {
         Event::Shipping {
@@ -308,6 +350,11 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         Event::UploadFinished => printer.upload_finished(),
         Event::VolumeCreated { name } => printer.status(&new_volume_line(&name)),
         Event::Placing => seen.lock().unwrap_or_else(|e| e.into_inner()).placing = true,
+        Event::Pulling { image, event } => {
+            if let Some(line) = pull_line(seen, &image, &event) {
+                printer.status_escaped(&line);
+            }
+        }
         Event::Placed { run, header } => {
             seen.lock().unwrap_or_else(|e| e.into_inner()).placed = Some(run.name.clone());
             printer.status(&header);

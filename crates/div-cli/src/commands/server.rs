@@ -12,7 +12,7 @@ use div_server::{
 use crate::args::ServerCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
-use crate::settings::Settings;
+use crate::settings::{ImageEnv, Settings};
 
 /// How long `div server stop` waits for it to go.
 const STOP_DEADLINE: Duration = Duration::from_secs(10);
@@ -184,6 +184,7 @@ async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure>
         },
         sandbox: SandboxMode::Auto,
         tick: div_server::DEFAULT_TICK,
+        images: image_settings(&settings.images)?,
     };
     printer.status(&format!(
         "div server: serving {} on {}",
@@ -290,4 +291,43 @@ async fn status(settings: &Settings, printer: &mut Printer) -> Result<i32, Failu
 /// `div __supervise <run-dir>`.
 pub(crate) fn supervise(run_dir: &Path) -> i32 {
     div_server::supervise(run_dir)
+}
+
+/// The server's image settings, from its environment: `DIVERGENT_DEFAULT_IMAGE` (`host`, the
+/// default: this machine's system stands in for the default image; `pull`: pull it),
+/// `DIVERGENT_INSECURE_REGISTRIES` (comma-separated `host:port`s reached over plain HTTP), and
+/// the places docker, podman and skopeo keep logins.
+fn image_settings(env: &ImageEnv) -> Result<div_server::ImageSettings, Failure> {
+    let default_image = match env.default_image.as_deref() {
+        None | Some("") | Some("host") => div_server::DefaultImage::Host,
+        Some("pull") => div_server::DefaultImage::Pull,
+        Some(other) => {
+            return Err(Failure::new(
+                exit_codes::LOCAL,
+                anyhow!(
+                    "DIVERGENT_DEFAULT_IMAGE is `{other}`; it is `host` (this machine's system stands in for the default image) or `pull` (pull {})",
+                    div_core::DEFAULT_IMAGE
+                ),
+            ));
+        }
+    };
+    let path = |v: &Option<String>| v.as_ref().filter(|v| !v.is_empty()).map(Into::into);
+    Ok(div_server::ImageSettings {
+        default_image,
+        insecure_registries: env
+            .insecure_registries
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        credentials: div_image::CredentialSources {
+            registry_auth_file: path(&env.registry_auth_file),
+            xdg_runtime_dir: path(&env.xdg_runtime_dir),
+            docker_config_dir: path(&env.docker_config),
+            home: path(&env.home),
+        },
+    })
 }

@@ -10,6 +10,7 @@ mod crash;
 mod dashboard;
 mod hostile_client;
 mod https;
+mod image;
 mod json_nulls;
 mod local;
 mod run;

@@ -37,6 +37,7 @@ fn main() {
         },
         sandbox: SandboxMode::Auto,
         tick: div_server::DEFAULT_TICK,
+        images: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -147,10 +147,37 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         (&Method::GET, ["v1", "volumes", name, "file"]) => {
             files::respond(server, name.to_string(), &q, &req).await
         }
+        (&Method::POST, ["v1", "images", "pull"]) => {
+            #[derive(serde::Deserialize)]
+            struct Pull {
+                image: Option<String>,
+            }
+            let body: Pull = read_json(req).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let handle = tokio::runtime::Handle::current();
+            let server = Arc::clone(server);
+            // On a blocking thread, as for `POST /v1/runs` (the pull's future is not `Send`).
+            tokio::task::spawn_blocking(move || {
+                handle.block_on(crate::images::pull_stream(&server.images, body.image, tx));
+            });
+            Ok(wire::stream("application/x-ndjson", rx))
+        }
         (&Method::POST, ["v1", "runs"]) => {
             let key = header(&req, "idempotency-key").unwrap_or_default();
             let body = read_body(req).await?;
-            let (status, run) = blocking(server, move |s| runs::create_run(s, &key, &body)).await?;
+            // The image is pulled (or found in the cache) before the run exists: one that
+            // cannot be used is refused with the registry's answer, and nothing is created.
+            let (k, b) = (key.clone(), body.clone());
+            let image = blocking(server, move |s| runs::precheck(s, &k, &b)).await?;
+            // On a blocking thread: the pull's future is not `Send` in the way hyper's
+            // connection task needs (a higher-ranked lifetime inside div-image's streams).
+            let handle = tokio::runtime::Handle::current();
+            let image = blocking(server, move |s| {
+                handle.block_on(s.images.resolve(image.as_deref(), &div_image::NoProgress))
+            })
+            .await?;
+            let (status, run) =
+                blocking(server, move |s| runs::create_run(s, &key, &body, image)).await?;
             // Start it now rather than at the next tick.
             server.kick.notify_one();
             Ok(wire::json(status, &run))

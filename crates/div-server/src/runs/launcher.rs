@@ -9,6 +9,7 @@ use div_api::RunStatus;
 
 use crate::clock::{self, now_ms};
 use crate::executor::Launch;
+use crate::images::{self, RunImage};
 use crate::rules;
 use crate::sandbox::{self, SandboxInput};
 use crate::server::Server;
@@ -100,12 +101,23 @@ fn prepare(
         }
         first_lines.push(line);
     }
-    // Locally the host is the image: any other named is not used.
-    if run.image != div_spec::DEFAULT_IMAGE {
-        first_lines.push(format!(
-            "div: the image {} is not used here: the local control plane runs on this machine's own system",
-            run.image
-        ));
+    let image = images::read_run_image(dir)?;
+    // No image: the default one, which this machine's system stands in for (the server's
+    // setting); that says nothing, as it always has.
+    if let Some(image) = &image {
+        if !server.sandboxed {
+            return Err(format!(
+                "the image {} needs the sandbox (bubblewrap), which is missing or turned off here",
+                image.reference
+            ));
+        }
+        if !image.rootfs.is_dir() {
+            return Err(format!(
+                "the image {} ({}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it",
+                image.reference, image.digest
+            ));
+        }
+        first_lines.push(format!("div: image {} ({})", image.reference, image.digest));
     }
     if !server.sandboxed {
         first_lines.push(
@@ -127,13 +139,35 @@ fn prepare(
     } else {
         cache.clone()
     };
-    // Environment, later entries win: a sane base, then runtime.md's table in order.
+    // Environment, later entries win: a sane base, the image's `Env`, then runtime.md's
+    // table in order.
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         ),
         ("LANG".into(), "C.UTF-8".into()),
+    ];
+    if let Some(image) = &image {
+        // An image is as untrusted as a run: an entry no process could be given (a NUL, a
+        // value over the kernel's limit, a name that is not one) is left out, and said.
+        for kv in &image.env {
+            let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+            let problem = if div_spec::is_env_key(k) {
+                sandbox::env_value_problem("image's environment variable", k, v)
+            } else {
+                Some(format!(
+                    "the image's Env entry `{}` has no valid name",
+                    k.escape_debug()
+                ))
+            };
+            match problem {
+                None => env.push((k.to_owned(), v.to_owned())),
+                Some(problem) => first_lines.push(format!("div: left out: {problem}")),
+            }
+        }
+    }
+    env.extend([
         ("HOME".into(), in_tmp.display().to_string()),
         ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
         ("PYTHONUNBUFFERED".into(), "1".into()),
@@ -145,7 +179,7 @@ fn prepare(
             "UV_CACHE_DIR".into(),
             in_cache.join("uv").display().to_string(),
         ),
-    ];
+    ]);
     env.extend(server.store.secret_values().map_err(|e| e.to_string())?);
     env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
     env.extend([
@@ -169,8 +203,17 @@ fn prepare(
         env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
     }
     // A run that shipped nothing (`--no-upload`) runs "the image as it is" and starts in its
-    // working directory; here the image is this machine's own system, whose is `/`.
+    // working directory (the image's `WorkingDir`; `/` for this machine's own system).
     let shipped = run.code.is_some();
+    let start_dir = match &image {
+        Some(image) if !shipped => image.working_dir.clone().unwrap_or_else(|| "/".to_owned()),
+        _ if shipped => "/workspace".to_owned(),
+        _ => "/".to_owned(),
+    };
+    let command = match &image {
+        Some(image) => image_command(image, &run.entrypoint, &run.command),
+        None => run.command.clone(),
+    };
     let argv = if server.sandboxed {
         let devices = if real_gpus {
             sandbox::gpu_devices(gpus)
@@ -185,8 +228,9 @@ fn prepare(
             volumes: &volumes,
             cache: &cache,
             devices: &devices,
-            command: &run.command,
-            chdir: if shipped { "/workspace" } else { "/" },
+            command: &command,
+            chdir: &start_dir,
+            image: image.as_ref(),
         })
     } else {
         sandbox::direct_argv(&run.command, &dir.join("bin"))
@@ -220,6 +264,23 @@ fn prepare(
         volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
         workspace,
     })
+}
+
+/// The command as an image runs it: a `.py` entrypoint in an image with no `python` on its
+/// `PATH` ends with a last line that says so, rather than the shell's bare `not found`.
+fn image_command(image: &RunImage, entrypoint: &str, command: &str) -> String {
+    let python = entrypoint
+        .split("::")
+        .next()
+        .is_some_and(|file| file.ends_with(".py"));
+    if !python {
+        return command.to_owned();
+    }
+    format!(
+        "if ! command -v python >/dev/null 2>&1; then echo 'div: the image {} has no `python` on its PATH, and the entrypoint {} is Python: name an image with Python (e.g. --image python:3.12-slim)' >&2; exit 127; fi\n{command}",
+        image.reference.replace('\'', ""),
+        entrypoint.replace('\'', "")
+    )
 }
 
 /// Copies a tree: directories, files (copy_file_range through `fs::copy`) and links.

@@ -14,6 +14,7 @@ use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry
 
 use crate::clock::{self, now_ms};
 use crate::error::{ErrorCode, HttpError};
+use crate::images::{RUN_IMAGE_FILE, RunImage};
 use crate::rules;
 use crate::server::{Server, blocking};
 use crate::store::{Placed, RunInternal, RunRecord};
@@ -38,8 +39,34 @@ fn random_base36(n: usize) -> String {
         .collect()
 }
 
-/// `POST /v1/runs`: 201 and the new run, 200 and the same run for a retry.
-pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16, Run), HttpError> {
+/// The checks of `POST /v1/runs` that need no image (the key, the JSON, the run's
+/// validation: the same refusals as [`create_run`]'s), done before its image is pulled, so a
+/// mistaken run is refused at once; returns the image it names (`None`: the default).
+pub(crate) fn precheck(
+    server: &Server,
+    key: &str,
+    body: &[u8],
+) -> Result<Option<String>, HttpError> {
+    if key.is_empty() {
+        return Err(HttpError::malformed(
+            "the `Idempotency-Key` header is required",
+        ));
+    }
+    let request: CreateRun = serde_json::from_slice(body)
+        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))?;
+    validation::validate(server, &request)?;
+    Ok(request.image)
+}
+
+/// `POST /v1/runs`: 201 and the new run, 200 and the same run for a retry. `image` is the
+/// run's image, already resolved (`None`: this machine's own system); it is kept in the run's
+/// directory for the launcher.
+pub(crate) fn create_run(
+    server: &Server,
+    key: &str,
+    body: &[u8],
+    image: Option<RunImage>,
+) -> Result<(u16, Run), HttpError> {
     if key.is_empty() {
         return Err(HttpError::malformed(
             "the `Idempotency-Key` header is required",
@@ -104,7 +131,18 @@ pub(crate) fn create_run(server: &Server, key: &str, body: &[u8]) -> Result<(u16
         run,
         internal: RunInternal::default(),
     };
-    let placed = match server.store.place_run(key, &body_hash, &record) {
+    // The image goes into the run's directory before the run is queued, so the scheduler
+    // never launches it without its image; a retry's directory is removed again.
+    let dir = server.run_dir(&record.run.id);
+    if let Some(image) = &image {
+        fs::create_dir_all(&dir)?;
+        supervisor::write_json_atomic(&dir.join(RUN_IMAGE_FILE), image)?;
+    }
+    let placed = server.store.place_run(key, &body_hash, &record);
+    if image.is_some() && !matches!(placed, Ok(Placed::New)) {
+        let _ = fs::remove_dir_all(&dir);
+    }
+    let placed = match placed {
         Ok(placed) => placed,
         Err(e) if e.is_unique_violation() => {
             return Err(HttpError::conflict(format!(

@@ -336,6 +336,7 @@ mod tests {
             false,
             Default::default(),
             Box::new(fake.clone()),
+            crate::images::Images::open(dir, Default::default()).unwrap(),
         )
     }
 

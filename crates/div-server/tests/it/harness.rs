@@ -26,6 +26,7 @@ pub(crate) fn options(home: &Path, gpus: Option<&str>, sandbox: SandboxMode) -> 
         },
         sandbox,
         tick: div_server::DEFAULT_TICK,
+        images: Default::default(),
     }
 }
 

@@ -88,20 +88,38 @@ async fn a_run_given_one_core_gets_about_one_even_when_it_widens_its_affinity() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_run_naming_another_image_says_it_is_not_used() {
+async fn a_run_naming_an_image_that_cannot_be_reached_is_refused_and_nothing_is_created() {
     let server = Server::start().await;
-    let (_, run) = server
-        .create_run("echo hi", json!({"image": "ubuntu:24.04"}))
+    // Port 1 on loopback: nothing listens there.
+    let (status, body) = server
+        .create_run("echo hi", json!({"image": "127.0.0.1:1/nothing:1"}))
         .await;
-    let id = run["id"].as_str().expect("an id");
-    assert_eq!(run["image"], "ubuntu:24.04");
-    server.wait_end(id).await;
-    let log = server.log_text(id).await;
-    insta::assert_snapshot!(log, @r"
-    div: the image ubuntu:24.04 is not used here: the local control plane runs on this machine's own system
-    hi
-    ");
-    // The default image (named or not) says nothing.
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the image cannot be used: cannot reach the registry `127.0.0.1:1` for `127.0.0.1:1/nothing:1`"),
+        "{body}"
+    );
+    let (_, list) = server.request("GET", "/v1/runs", None).await;
+    assert_eq!(list["runs"], json!([]), "{list}");
+    let runs = server.home.join("runs");
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+        "a run directory was left"
+    );
+    // A reference that is not one is refused in plain words.
+    let (status, body) = server
+        .create_run("echo hi", json!({"image": "Not A Ref"}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("`Not A Ref` is not an image reference"),
+        "{body}"
+    );
+    // The default image (named or not) says nothing: this machine's system stands in for it.
     let (_, run) = server
         .create_run(
             "echo hi",

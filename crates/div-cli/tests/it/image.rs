@@ -1,0 +1,632 @@
+//! End to end: `div run --image` on the local control plane, with images built here and
+//! pushed to Debian's `docker-registry` on loopback (div-image's test helpers).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use div_image::{Credentials, Digest};
+
+use crate::support::DIV;
+
+#[allow(dead_code)] // div-image's helpers; these tests use some of them
+#[path = "../../../div-image/tests/it/support.rs"]
+mod image_support;
+
+use image_support::{Built, E, OCI_MANIFEST, Registry, file, gzip, push, tar};
+
+/// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…), gzip layers.
+fn build(layers: &[Vec<E>], config: serde_json::Value) -> Built {
+    build_with(layers, config, true)
+}
+
+/// The same, with plain tar layers when `gzip` is false (fast for a large tree in a debug
+/// build).
+fn build_with(layers: &[Vec<E>], config: serde_json::Value, compress: bool) -> Built {
+    let mut blobs = Vec::new();
+    let mut diff_ids = Vec::new();
+    let mut descs = Vec::new();
+    let mut layer_digests = Vec::new();
+    for l in layers {
+        let raw = tar(l);
+        diff_ids.push(Digest::sha256_of(&raw).to_string());
+        let (gz, media_type) = if compress {
+            (gzip(&raw), "application/vnd.oci.image.layer.v1.tar+gzip")
+        } else {
+            (raw, "application/vnd.oci.image.layer.v1.tar")
+        };
+        let d = Digest::sha256_of(&gz);
+        descs.push(serde_json::json!({
+            "mediaType": media_type,
+            "digest": d.to_string(),
+            "size": gz.len(),
+        }));
+        layer_digests.push(d.clone());
+        blobs.push((d, gz));
+    }
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": arch,
+        "os": "linux",
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }))
+    .expect("config json");
+    let cd = Digest::sha256_of(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config.len()},
+        "layers": descs,
+    }))
+    .expect("manifest json");
+    Built {
+        manifest_digest: Digest::sha256_of(&manifest),
+        blobs,
+        config: (cd, config),
+        manifest,
+        layers: layer_digests,
+    }
+}
+
+/// A busybox-static tree: `/bin` with the applets the tests use, an `/etc/os-release` that
+/// is not this machine's, `/etc/passwd` naming `runner`.
+fn busybox_layer() -> Option<Vec<E>> {
+    let bin = image_support::program("busybox")?;
+    let data = std::fs::read(bin).expect("read busybox");
+    let mut layer = vec![
+        E::Dir("bin", 0o755),
+        E::File("bin/busybox", 0o755, data),
+        E::Dir("etc", 0o755),
+        file("etc/os-release", "ID=divtest\nNAME=\"div test busybox\"\n"),
+        file(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nrunner:x:1234:2345::/home/runner:/bin/sh\n",
+        ),
+        file("etc/group", "root:x:0:\nrunners:x:2345:\n"),
+        E::Dir("work", 0o755),
+    ];
+    for applet in [
+        "sh", "cat", "ls", "id", "pwd", "echo", "touch", "env", "grep", "head", "mkdir", "rm",
+    ] {
+        let path: &'static str = Box::leak(format!("bin/{applet}").into_boxed_str());
+        layer.push(E::Symlink(path, "busybox"));
+    }
+    Some(layer)
+}
+
+/// A registry holding `tools/busybox:1` (root, `WorkingDir` `/work`, an `Env`) and
+/// `tools/busybox:user` (`User` `runner`).
+fn registry() -> Option<Registry> {
+    let layer = busybox_layer()?;
+    let reg = Registry::start(None)?;
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let root = build(
+        std::slice::from_ref(&layer),
+        serde_json::json!({
+            "Env": ["PATH=/bin", "GREETING=hello from the image", "DIVERGENT_RUN_ID=the image's, overridden"],
+            "WorkingDir": "/work",
+        }),
+    );
+    let user = build(
+        &[layer],
+        serde_json::json!({"Env": ["PATH=/bin"], "User": "runner"}),
+    );
+    rt.block_on(async {
+        push(&reg.addr, "tools/busybox", "1", &root, &Credentials::none()).await;
+        push(
+            &reg.addr,
+            "tools/busybox",
+            "user",
+            &user,
+            &Credentials::none(),
+        )
+        .await;
+    });
+    Some(reg)
+}
+
+/// A temp home and project; stops the local control plane when dropped.
+struct Local {
+    tmp: tempfile::TempDir,
+}
+
+impl Local {
+    fn new() -> Local {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir_all(tmp.path().join("project")).expect("mkdir");
+        std::fs::write(
+            tmp.path().join("project/train.py"),
+            "def main():\n    print('trained')\n",
+        )
+        .expect("write");
+        Local { tmp }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.tmp.path().join("div-home")
+    }
+
+    fn div(&self, args: &[&str]) -> Output {
+        std::process::Command::new(DIV)
+            .args(args)
+            .current_dir(self.tmp.path().join("project"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.home())
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("div runs")
+    }
+
+    /// The unpacked trees in the image cache.
+    fn rootfs(&self) -> Vec<PathBuf> {
+        let dir = self.home().join("images/images/sha256");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path().join("rootfs")).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every path under `root`, with its size, to compare a tree before and after a run.
+fn listing(root: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).expect("metadata");
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path(), meta.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--no-upload",
+        "--",
+        "cat /etc/os-release; pwd; echo \"$GREETING\"; echo \"id=$DIVERGENT_RUN_ID\"; id -u; ls /",
+    ]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let trees = local.rootfs();
+    assert_eq!(trees.len(), 1, "one image unpacked: {trees:?}");
+    // The pull's progress, before the header line.
+    let pulling = stderr
+        .find(&format!("pulling {image}: 1 layer, "))
+        .expect("a pulling line");
+    let ready = stderr
+        .find(&format!("image {image} ready (sha256:"))
+        .expect("a ready line");
+    let header = stderr.find("  CPU  ").expect("the header line");
+    assert!(pulling < ready && ready < header, "{stderr}");
+    let digest = trees[0]
+        .parent()
+        .and_then(Path::file_name)
+        .map(|h| format!("sha256:{}", h.to_string_lossy()))
+        .expect("a digest");
+    // The first log line names the image and its digest.
+    assert!(
+        stdout.contains(&format!("div: image {image} ({digest})")),
+        "{stdout}"
+    );
+    // `/` is the image's: its os-release, its working directory, its Env under runtime.md's.
+    assert!(stdout.contains("ID=divtest"), "{stdout}");
+    assert!(stdout.contains("\n/work\n"), "{stdout}");
+    assert!(stdout.contains("hello from the image"), "{stdout}");
+    assert!(stdout.contains("id=r_"), "runtime.md's rows win: {stdout}");
+    assert!(!stdout.contains("the image's, overridden"), "{stdout}");
+    assert!(stdout.contains("\n0\n"), "root by default: {stdout}");
+    let listed: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "0")
+        .skip(1)
+        .take_while(|l| !l.is_empty() && !l.starts_with(' ') && !l.contains(':'))
+        .collect();
+    assert!(
+        listed.contains(&"bin") && listed.contains(&"work"),
+        "{listed:?}"
+    );
+    // Nothing of this machine's own system: no /usr, /var, /home.
+    for host_only in ["usr", "var", "home", "lib"] {
+        assert!(!listed.contains(&host_only), "{host_only}: {listed:?}");
+    }
+}
+
+#[test]
+fn the_image_s_user_is_who_the_command_runs_as() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:user", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--no-upload",
+        "--",
+        "echo \"uid=$(id -u) gid=$(id -g) pwd=$(pwd)\"; touch /tmp/divergent/mine && echo wrote",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // No WorkingDir: a run that shipped nothing starts at `/`.
+    assert!(stdout.contains("uid=1234 gid=2345 pwd=/\n"), "{stdout}");
+    assert!(stdout.contains("\nwrote\n"), "{stdout}");
+}
+
+#[test]
+fn an_image_that_does_not_exist_is_refused_and_no_run_is_created() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/nothing:1", reg.addr);
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "echo ran"]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("ran"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "the registry `{}` has no image `{image}`",
+            reg.addr
+        )),
+        "{stderr}"
+    );
+    let ls = local.div(&["ls", "--json"]);
+    let listed = text(&ls.stdout);
+    assert!(!listed.contains("\"id\""), "no run: {listed}");
+    let runs = local.home().join("runs");
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).expect("runs").next().is_none(),
+        "a run directory was left"
+    );
+}
+
+#[test]
+fn a_py_entrypoint_in_an_image_without_python_says_so_last() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "train.py::main"]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains(&format!(
+            "div: the image {image} has no `python` on its PATH, and the entrypoint train.py::main is Python"
+        )),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_hostile_run_cannot_write_its_image_or_the_cache() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    // Pull it (a first run), then take the cache's listing.
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cache = local.home().join("images");
+    let before = listing(&cache);
+    let home = local.home();
+    let attack = format!(
+        "for f in /bin/busybox /etc/os-release /etc/passwd /new /work/new /etc/resolv.conf; do \
+           (echo pwned > $f) 2>/dev/null && echo \"WROTE $f\"; done; \
+         rm -f /bin/sh 2>/dev/null && echo 'REMOVED /bin/sh'; \
+         mkdir /etc/x 2>/dev/null && echo 'MADE /etc/x'; \
+         ls {home} 2>/dev/null && echo 'SAW THE STATE DIRECTORY'; \
+         ls {cache} 2>/dev/null && echo 'SAW THE CACHE'; \
+         echo done",
+        home = home.display(),
+        cache = cache.display(),
+    );
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", &attack]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("\ndone\n"), "{stdout}");
+    for bad in ["WROTE", "REMOVED", "MADE", "SAW THE"] {
+        assert!(!stdout.contains(bad), "{stdout}");
+    }
+    assert_eq!(listing(&cache), before, "the cache changed");
+    let os_release =
+        std::fs::read_to_string(local.rootfs()[0].join("etc/os-release")).expect("os-release");
+    assert!(os_release.starts_with("ID=divtest"), "{os_release}");
+}
+
+#[test]
+fn div_image_lists_the_cache_and_prunes_it() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let out = local.div(&["image", "ls"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("0 images cached in"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let out = local.div(&["image", "ls"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n"),
+        "{stdout}"
+    );
+    let row = stdout.lines().nth(1).unwrap_or_default();
+    let fields: Vec<&str> = row.split('\t').collect();
+    assert_eq!(fields.len(), 4, "{row}");
+    assert_eq!(fields[0], image, "{row}");
+    assert!(fields[1].starts_with("sha256:"), "{row}");
+    assert!(stderr.contains("1 image cached in"), "{stderr}");
+    assert!(stderr.contains(" on disk ("), "{stderr}");
+
+    let out = local.div(&["image", "prune"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("removed 1 image and 3 blobs"),
+        "the manifest, config and layer: {stderr}"
+    );
+    assert!(local.rootfs().is_empty(), "{:?}", local.rootfs());
+    let out = local.div(&["image", "ls"]);
+    assert!(
+        text(&out.stderr).contains("0 images cached in"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A Python image built from this machine's own files, the legitimate offline way: the
+/// interpreter, the shared libraries `ldd` names (at their real paths, with `/lib` and
+/// `/lib64` linked as Debian has them), the standard library (less its tests and tools), and
+/// busybox for `/bin/sh`. `None` (the test skips loudly) when any is missing.
+fn python_layer() -> Option<Vec<E>> {
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let python = std::fs::canonicalize("/usr/bin/python3").ok()?;
+    let stdlib = python
+        .file_name()
+        .map(|n| Path::new("/usr/lib").join(n))
+        .filter(|p| p.is_dir());
+    let (Some(stdlib), Some(busybox)) = (stdlib, image_support::program("busybox")) else {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "\n!!!!! SKIPPED: no python3 and its standard library, or no busybox !!!!!\n"
+            );
+        }
+        return None;
+    };
+    let mut layer = vec![
+        E::Dir("usr", 0o755),
+        E::Dir("usr/bin", 0o755),
+        E::Dir("usr/lib", 0o755),
+        E::Dir("usr/lib64", 0o755),
+        E::Symlink("bin", "usr/bin"),
+        E::Symlink("lib", "usr/lib"),
+        E::Symlink("lib64", "usr/lib64"),
+        E::File(
+            "usr/bin/busybox",
+            0o755,
+            std::fs::read(busybox).expect("read busybox"),
+        ),
+        E::Symlink("usr/bin/sh", "busybox"),
+        E::File(
+            "usr/bin/python3",
+            0o755,
+            std::fs::read(&python).expect("read python"),
+        ),
+        E::Symlink("usr/bin/python", "python3"),
+    ];
+    let ldd = std::process::Command::new("ldd")
+        .arg(&python)
+        .output()
+        .expect("ldd runs");
+    let mut dirs = std::collections::BTreeSet::new();
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // `linux-vdso.so.1 (0x…)` is the kernel's: no file.
+        let Some(path) = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/'))
+            .map(Path::new)
+        else {
+            continue;
+        };
+        let real = std::fs::canonicalize(path).expect("a library ldd names");
+        // At the path the loader asks for, resolved through /lib -> usr/lib.
+        let parent = std::fs::canonicalize(path.parent().expect("a folder")).expect("its folder");
+        let inside = parent.join(path.file_name().expect("a name"));
+        let rel = inside.strip_prefix("/").expect("absolute").to_path_buf();
+        let mut dir = rel.parent().map(Path::to_path_buf);
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(d.clone());
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        layer.push(E::File(
+            leak(rel.display().to_string()),
+            0o755,
+            std::fs::read(real).expect("read a library"),
+        ));
+    }
+    let made = ["usr", "usr/bin", "usr/lib", "usr/lib64"];
+    let new_dirs: Vec<E> = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .filter(|d| !made.contains(&d.as_str()))
+        .map(|d| E::Dir(leak(d), 0o755))
+        .collect();
+    layer.splice(4..4, new_dirs);
+    const LEFT_OUT: [&str; 9] = [
+        "test",
+        "idlelib",
+        "tkinter",
+        "ensurepip",
+        "lib2to3",
+        "pydoc_data",
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+    ];
+    let mut stack = vec![stdlib];
+    while let Some(dir) = stack.pop() {
+        let rel = dir
+            .strip_prefix("/")
+            .expect("absolute")
+            .display()
+            .to_string();
+        layer.push(E::Dir(leak(rel), 0o755));
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .expect("read the standard library")
+            .flatten()
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            if LEFT_OUT.iter().any(|l| name == *l) {
+                continue;
+            }
+            let path = e.path();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            let rel = leak(
+                path.strip_prefix("/")
+                    .expect("absolute")
+                    .display()
+                    .to_string(),
+            );
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).expect("a link");
+                layer.push(E::Symlink(rel, leak(target.display().to_string())));
+            } else if meta.is_file() {
+                layer.push(E::File(rel, 0o644, std::fs::read(&path).expect("read")));
+            }
+        }
+    }
+    Some(layer)
+}
+
+#[test]
+fn a_train_py_run_with_checks_in_a_python_image() {
+    let Some(layer) = python_layer() else { return };
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let image = build_with(
+        &[layer],
+        serde_json::json!({"Env": ["PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"]}),
+        false,
+    );
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(push(
+            &reg.addr,
+            "tools/python",
+            "1",
+            &image,
+            &Credentials::none(),
+        ));
+    let local = Local::new();
+    std::fs::write(
+        local.tmp.path().join("project/train.py"),
+        "import json, os, sys\n\ndef main():\n    print('python', sys.version.split()[0], 'at', sys.executable)\n    print('usr' in os.listdir('/'), os.path.exists('/var'))\n    json.dump({'metrics': {'accuracy': 0.93}}, open(os.environ['DIVERGENT_RESULT_PATH'], 'w'))\n",
+    )
+    .expect("write train.py");
+    let name = format!("{}/tools/python:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &name,
+        "train.py::main",
+        "--check",
+        "metrics.accuracy>=0.9",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("div: image {name} (sha256:")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("python 3."), "{stdout}");
+    // The image's tree: /usr is there, the host's /var is not.
+    assert!(stdout.contains("True False"), "{stdout}");
+    assert!(
+        stdout.contains("check passed: metrics.accuracy >= 0.9 (found 0.93)"),
+        "the check's verdict: {stdout}"
+    );
+    assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
+}
+
+/// `div run --image X -- true` with X cached against `div run -- true` on this machine's
+/// system, five rounds interleaved; prints the times and their ratio (a measurement, not a
+/// test: `cargo test -p div-cli --test it -- --ignored image_run_bench --nocapture`).
+#[test]
+#[ignore]
+fn image_run_bench() {
+    let Some(reg) = registry() else { return };
+    let local = Local::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let run = |args: &[&str]| {
+        let started = std::time::Instant::now();
+        let out = local.div(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        started.elapsed().as_secs_f64()
+    };
+    // The pull, and the server's start, out of the way.
+    run(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
+    run(&["run", "--gpu", "cpu", "--", "true"]);
+    let (mut in_image, mut on_host) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        in_image.push(run(&[
+            "run", "--gpu", "cpu", "--image", &image, "--", "true",
+        ]));
+        on_host.push(run(&["run", "--gpu", "cpu", "--", "true"]));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (i, h) = (median(&mut in_image), median(&mut on_host));
+    println!(
+        "image (cached) {in_image:?}\nhost {on_host:?}\nmedian image {i:.3} s, host {h:.3} s, ratio {:.2}",
+        i / h
+    );
+}

@@ -1,0 +1,274 @@
+//! Images for runs: the cache under the state directory (`home/images`, a
+//! [`div_image::ImageStore`]), and a run's image resolved (pulled, verified, unpacked) before
+//! the run is created, so an image that does not exist or cannot be reached is refused with
+//! the registry's answer and no run exists.
+//!
+//! The default image (`--image` not named, or naming `div_spec::DEFAULT_IMAGE`) follows the
+//! server's [`DefaultImage`] setting: this machine's own system stands in for it (out of the
+//! box, so the quickstart runs offline), or it is pulled like any other. Any other image is
+//! always pulled and used, never replaced.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use div_image::{
+    CredentialSources, Credentials, ImageRef, ImageStore, Platform, ProgressSink, PullPolicy,
+    RegistryOptions, StoreOptions,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::HttpError;
+
+/// What stands in for the default image (`pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DefaultImage {
+    /// This machine's own system, as its first log line says (works offline).
+    #[default]
+    Host,
+    /// The default image itself, pulled from Docker Hub like any other.
+    Pull,
+}
+
+/// The server's image settings.
+#[derive(Debug, Clone, Default)]
+pub struct ImageSettings {
+    /// What the default image means here.
+    pub default_image: DefaultImage,
+    /// Registries (`host:port`) reached over plain HTTP although not on loopback.
+    pub insecure_registries: Vec<String>,
+    /// Where registry logins are read from (the server's own environment).
+    pub credentials: CredentialSources,
+}
+
+/// The image cache and the settings that say how runs use it.
+#[derive(Debug)]
+pub(crate) struct Images {
+    pub(crate) store: ImageStore,
+    settings: ImageSettings,
+}
+
+/// A run's resolved image, written as `run-dir/image.json` when the run is created and read
+/// by the launcher. Absent: the run uses this machine's own system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunImage {
+    /// The reference as the run named it.
+    pub(crate) reference: String,
+    /// The manifest's digest.
+    pub(crate) digest: String,
+    /// The unpacked root filesystem (read-only inside the run).
+    pub(crate) rootfs: PathBuf,
+    /// The config's `Env` (`KEY=VALUE`), in order.
+    pub(crate) env: Vec<String>,
+    /// The config's `WorkingDir`, where a run that shipped nothing starts.
+    pub(crate) working_dir: Option<String>,
+    /// The uid and gid the config's `User` names; `None`: root.
+    pub(crate) user: Option<(u32, u32)>,
+    /// Whether `/etc/resolv.conf` and `/etc/hosts` of the tree can take the host's files.
+    pub(crate) name_resolution: bool,
+}
+
+/// The file, in a run's directory, that holds its [`RunImage`].
+pub(crate) const RUN_IMAGE_FILE: &str = "image.json";
+
+impl Images {
+    /// Opens (makes) the cache at `home/images`.
+    pub(crate) fn open(
+        home: &Path,
+        settings: ImageSettings,
+    ) -> Result<Images, div_image::StoreError> {
+        let store = ImageStore::open_with(
+            home.join("images"),
+            StoreOptions {
+                registry: RegistryOptions {
+                    insecure_registries: settings.insecure_registries.clone(),
+                    ..RegistryOptions::default()
+                },
+                // A tag pulled once is used from the cache (no network per run); `div image
+                // prune` forgets it.
+                pull_policy: PullPolicy::Missing,
+            },
+        )?;
+        Ok(Images { store, settings })
+    }
+
+    /// The image a run naming `requested` runs in: `None` for this machine's own system (the
+    /// default image, when the setting says so), else the image, pulled if it is not cached.
+    pub(crate) async fn resolve(
+        &self,
+        requested: Option<&str>,
+        progress: &dyn ProgressSink,
+    ) -> Result<Option<RunImage>, HttpError> {
+        let requested = requested.unwrap_or(div_spec::DEFAULT_IMAGE);
+        if requested == div_spec::DEFAULT_IMAGE && self.settings.default_image == DefaultImage::Host
+        {
+            return Ok(None);
+        }
+        let reference: ImageRef = requested.parse().map_err(|e| {
+            HttpError::invalid(format!(
+                "`{requested}` is not an image reference ({}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`",
+                div_api::error_chain(&e)
+            ))
+        })?;
+        let credentials = Credentials::load(&self.settings.credentials).map_err(|e| {
+            HttpError::invalid(format!(
+                "the registry logins could not be read: {}",
+                div_api::error_chain(&e)
+            ))
+        })?;
+        let image = self
+            .store
+            .ensure(&reference, &Platform::host(), &credentials, progress)
+            .await
+            .map_err(|e| {
+                let text = div_api::error_chain(&e);
+                match e {
+                    div_image::EnsureError::Io { .. } => HttpError::internal(text),
+                    _ => HttpError::invalid(format!("the image cannot be used: {text}")),
+                }
+            })?;
+        let user = image
+            .user()
+            .map_err(|e| {
+                HttpError::invalid(format!(
+                    "the image `{requested}` names a user this control plane cannot run as: {}",
+                    div_api::error_chain(&e)
+                ))
+            })?
+            .map(|ids| (ids.uid, ids.gid));
+        let name_resolution = name_resolution_mount_points(&image.rootfs);
+        Ok(Some(RunImage {
+            reference: requested.to_owned(),
+            digest: image.digest.to_string(),
+            env: image.config.env.clone(),
+            working_dir: image.config.working_dir.clone().filter(|w| !w.is_empty()),
+            user,
+            rootfs: image.rootfs,
+            name_resolution,
+        }))
+    }
+}
+
+/// `POST /v1/images/pull`'s body, `application/x-ndjson`: one JSON object a line, in order:
+/// `{"event":"resolved","layers":N,"bytes":B}`, `{"event":"progress","done":D,"total":B}`
+/// (bytes verified, all layers together; some may be left out when the client reads slowly),
+/// `{"event":"unpacking","layer":I,"layers":N}`, then the last line:
+/// `{"event":"ready","image":REF,"digest":D}`, `{"event":"host","image":REF}` (this machine's
+/// system stands in for the default image: nothing pulled), or
+/// `{"event":"error","error":{"code","message"}}` with the error `POST /v1/runs` would give.
+pub(crate) async fn pull_stream(
+    images: &Images,
+    image: Option<String>,
+    tx: tokio::sync::mpsc::Sender<bytes::Bytes>,
+) {
+    let line = |v: serde_json::Value| {
+        let mut b = serde_json::to_vec(&v).unwrap_or_default();
+        b.push(b'\n');
+        bytes::Bytes::from(b)
+    };
+    let state = std::sync::Mutex::new(std::collections::BTreeMap::<usize, u64>::new());
+    let total = std::sync::atomic::AtomicU64::new(0);
+    let sink = |event: &div_image::Progress| {
+        use div_image::Progress as P;
+        let v = match event {
+            P::Resolved { layers, bytes, .. } => {
+                total.store(*bytes, std::sync::atomic::Ordering::Relaxed);
+                serde_json::json!({"event": "resolved", "layers": layers, "bytes": bytes})
+            }
+            P::Bytes { index, done, .. } => {
+                let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                s.insert(*index, *done);
+                let done: u64 = s.values().sum();
+                serde_json::json!({"event": "progress", "done": done,
+                    "total": total.load(std::sync::atomic::Ordering::Relaxed)})
+            }
+            P::Unpacking { index, layers } => {
+                serde_json::json!({"event": "unpacking", "layer": index + 1, "layers": layers})
+            }
+            _ => return,
+        };
+        // Progress is best effort: a line the client is too slow for is dropped.
+        let _ = tx.try_send(line(v));
+    };
+    let last = match images.resolve(image.as_deref(), &sink).await {
+        Ok(Some(run_image)) => serde_json::json!({"event": "ready",
+            "image": run_image.reference, "digest": run_image.digest}),
+        Ok(None) => serde_json::json!({"event": "host",
+            "image": image.as_deref().unwrap_or(div_spec::DEFAULT_IMAGE)}),
+        Err(e) => serde_json::json!({"event": "error",
+            "error": {"code": e.code.as_str(), "message": e.message}}),
+    };
+    let _ = tx.send(line(last)).await;
+}
+
+/// Makes sure the tree has `/etc/resolv.conf` and `/etc/hosts` as plain files, so the host's
+/// can be bound over them (bubblewrap cannot make a mount point in a read-only tree). Never
+/// follows a link of the image's: an `/etc` that is not a real directory, or either file
+/// being anything but a plain file, leaves name resolution as the image has it.
+fn name_resolution_mount_points(rootfs: &Path) -> bool {
+    let etc = rootfs.join("etc");
+    match fs::symlink_metadata(&etc) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if fs::create_dir(&etc).is_err()
+                && !fs::symlink_metadata(&etc).is_ok_and(|m| m.is_dir())
+            {
+                return false;
+            }
+        }
+        _ => return false,
+    }
+    ["resolv.conf", "hosts"].iter().all(|name| {
+        let path = etc.join(name);
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            return true;
+        }
+        // `create_new` (O_EXCL) never follows a link that is already there.
+        let made = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .is_ok();
+        made || fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+    })
+}
+
+/// Reads a run's image from its directory; `None` when it runs on this machine's system.
+pub(crate) fn read_run_image(run_dir: &Path) -> Result<Option<RunImage>, String> {
+    match fs::read(run_dir.join(RUN_IMAGE_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("the run's image record is unreadable: {e}")),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("the run's image record is unreadable: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::name_resolution_mount_points;
+
+    #[test]
+    fn mount_points_for_name_resolution_are_made_and_never_through_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        assert!(name_resolution_mount_points(root.path()));
+        assert!(root.path().join("etc/resolv.conf").is_file());
+        assert!(root.path().join("etc/hosts").is_file());
+
+        // An image whose /etc/hosts points outside its tree: nothing is written there.
+        let outside = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        std::fs::create_dir(image.path().join("etc")).unwrap();
+        symlink(outside.path().join("hosts"), image.path().join("etc/hosts")).unwrap();
+        assert!(!name_resolution_mount_points(image.path()));
+        assert!(!outside.path().join("hosts").exists());
+
+        // An /etc that is a link to a directory outside: left alone.
+        let image = tempfile::tempdir().unwrap();
+        symlink(outside.path(), image.path().join("etc")).unwrap();
+        assert!(!name_resolution_mount_points(image.path()));
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    }
+}
