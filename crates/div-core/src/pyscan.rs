@@ -14,6 +14,9 @@
 //! attributes: `model.eval()` is no matter), `sys.modules`, a module-level `__getattr__`, a
 //! `match` statement, a name that is not ASCII, and anything it does not read (not UTF-8, an
 //! unclosed string or bracket, a stray backslash). It never panics, on any bytes.
+//!
+//! Why over 700 lines: some 300 of them are its tests (Python's own syntax corner by corner);
+//! the scanner itself is about 700.
 
 use std::collections::BTreeSet;
 

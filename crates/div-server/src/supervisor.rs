@@ -4,6 +4,11 @@
 //! output to `run-dir/log`, holds it to its memory, cores, ceiling and 24 hours, judges the
 //! checks once it exits and writes `run-dir/end.json` last, atomically. Nothing it does
 //! depends on the server still running.
+//!
+//! Why over 700 lines: about 100 are its tests; the rest is one process's life in order (start,
+//! watch, meter, stop, read back what the run left without trusting it, judge, record the end).
+//! The untrusted reads are the next to move out, to their own module, once the image and
+//! graceful-stop work settles.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};

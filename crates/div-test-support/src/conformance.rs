@@ -1,6 +1,9 @@
 //! The conformance suite: named checks any [`ControlPlane`] must pass, run the same way
 //! against the in-memory fake, a client talking to wiremock-free servers, and the real
 //! `div-server`.
+//!
+//! Why one long file: each check is short and independent, and the suite is read as a list, in
+//! the order it runs, against every implementation; splitting it would only scatter that list.
 
 use std::time::Duration;
 

@@ -1,6 +1,10 @@
 //! [`FakeControlPlane`]: an in-memory [`ControlPlane`], no HTTP, that passes the
 //! conformance suite. Runs do not execute: they stay `queued` until stopped or finished
 //! with [`FakeControlPlane::finish_run`]; a followed log waits for that, as the server's does.
+//!
+//! Why one long file: the fake is one in-memory model of the whole contract (runs, logs,
+//! volumes, blobs, secrets, telemetry) whose parts share one state; split by route, each part
+//! would reach into the others' maps. It is dev-only and mirrors the server route by route.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
