@@ -293,6 +293,12 @@ impl RunError {
     }
 }
 
+impl From<div_api::layout::LayoutError> for RunError {
+    fn from(e: div_api::layout::LayoutError) -> RunError {
+        RunError::Layout(e.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::RunError;
@@ -318,11 +324,5 @@ mod tests {
         check(&["cpu", "h100"], "`--gpu cpu`");
         check(&["h100"], "`--gpu h100`");
         check(&[], "`--gpu cpu`");
-    }
-}
-
-impl From<div_api::layout::LayoutError> for RunError {
-    fn from(e: div_api::layout::LayoutError) -> RunError {
-        RunError::Layout(e.0)
     }
 }
