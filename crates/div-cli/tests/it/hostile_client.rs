@@ -517,3 +517,115 @@ fn run_provided_text_is_escaped_before_the_terminal() {
     let ls = text(&local.div(&["storage", "ls", "-r", "vol"]).stdout);
     assert!(ls.contains(r"f\u001b[2Jg"), "{ls}");
 }
+
+/// Every non-empty partial upload under `root` (the server's `blobs/<volume>/partial/`), with
+/// its size.
+fn partial_uploads(root: &std::path::Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file()
+                && meta.len() > 0
+                && dir.file_name().is_some_and(|n| n == "partial")
+            {
+                found.push((path, meta.len()));
+            }
+        }
+    }
+    found
+}
+
+/// Issue 13: a client killed (SIGKILL) while it uploads a large new file leaves a partial
+/// blob on the server; the next `div run` must succeed and ship the file intact (resumed or
+/// sent again), and the run must read exactly the file.
+#[test]
+fn a_client_killed_mid_upload_leaves_nothing_that_breaks_the_next_run() {
+    const LINES: usize = 20_000_000; // 10 bytes each: 200 MB
+    let local = Local::new();
+    let mut big = Vec::with_capacity(LINES * 10);
+    for i in 0..LINES {
+        big.extend_from_slice(format!("{i:09}\n").as_bytes());
+    }
+    std::fs::write(local.project().join("big.txt"), &big).expect("write big.txt");
+    drop(big);
+    std::fs::write(
+        local.project().join("check.py"),
+        format!(
+            r#"n = {LINES}
+ok = True
+with open("big.txt", "rb") as f:
+    for start in range(0, n, 200000):
+        want = "".join(f"{{i:09d}}\n" for i in range(start, min(n, start + 200000))).encode()
+        if f.read(len(want)) != want:
+            ok = False
+            break
+    if f.read(1):
+        ok = False
+print("big.txt intact" if ok else "big.txt DAMAGED")
+"#
+        ),
+    )
+    .expect("write check.py");
+
+    // The server first, so the partial upload can be watched for.
+    let up = local.div(&["storage", "ls"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up.stderr));
+    let home = local.tmp.path().join("div-home");
+    assert!(partial_uploads(&home).is_empty());
+
+    let mut first = local
+        .command(&["run", "--gpu", "cpu", "check.py"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("div starts");
+    // Killed as soon as the server holds part of the file (a guard, not a measurement: a
+    // client that ends first, or never starts the upload, fails the test).
+    let guard = std::time::Instant::now();
+    let seen = loop {
+        let partial = partial_uploads(&home);
+        if let Some((path, size)) = partial.into_iter().find(|(_, s)| *s < (LINES * 10) as u64) {
+            first.kill().expect("SIGKILL");
+            let _ = first.wait();
+            break (path, size);
+        }
+        if let Some(status) = first.try_wait().expect("wait") {
+            panic!("`div run` ended ({status}) before it was killed mid-upload");
+        }
+        assert!(
+            guard.elapsed() < std::time::Duration::from_secs(300),
+            "no partial upload appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    assert!(seen.1 > 0 && seen.1 < (LINES * 10) as u64, "{seen:?}");
+
+    // The next run succeeds and reads exactly the file.
+    let second = local.div_or_hang(&["run", "--gpu", "cpu", "check.py"]);
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}{}",
+        text(&second.stdout),
+        text(&second.stderr)
+    );
+    assert!(
+        text(&second.stdout).contains("big.txt intact"),
+        "{}",
+        text(&second.stdout)
+    );
+    // And it left no partial upload behind.
+    assert!(
+        partial_uploads(&home).is_empty(),
+        "{:?}",
+        partial_uploads(&home)
+    );
+}
