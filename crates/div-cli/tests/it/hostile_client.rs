@@ -629,3 +629,93 @@ print("big.txt intact" if ok else "big.txt DAMAGED")
         partial_uploads(&home)
     );
 }
+
+/// Issue 13: a run edits a data volume: it rewrites a file put earlier (longer), deletes
+/// another and leaves links to `/etc/shadow` and `/etc` in its place. Afterwards `div storage
+/// ls` and `get` report what the run left (the new size, the new bytes), never read through
+/// the links, and putting the original files again is refused by name where the run changed
+/// them (a put never replaces) and works anywhere new, with the original bytes (the run's
+/// edit never reached the server's blobs).
+#[test]
+fn what_a_run_writes_to_a_volume_is_what_storage_ls_and_get_report() {
+    let local = Local::new();
+    let data = local.tmp.path().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    std::fs::write(data.join("a.txt"), "hello\n").expect("write");
+    std::fs::write(data.join("b.txt"), "bbbbbb\n").expect("write");
+    let data_arg = data.to_string_lossy().into_owned();
+    let put = local.div(&["storage", "put", "ds", &data_arg]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    std::fs::write(
+        local.project().join("edit.py"),
+        r#"import os
+open("/mnt/ds/a.txt", "w").write("rewritten by the run, longer\n")
+os.remove("/mnt/ds/b.txt")
+os.symlink("/etc/shadow", "/mnt/ds/b.txt")
+os.symlink("/etc", "/mnt/ds/etc")
+"#,
+    )
+    .expect("write");
+    let run = local.div(&["run", "--gpu", "cpu", "--volume", "ds", "edit.py"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+
+    let ls = text(&local.div(&["storage", "ls", "ds"]).stdout);
+    assert!(ls.contains("29 B   a.txt"), "{ls}");
+    assert!(ls.contains("b.txt -> /etc/shadow"), "{ls}");
+    let listed = text(&local.div(&["storage", "ls", "--json", "ds"]).stdout);
+    assert!(!listed.contains("\"size\":6,"), "a stale size: {listed}");
+
+    let got = local.tmp.path().join("got");
+    let get = local.div(&["storage", "get", "ds", &got.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(
+        std::fs::read_to_string(got.join("a.txt")).expect("a.txt"),
+        "rewritten by the run, longer\n"
+    );
+    let shadow = std::fs::read("/etc/shadow").unwrap_or_default();
+    for name in ["b.txt", "etc"] {
+        let meta = std::fs::symlink_metadata(got.join(name)).expect("got it");
+        assert!(meta.file_type().is_symlink(), "{name} was read through");
+    }
+    let one = local.tmp.path().join("one");
+    let through = local.div(&["storage", "get", "ds/etc/shadow", &one.to_string_lossy()]);
+    assert_ne!(through.status.code(), Some(0));
+    assert!(
+        std::fs::read(&one).map_or(true, |b| b != shadow),
+        "read /etc/shadow through a link the run left"
+    );
+
+    // The originals again: refused where the run changed them, by name; fine anywhere new.
+    let again = local.div(&["storage", "put", "ds", &data_arg]);
+    assert_ne!(again.status.code(), Some(0));
+    assert!(
+        text(&again.stderr).contains("`a.txt` in volume `ds` holds something else"),
+        "{}",
+        text(&again.stderr)
+    );
+    let elsewhere = local.div(&["storage", "put", "ds", &data_arg, "--to", "orig"]);
+    assert_eq!(
+        elsewhere.status.code(),
+        Some(0),
+        "{}",
+        text(&elsewhere.stderr)
+    );
+    let back = local.tmp.path().join("back");
+    let get = local.div(&["storage", "get", "ds/orig", &back.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(
+        std::fs::read_to_string(back.join("a.txt")).expect("a"),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(back.join("b.txt")).expect("b"),
+        "bbbbbb\n"
+    );
+    // Through `etc -> /etc`, a put never writes the host's /etc.
+    let planted = local.tmp.path().join("planted");
+    std::fs::create_dir_all(planted.join("etc")).expect("mkdir");
+    std::fs::write(planted.join("etc/div-planted"), "x").expect("write");
+    let via = local.div(&["storage", "put", "ds", &planted.to_string_lossy()]);
+    assert_ne!(via.status.code(), Some(0));
+    assert!(!std::path::Path::new("/etc/div-planted").exists());
+}
