@@ -719,3 +719,48 @@ os.symlink("/etc", "/mnt/ds/etc")
     assert_ne!(via.status.code(), Some(0));
     assert!(!std::path::Path::new("/etc/div-planted").exists());
 }
+
+/// Issue 13: two `div run` in one project at the same instant, each shipping new content
+/// (the same new file, so the same code snapshot), never fail. One in 10 to 20 used to fail
+/// with "could not commit the code … Directory not empty (os error 39)". Twenty pairs, each
+/// with a new file, as `--detach` runs.
+#[test]
+fn two_div_runs_at_once_shipping_new_code_both_succeed() {
+    const PAIRS: usize = 20;
+    let local = Local::new();
+    let up = local.div(&["storage", "ls"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up.stderr));
+    let mut failures = Vec::new();
+    for pair in 0..PAIRS {
+        for file in 0..16 {
+            std::fs::write(
+                local.project().join(format!("new{file}.py")),
+                format!("# pair {pair} file {file}\n").repeat(200),
+            )
+            .expect("write");
+        }
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                local
+                    .command(&["run", "--detach", "--gpu", "cpu", "train.py"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("div starts")
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().expect("div ends");
+            if out.status.code() != Some(0) {
+                failures.push(format!("pair {pair}: {}", text(&out.stderr)));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs failed: {failures:#?}",
+        failures.len(),
+        2 * PAIRS
+    );
+}
