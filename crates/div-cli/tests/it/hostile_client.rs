@@ -764,3 +764,43 @@ fn two_div_runs_at_once_shipping_new_code_both_succeed() {
         2 * PAIRS
     );
 }
+
+/// A partial upload whose bytes are not the file's (what a crash of the server's machine can
+/// leave, its last writes lost as zeros): the next `div run` resumes from it, the server
+/// finds the whole does not hash to its name and discards it; `div run` then sends the whole
+/// file again and succeeds, instead of failing once with "hash mismatch".
+#[test]
+fn a_damaged_partial_upload_is_sent_again_not_a_failed_run() {
+    let local = Local::new();
+    let first = local.div(&["run", "--gpu", "cpu", "train.py"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let content: Vec<u8> = (0..3_000_000_u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(local.project().join("data.bin"), &content).expect("write");
+    let hash = blake3::hash(&content).to_hex().to_string();
+    let partial = local
+        .tmp
+        .path()
+        .join("div-home/blobs/proj-code/partial")
+        .join(&hash);
+    std::fs::create_dir_all(partial.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&partial, vec![0u8; 1_000_000]).expect("a damaged partial");
+    std::fs::write(
+        local.project().join("check.py"),
+        "d = open('data.bin', 'rb').read()\nprint('intact' if d == bytes(i % 251 for i in range(3000000)) else 'DAMAGED')\n",
+    )
+    .expect("write");
+    let second = local.div_or_hang(&["run", "--gpu", "cpu", "check.py"]);
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}{}",
+        text(&second.stdout),
+        text(&second.stderr)
+    );
+    assert!(
+        text(&second.stdout).contains("intact"),
+        "{}",
+        text(&second.stdout)
+    );
+    assert!(!partial.exists(), "the damaged partial is still there");
+}
