@@ -576,6 +576,22 @@ pub(crate) async fn upload(
                     sink.event(Event::UploadProgress { sent });
                     break;
                 }
+                // Resumed from a partial the server held whose bytes were not the file's (a
+                // crash of the server's machine can leave one): the server discarded it, so
+                // send the whole file again, once.
+                Err(e) if e.code() == Some("hash_mismatch") && blob.offset > 0 => {
+                    let whole = BlobSource::File {
+                        path: blob.path.clone(),
+                        offset: 0,
+                        len: blob.size,
+                    };
+                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                        .await
+                        .map_err(api(words.send))?;
+                    sent += end - at;
+                    sink.event(Event::UploadProgress { sent });
+                    break;
+                }
                 Err(e) => return Err(api(words.send)(e)),
             }
             at += len;

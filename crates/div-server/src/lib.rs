@@ -142,6 +142,10 @@ pub enum ServerError {
         problem: String,
         history: String,
     },
+    #[error(
+        "the write-ahead log `{path}` {problem}: starting would silently drop the changes it holds (runs, volumes and secrets written since the last clean stop). Put state.db and state.db-wal back from a copy; or, to start from state.db alone and lose what the log held, move state.db-wal and state.db-shm out of the state directory"
+    )]
+    WalLost { path: PathBuf, problem: String },
     #[error("bubblewrap (`bwrap`) does not work on this machine")]
     NoSandbox,
     #[error(transparent)]

@@ -508,12 +508,119 @@ pub(crate) fn open_with_history(home: &Path) -> Result<Store, crate::ServerError
             Ok(_) => {}
         }
     }
+    if std::fs::symlink_metadata(&path).is_ok() {
+        let wal = home.join("state.db-wal");
+        if let Some(problem) = wal_problem(&wal) {
+            return Err(crate::ServerError::WalLost { path: wal, problem });
+        }
+    }
     match Store::open(&path) {
         Ok(store) => Ok(store),
         // A database from a newer div is there and readable: said as such, never as lost.
         Err(e @ StoreError::TooNew { .. }) => Err(crate::ServerError::Store(Box::new(e))),
         Err(e) if !history.is_empty() => Err(lost(format!("could not be read ({e})"))),
         Err(e) => Err(crate::ServerError::Store(Box::new(e))),
+    }
+}
+
+/// What is wrong with the write-ahead log at `wal`, read before SQLite opens the database:
+/// SQLite silently ignores a log whose header is damaged, and every frame from the first
+/// damaged one on, then resets the log, so the transactions it held (not yet copied into
+/// `state.db`, as after a crash) would be gone without a word. `None` when the log is absent
+/// or empty (normal after a clean stop, which checkpoints it), or sound: its header and its
+/// frames up to the first invalid one check out, and no frame of this log's generation (its
+/// salts) follows an invalid one. A log that merely ends in a torn frame is sound: SQLite
+/// drops only that unfinished transaction, as after any crash. The format is SQLite's
+/// (<https://www.sqlite.org/fileformat2.html#walformat>).
+fn wal_problem(wal: &Path) -> Option<String> {
+    use std::io::Read;
+    let meta = match std::fs::symlink_metadata(wal) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(format!("could not be read ({e})")),
+        Ok(m) => m,
+    };
+    if !meta.is_file() {
+        return Some("is not a regular file".to_owned());
+    }
+    if meta.len() == 0 {
+        return None;
+    }
+    let mut file = match std::fs::File::open(wal) {
+        Ok(f) => std::io::BufReader::with_capacity(1 << 16, f),
+        Err(e) => return Some(format!("could not be read ({e})")),
+    };
+    let mut header = [0u8; 32];
+    if let Err(e) = file.read_exact(&mut header) {
+        return Some(format!(
+            "is damaged: {} bytes, shorter than its 32-byte header ({e})",
+            meta.len()
+        ));
+    }
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let magic = be(&header[0..4]);
+    if magic & !1 != 0x377f_0682 {
+        return Some(format!(
+            "is damaged: its header does not start as a SQLite write-ahead log does (magic {magic:#010x})"
+        ));
+    }
+    let big_endian = magic & 1 == 1;
+    let checksum = |seed: (u32, u32), bytes: &[u8]| {
+        let (mut s1, mut s2) = seed;
+        for pair in bytes.chunks_exact(8) {
+            let word = |b: &[u8]| {
+                let b = [b[0], b[1], b[2], b[3]];
+                if big_endian {
+                    u32::from_be_bytes(b)
+                } else {
+                    u32::from_le_bytes(b)
+                }
+            };
+            s1 = s1.wrapping_add(word(&pair[0..4])).wrapping_add(s2);
+            s2 = s2.wrapping_add(word(&pair[4..8])).wrapping_add(s1);
+        }
+        (s1, s2)
+    };
+    let sum = checksum((0, 0), &header[0..24]);
+    if sum != (be(&header[24..28]), be(&header[28..32])) {
+        return Some("is damaged: its header's checksum does not match".to_owned());
+    }
+    let page_size = match be(&header[8..12]) {
+        1 => 65536,
+        n if n.is_power_of_two() && (512..=32768).contains(&n) => n as usize,
+        n => return Some(format!("is damaged: its header names a page size of {n}")),
+    };
+    let salts = (be(&header[16..20]), be(&header[20..24]));
+    let mut frame = vec![0u8; 24 + page_size];
+    let mut running = sum;
+    let mut first_bad: Option<u64> = None;
+    let mut index = 0u64;
+    loop {
+        match file.read_exact(&mut frame) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
+            Err(e) => return Some(format!("could not be read ({e})")),
+        }
+        index += 1;
+        let ours = (be(&frame[8..12]), be(&frame[12..16])) == salts;
+        match first_bad {
+            None => {
+                let next = checksum(checksum(running, &frame[0..8]), &frame[24..]);
+                let valid = ours
+                    && be(&frame[0..4]) != 0
+                    && next == (be(&frame[16..20]), be(&frame[20..24]));
+                if valid {
+                    running = next;
+                } else {
+                    first_bad = Some(index);
+                }
+            }
+            Some(bad) if ours => {
+                return Some(format!(
+                    "is damaged: its frame {bad} does not check out, yet frame {index} after it belongs to the same log, so SQLite would drop committed changes from frame {bad} on"
+                ));
+            }
+            Some(_) => {}
+        }
     }
 }
 

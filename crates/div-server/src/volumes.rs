@@ -148,11 +148,30 @@ pub(crate) fn finish_upload(
     Ok(201)
 }
 
+/// Commits of one volume take turns (one lock per volume name, for the life of the process):
+/// two clients committing the same new tree at the same `code/<id>` at the same instant used
+/// to both pass the "not there yet" checks, both write the tree, and the second rename onto
+/// the snapshot the first had just made failed with "Directory not empty" (issue 13). In turn,
+/// the second finds the first's record and answers 200; two root puts likewise never write
+/// one path together.
+fn commit_lock(volume: &str) -> std::sync::Arc<std::sync::Mutex<()>> {
+    static LOCKS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<std::sync::Mutex<()>>>>,
+    > = std::sync::OnceLock::new();
+    let mut map = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    std::sync::Arc::clone(map.entry(volume.to_owned()).or_default())
+}
+
 pub(crate) fn commit_tree(
     server: &Server,
     volume: &str,
     tree: &CommitTree,
 ) -> Result<(u16, CommittedTree), HttpError> {
+    let lock = commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
     require_volume(server, volume)?;
     if !valid_rel(&tree.path) {
         return Err(HttpError::invalid(format!(

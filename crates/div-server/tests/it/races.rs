@@ -68,3 +68,82 @@ async fn concurrent_uploads_of_one_blob_end_verified_and_single() {
         "a partial upload was left at {partial:?}"
     );
 }
+
+/// Issue 13: two `div run` in one project at the same instant, each shipping the same new
+/// code, commit the same tree at the same `code/<id>`. Both must succeed; one used to fail
+/// with "Directory not empty (os error 39)" (the second rename onto the snapshot the first
+/// had just made). Twenty pairs, each with new content, each pair released at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_commits_of_one_new_tree_both_succeed() {
+    const PAIRS: usize = 20;
+    const FILES: usize = 24;
+    let server = Server::start().await;
+    let cp = client(&server);
+    cp.create_volume("proj-code")
+        .await
+        .expect("a volume is made");
+    let mut failures = Vec::new();
+    for pair in 0..PAIRS {
+        let mut entries = Vec::new();
+        for file in 0..FILES {
+            let content = format!("pair {pair} file {file}\n").repeat(64);
+            let hash = blake3::hash(content.as_bytes()).to_hex().to_string();
+            let source = BlobSource::Bytes(content.clone().into_bytes().into());
+            upload_blob_resuming(&cp, "proj-code", &hash, &source)
+                .await
+                .expect("the blob uploads");
+            entries.push(div_api::TreeEntry {
+                path: format!("src/f{file}.py"),
+                kind: div_api::EntryKind::File,
+                executable: false,
+                size: content.len() as u64,
+                hash: Some(hash),
+                target: None,
+            });
+        }
+        let tree = div_api::CommitTree {
+            path: format!("code/{pair:08x}"),
+            entries,
+        };
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let mut tasks = Vec::new();
+        for _ in 0..2 {
+            let (cp, tree, start) = (client(&server), tree.clone(), Arc::clone(&start));
+            tasks.push(tokio::spawn(async move {
+                start.wait().await;
+                cp.commit_tree("proj-code", &tree).await
+            }));
+        }
+        for task in tasks {
+            match task.await.expect("the commit task ends") {
+                Ok(committed) => assert_eq!(committed.files, FILES as u64),
+                Err(e) => failures.push(format!("pair {pair}: {e}")),
+            }
+        }
+        let mut back = Vec::new();
+        cp.read_file(
+            "proj-code",
+            &format!("code/{pair:08x}/src/f3.py"),
+            &mut back,
+        )
+        .await
+        .expect("the committed file reads back");
+        assert_eq!(
+            back,
+            format!("pair {pair} file 3\n").repeat(64).into_bytes()
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {PAIRS} pairs failed: {failures:#?}",
+        failures.len()
+    );
+    // No temporary tree left beside the snapshots.
+    let left: Vec<_> = std::fs::read_dir(server.home.join("volumes/proj-code/code"))
+        .expect("the code folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -197,3 +197,128 @@ async fn the_tcp_listener_answers_only_the_exact_token() {
     let _ = stop.send(());
     task.await.expect("the task").expect("a clean stop");
 }
+
+/// Waits for a server serving `home` to answer, then returns the names of its secrets and
+/// stops it.
+async fn secrets_of(home: &Path) -> Vec<String> {
+    let (stop, task) = serve(home, None);
+    let server = crate::harness::Server::external(home);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !matches!(
+        server.try_request("GET", "/v1/health", None, &[]).await,
+        Ok((200, _))
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never up");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, list) = server.request("GET", "/v1/secrets", None).await;
+    let _ = stop.send(());
+    task.await.expect("the task").expect("a clean stop");
+    list["secrets"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|s| s["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Issue 13: a server that was not stopped cleanly leaves changes in `state.db-wal` not yet
+/// copied into `state.db`. SQLite silently ignores a log whose header is damaged, and every
+/// frame from a damaged one on: started on such a log, the server used to come up without
+/// those changes (here, three secrets) and say nothing. Now it refuses, naming the log and
+/// the way out; an intact log is read (the secrets are there), and one moved away, as the
+/// error says, starts from `state.db` alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_wal_beside_state_db_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    used_home(&home).await;
+    let (db, wal) = (home.join("state.db"), home.join("state.db-wal"));
+    // Changes left in the log as a crash leaves them: written by a connection that is still
+    // open (closing it would copy them into state.db), its files copied meanwhile.
+    let (saved_db, saved_wal) = {
+        let conn = rusqlite::Connection::open(&db).expect("state.db opens");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("wal");
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .expect("no autocheckpoint");
+        for name in ["LATE_A", "LATE_B", "LATE_C"] {
+            conn.execute(
+                "INSERT INTO secrets (name, value, updated_at) VALUES (?1, 'v', '2026-11-30T00:00:00Z')",
+                [name],
+            )
+            .expect("a secret in the log");
+        }
+        (
+            std::fs::read(&db).expect("state.db"),
+            std::fs::read(&wal).expect("state.db-wal"),
+        )
+    };
+    assert!(
+        saved_wal.len() > 32 + 3 * 24,
+        "the log holds frames: {}",
+        saved_wal.len()
+    );
+    let restore = |wal_bytes: Option<&[u8]>| {
+        let _ = std::fs::remove_file(home.join("state.db-shm"));
+        let _ = std::fs::remove_file(&wal);
+        let _ = std::fs::remove_dir(&wal);
+        std::fs::write(&db, &saved_db).expect("state.db back");
+        if let Some(bytes) = wal_bytes {
+            std::fs::write(&wal, bytes).expect("state.db-wal back");
+        }
+    };
+    // The intact log is read: its three secrets are there.
+    restore(Some(&saved_wal));
+    let names = secrets_of(&home).await;
+    assert!(names.iter().any(|n| n == "LATE_C"), "{names:?}");
+
+    let page_size = u32::from_be_bytes(saved_wal[8..12].try_into().expect("4 bytes")) as usize;
+    let mut bad_header = saved_wal.clone();
+    bad_header[3] ^= 0xff;
+    let mut bad_checksum = saved_wal.clone();
+    bad_checksum[12] ^= 0x01; // the checkpoint sequence, covered by the header's checksum
+    let mut bad_frame = saved_wal.clone();
+    bad_frame[32 + 24 + page_size / 2] ^= 0x55; // a byte of the first frame's page
+    let cases: [(&str, Option<Vec<u8>>); 5] = [
+        (
+            "does not start as a SQLite write-ahead log",
+            Some(bad_header),
+        ),
+        ("header's checksum does not match", Some(bad_checksum)),
+        ("frame 1 does not check out", Some(bad_frame)),
+        (
+            "shorter than its 32-byte header",
+            Some(saved_wal[..20].to_vec()),
+        ),
+        ("is not a regular file", None),
+    ];
+    for (says, bytes) in cases {
+        restore(bytes.as_deref());
+        if bytes.is_none() {
+            std::fs::create_dir(&wal).expect("a folder where the log goes");
+        }
+        let (_stop, task) = serve(&home, None);
+        let err = tokio::time::timeout(std::time::Duration::from_secs(30), task)
+            .await
+            .unwrap_or_else(|_| panic!("a server started on a log that {says}"))
+            .expect("the server task")
+            .expect_err("a server started on a damaged log");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("the write-ahead log `{}`", wal.display()))
+                && text.contains(says)
+                && text.contains("move state.db-wal and state.db-shm out of the state directory"),
+            "{says}: {text}"
+        );
+        // Refused before SQLite touched it: the log is as it was.
+        if let Some(bytes) = &bytes {
+            assert_eq!(&std::fs::read(&wal).expect("the log"), bytes, "{says}");
+        }
+    }
+    // The way out the error names: the log moved away, state.db alone starts (without the
+    // log's secrets, as the error warned).
+    restore(None);
+    let names = secrets_of(&home).await;
+    assert_eq!(names, ["TOKEN"], "{names:?}");
+}
