@@ -7,6 +7,7 @@ use std::process::Command;
 mod bench_dashboard;
 mod bench_run;
 mod bench_ship;
+mod bench_slurm;
 mod deny;
 mod schemathesis;
 mod timing;
@@ -73,6 +74,7 @@ fn bench(rest: &[String]) -> Result<()> {
     match name {
         "ship" => bench_ship::run(flags),
         "dashboard" => bench_dashboard::run(flags),
+        "slurm" => bench_slurm::run(flags),
         "all" => {
             bench_ship::run(&[])?;
             bench_run::run("all", flags)

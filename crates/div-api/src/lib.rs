@@ -210,6 +210,17 @@ pub trait ControlPlane: Send + Sync {
         offset: u64,
         follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError>;
+    /// The log of node `node` (its rank, 0…) of a run placed on several nodes, from
+    /// `offset`; with `follow`, until the run ends. Node 0's is the run's log. A run that
+    /// has no such node is refused (`not_found`); a server from before nodes' logs answers
+    /// with the run's log.
+    async fn node_log(
+        &self,
+        run: &str,
+        node: u32,
+        offset: u64,
+        follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError>;
     /// The run's result and verdicts.
     async fn result(&self, run: &str) -> Result<RunResult, ApiError>;
     /// The run's telemetry points after line `after` (0 for all).

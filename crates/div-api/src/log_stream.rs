@@ -26,13 +26,15 @@ use crate::routes::segment;
 pub(crate) async fn open(
     cp: &HttpControlPlane,
     run: &str,
+    node: Option<u32>,
     offset: u64,
     follow: bool,
 ) -> Result<Box<dyn LogStream>, ApiError> {
-    let body = open_log(cp, run, offset, follow, cp.deadline()).await?;
+    let body = open_log(cp, run, node, offset, follow, cp.deadline()).await?;
     Ok(Box::new(HttpLogStream {
         cp: cp.clone(),
         run: run.to_owned(),
+        node,
         follow,
         next_offset: offset,
         decoder: Decoder::new(),
@@ -49,6 +51,8 @@ pub(crate) async fn open(
 struct HttpLogStream {
     cp: HttpControlPlane,
     run: String,
+    /// One node's log of a multi-node run rather than the run's (`?node=K`).
+    node: Option<u32>,
     follow: bool,
     /// The offset of the next byte to deliver.
     next_offset: u64,
@@ -152,8 +156,8 @@ impl LogStream for HttpLogStream {
                         tokio::time::sleep(pause).await;
                     }
                     self.reconnects += 1;
-                    match open_log(&self.cp, &self.run, self.next_offset, self.follow, until).await
-                    {
+                    let (node, at) = (self.node, self.next_offset);
+                    match open_log(&self.cp, &self.run, node, at, self.follow, until).await {
                         Ok(body) => {
                             self.decoder = Decoder::new();
                             self.body.insert(body)
@@ -226,12 +230,15 @@ impl LogStream for HttpLogStream {
 async fn open_log(
     cp: &HttpControlPlane,
     run: &str,
+    node: Option<u32>,
     offset: u64,
     follow: bool,
     until: Instant,
 ) -> Result<Incoming, ApiError> {
+    // `node` only when asked: a server from before it serves the run's log as ever.
+    let node = node.map(|k| format!("&node={k}")).unwrap_or_default();
     let call = Call::get(format!(
-        "/v1/runs/{}/log?offset={offset}&follow={follow}",
+        "/v1/runs/{}/log?offset={offset}&follow={follow}{node}",
         segment(run)
     ));
     let resp = cp.stream(call, until).await?;

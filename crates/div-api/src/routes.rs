@@ -264,7 +264,17 @@ impl ControlPlane for HttpControlPlane {
         offset: u64,
         follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
-        crate::log_stream::open(self, run, offset, follow).await
+        crate::log_stream::open(self, run, None, offset, follow).await
+    }
+
+    async fn node_log(
+        &self,
+        run: &str,
+        node: u32,
+        offset: u64,
+        follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError> {
+        crate::log_stream::open(self, run, Some(node), offset, follow).await
     }
 
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {

@@ -172,6 +172,10 @@ pub(crate) struct LogsArgs {
     /// Follow a running run until it ends
     #[arg(short, long)]
     pub(crate) follow: bool,
+    /// Node K's log (its rank, 0…) of a run placed on several nodes (Slurm); node 0's is the
+    /// run's log
+    #[arg(long, value_name = "K")]
+    pub(crate) node: Option<u32>,
     /// Print the run as JSON once the log is printed (the log goes to stderr)
     #[arg(long)]
     pub(crate) json: bool,

@@ -21,10 +21,21 @@ pub(crate) async fn follow_log(
     offset: u64,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
+    follow_node_log(cp, run, None, offset, sink).await
+}
+
+/// [`follow_log`] of node `node`'s log (`Some`) or the run's (`None`).
+async fn follow_node_log(
+    cp: &dyn ControlPlane,
+    run: &str,
+    node: Option<u32>,
+    offset: u64,
+    sink: &mut dyn EventSink,
+) -> Result<Run, RunError> {
     let api = |e| RunError::api("follow the log", e);
     let mut offset = offset;
     loop {
-        let mut stream = cp.log(run, offset, true).await.map_err(api)?;
+        let mut stream = open(cp, run, node, offset, true).await.map_err(api)?;
         while let Some(event) = next_or_idle(&mut *stream, sink).await {
             match event.map_err(api)? {
                 LogEvent::Chunk { offset: at, data } => {
@@ -41,7 +52,8 @@ pub(crate) async fn follow_log(
             }
         }
         let now = cp.get_run(run).await.map_err(api)?;
-        if now.status.is_terminal() && offset >= now.log_bytes {
+        // The run's size is its log's; a node's log is read until the stream's end frame.
+        if now.status.is_terminal() && node.is_none() && offset >= now.log_bytes {
             sink.event(Event::Ended(Box::new(now.clone())));
             return Ok(now);
         }
@@ -86,6 +98,20 @@ pub(crate) async fn wait_in_queue(
     Ok(())
 }
 
+/// The run's log (`node` `None`) or node `node`'s.
+async fn open(
+    cp: &dyn ControlPlane,
+    run: &str,
+    node: Option<u32>,
+    offset: u64,
+    follow: bool,
+) -> Result<Box<dyn LogStream>, ApiError> {
+    match node {
+        None => cp.log(run, offset, follow).await,
+        Some(k) => cp.node_log(run, k, offset, follow).await,
+    }
+}
+
 /// The stream's next event; when it is not ready at once, an empty [`Event::Log`] goes to
 /// `sink` first (the log is caught up for now: time to flush).
 async fn next_or_idle(
@@ -110,6 +136,8 @@ pub struct LogsOptions {
     pub run: String,
     /// Follow a running run until it ends, rather than stopping at what there is now.
     pub follow: bool,
+    /// One node's log (its rank) of a run placed on several nodes, rather than the run's.
+    pub node: Option<u32>,
 }
 
 /// Hand a run's log from its start to `sink`; with `follow`, until it ends. Returns the run
@@ -123,11 +151,13 @@ pub async fn logs(
     if options.follow {
         wait_in_queue(cp, &run, sink).await?;
     }
-    if options.follow || run.status.is_terminal() {
-        return follow_log(cp, &run.id, 0, sink).await;
-    }
     let api = |e| RunError::api("read the log", e);
-    let mut stream = cp.log(&run.id, 0, false).await.map_err(api)?;
+    if options.follow || run.status.is_terminal() {
+        return follow_node_log(cp, &run.id, options.node, 0, sink).await;
+    }
+    let mut stream = open(cp, &run.id, options.node, 0, false)
+        .await
+        .map_err(api)?;
     while let Some(event) = next_or_idle(&mut *stream, sink).await {
         match event.map_err(api)? {
             LogEvent::Chunk { data, .. } => sink.event(Event::Log(data)),

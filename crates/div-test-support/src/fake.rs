@@ -656,6 +656,28 @@ impl ControlPlane for FakeControlPlane {
         Ok(stopped)
     }
 
+    /// The fake runs every run on this one machine: no run has nodes' logs, as on the real
+    /// server without Slurm.
+    async fn node_log(
+        &self,
+        run: &str,
+        node: u32,
+        _offset: u64,
+        _follow: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError> {
+        let state = self.state();
+        let r = &state.runs[find_run(&state.runs, run)?];
+        Err(ApiError::from_server(
+            ErrorKind::NotFound,
+            "not_found".to_owned(),
+            format!(
+                "run `{}` ran on one machine, not on several nodes: it has no node {node} (its log is `div logs {}`)",
+                r.name, r.name
+            ),
+            Value::Null,
+        ))
+    }
+
     async fn log(
         &self,
         run: &str,

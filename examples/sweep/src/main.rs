@@ -231,6 +231,7 @@ async fn sweep() -> Result<bool> {
         let options = LogsOptions {
             run: run.id.clone(),
             follow: true,
+            node: None,
         };
         following.spawn(async move {
             // The log itself is not shown: one line per run is the point.

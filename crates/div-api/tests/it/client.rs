@@ -701,3 +701,45 @@ async fn an_upload_that_never_progresses_gives_up_at_its_deadline() {
         "it tried again before giving up"
     );
 }
+
+/// `node_log` asks for `?node=K`; `log` never sends `node`, so an old server is asked nothing
+/// new.
+#[tokio::test]
+async fn a_nodes_log_is_asked_with_node_and_the_runs_log_without() {
+    let server = mock_server().await;
+    let run = sample_run("run-k4t9", RunStatus::Succeeded);
+    Mock::given(method("GET"))
+        .and(path("/v1/runs/run-k4t9/log"))
+        .and(query_param("node", "2"))
+        .respond_with(log_response(log_body(&[b"rank 2\n"], &run)))
+        .mount(&server)
+        .await;
+    let mut stream = client(&server)
+        .node_log("run-k4t9", 2, 0, true)
+        .await
+        .expect("a stream");
+    let first = stream.next().await.expect("an event").expect("no error");
+    assert_eq!(
+        first,
+        LogEvent::Chunk {
+            offset: 0,
+            data: Bytes::from_static(b"rank 2\n")
+        }
+    );
+    mount_log(&server, "run-k4t9", log_body(&[b"rank 0\n"], &run)).await;
+    let mut stream = client(&server)
+        .log("run-k4t9", 0, true)
+        .await
+        .expect("a stream");
+    stream.next().await.expect("an event").expect("no error");
+    let requests = server.received_requests().await.expect("recording");
+    let queries: Vec<_> = requests
+        .iter()
+        .filter(|r| r.url.path().ends_with("/log"))
+        .map(|r| r.url.query().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        queries,
+        vec!["offset=0&follow=true&node=2", "offset=0&follow=true"]
+    );
+}

@@ -20,6 +20,7 @@ pub(crate) async fn logs(
     let options = LogsOptions {
         run,
         follow: args.follow,
+        node: args.node,
     };
     let mut tail = super::LogTail::default();
     // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).

@@ -116,6 +116,25 @@ fn a_run_that_exits_3_makes_div_exit_3() {
     );
 }
 
+/// `div logs RUN --node K` is for runs placed on several nodes (Slurm): a run on this machine
+/// has none, and says so.
+#[test]
+fn a_run_on_this_machine_has_no_node_logs() {
+    let local = Local::new();
+    let out = local.div(&["run", "--gpu", "cpu", "--name", "solo", "--", "echo", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = local.div(&["logs", "solo", "--node", "1"]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "run `solo` ran on one machine, not on several nodes: it has no node 1 (its log is `div logs solo`)"
+        ),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
 /// `DIVERGENT_TIMINGS=1`: the last line names every step, in order, each with its time;
 /// without it there is no such line.
 #[test]

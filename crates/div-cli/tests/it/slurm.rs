@@ -516,3 +516,57 @@ impl Drop for Scancel {
         let _ = Command::new("scancel").arg(&self.0).status();
     }
 }
+
+/// `div logs RUN --node K`: node K's log of a multi-node run, followed while it runs and read
+/// once it ended; the run's log stays rank 0's; a node the run does not have is refused.
+#[test]
+fn div_logs_node_shows_that_nodes_log_and_refuses_a_node_that_is_not_there() {
+    if !cluster() {
+        return;
+    }
+    let c = Cluster::new();
+    c.write(
+        "hello.sh",
+        "echo \"rank $NODE_RANK of $NNODES says hello\"\nsleep 2\necho \"rank $NODE_RANK done\"\n",
+    );
+    let name = detach(
+        &c,
+        &[
+            "--gpu", "h100", "--gpus", "32", "--name", "nodes", "--", "sh", "hello.sh",
+        ],
+    );
+    assert_eq!(name, "nodes");
+    // Followed from the start (the run may still wait in the queue) to the run's end.
+    let out = c.div(&["logs", "nodes", "--node", "2", "--follow"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("rank 2 of 4 says hello"), "{stdout}");
+    assert!(stdout.contains("rank 2 done"), "{stdout}");
+    assert!(!stdout.contains("rank 0"), "{stdout}");
+    // Once ended, without --follow.
+    let out = c.div(&["logs", "nodes", "--node", "3"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("rank 3 of 4 says hello") && stdout.contains("rank 3 done"),
+        "{stdout}"
+    );
+    // The run's log is rank 0's, as before.
+    let out = c.div(&["logs", "nodes"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("rank 0 of 4 says hello"), "{stdout}");
+    assert!(!stdout.contains("rank 2"), "{stdout}");
+    // A node the run does not have.
+    let out = c.div(&["logs", "nodes", "--node", "4"]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("run `nodes` has 4 nodes (0–3): there is no node 4"),
+        "{stderr}"
+    );
+}

@@ -28,6 +28,7 @@ async fn a_followed_log_has_every_byte_once_and_ends_with_the_run() {
             let options = LogsOptions {
                 run: "run-a".into(),
                 follow: true,
+                node: None,
             };
             let run = div_core::logs(&*cp, &options, &mut events.sink()).await;
             (run, events)
@@ -51,6 +52,7 @@ async fn logs_without_follow_say_where_a_running_run_stands() {
     let options = LogsOptions {
         run: id.clone(),
         follow: false,
+        node: None,
     };
     let run = div_core::logs(&cp, &options, &mut events.sink())
         .await

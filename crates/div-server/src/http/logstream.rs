@@ -1,4 +1,6 @@
-//! `GET /v1/runs/{run}/log?offset=N&follow=true`: the log as frames (`div_api::logframe`).
+//! `GET /v1/runs/{run}/log?offset=N&follow=true[&node=K]`: the log as frames
+//! (`div_api::logframe`); with `node`, node K's log of a run placed on several nodes
+//! (`RUN_DIR/nodes/K/log`, docs/slurm.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +22,87 @@ pub(crate) async fn respond(
 ) -> Result<Resp, HttpError> {
     let offset: u64 = param(q, "offset").and_then(|o| o.parse().ok()).unwrap_or(0);
     let follow = param(q, "follow").is_some_and(|f| f == "true" || f == "1");
+    let node = match param(q, "node") {
+        None => None,
+        Some(k) => Some(k.parse::<u32>().map_err(|_| {
+            HttpError::malformed(format!(
+                "`node` is a node's rank (0, 1, …), not `{}`",
+                k.escape_debug()
+            ))
+        })?),
+    };
     let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
+    let run_dir = server.run_dir(&r.id);
+    let log = match node {
+        None => Log::Run(run_dir.join("log")),
+        Some(k) => {
+            let nodes = node_count(&run_dir.join("nodes"));
+            if nodes == 0 {
+                return Err(HttpError::not_found(format!(
+                    "run `{}` ran on one machine, not on several nodes: it has no node {k} (its log is `div logs {}`)",
+                    r.name, r.name
+                )));
+            }
+            if k >= nodes {
+                let last = nodes - 1;
+                return Err(HttpError::not_found(format!(
+                    "run `{}` has {nodes} node{} (0–{last}): there is no node {k}",
+                    r.name,
+                    if nodes == 1 { "" } else { "s" },
+                )));
+            }
+            Log::Node(run_dir, k)
+        }
+    };
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(log_stream(Arc::clone(server), r.id, offset, follow, tx));
+    tokio::spawn(log_stream(
+        Arc::clone(server),
+        r.id,
+        log,
+        offset,
+        follow,
+        tx,
+    ));
     Ok(stream(div_api::logframe::MEDIA_TYPE, rx))
+}
+
+/// How many nodes a run has: its `nodes/0`, `nodes/1`, … folders, counted from 0 while they
+/// are there (written by the Slurm executor when the run is placed); 0 for a run on this
+/// machine.
+fn node_count(nodes: &std::path::Path) -> u32 {
+    let mut n = 0;
+    while n < 100_000
+        && std::fs::symlink_metadata(nodes.join(n.to_string())).is_ok_and(|m| m.is_dir())
+    {
+        n += 1;
+    }
+    n
+}
+
+/// Which log a stream reads.
+#[derive(Clone)]
+enum Log {
+    /// The run's own (`RUN_DIR/log`).
+    Run(std::path::PathBuf),
+    /// Node K's (`RUN_DIR/nodes/K/log`), opened beneath the run's directory without following
+    /// a link: the node's folder is the run's to write in.
+    Node(std::path::PathBuf, u32),
+}
+
+impl Log {
+    fn open(&self) -> std::io::Result<std::fs::File> {
+        match self {
+            Log::Run(path) => std::fs::File::open(path),
+            Log::Node(run_dir, k) => {
+                let f = crate::sys::open_beneath(run_dir, &["nodes", &k.to_string(), "log"])?;
+                // A FIFO or a device planted there is no log.
+                if !f.metadata()?.is_file() {
+                    return Err(std::io::Error::other("not a plain file"));
+                }
+                Ok(f)
+            }
+        }
+    }
 }
 
 /// Sends the log from `offset` as frames; while following, polls the file and sends a beat
@@ -35,13 +114,13 @@ pub(crate) async fn respond(
 async fn log_stream(
     server: Arc<Server>,
     id: String,
+    path: Log,
     mut offset: u64,
     follow: bool,
     tx: mpsc::Sender<Bytes>,
 ) {
     const IDLE_MIN: Duration = Duration::from_millis(1);
     const IDLE_MAX: Duration = Duration::from_millis(10);
-    let path = server.run_dir(&id).join("log");
     let mut last_sent = tokio::time::Instant::now();
     let mut file: Option<std::fs::File> = None;
     let mut idle = IDLE_MIN;
@@ -108,21 +187,21 @@ async fn log_stream(
 /// `File` would read into its own buffer and copy); the file, kept open at its position,
 /// travels to that thread and back.
 async fn send_available(
-    path: &std::path::Path,
+    path: &Log,
     file: &mut Option<std::fs::File>,
     offset: &mut u64,
     tx: &mpsc::Sender<Bytes>,
 ) -> Option<bool> {
     const READ: u64 = 1 << 20;
     let open = file.take();
-    let path = path.to_owned();
+    let path = path.clone();
     let at = *offset;
     let read = tokio::task::spawn_blocking(move || {
         use std::io::{Read, Seek};
         let mut f = match open {
             Some(f) => f,
             None => {
-                let mut f = std::fs::File::open(&path).ok()?;
+                let mut f = path.open().ok()?;
                 f.seek(std::io::SeekFrom::Start(at)).ok()?;
                 f
             }

@@ -70,6 +70,15 @@ impl ControlPlane for ForgetsKeys {
     async fn log(&self, r: &str, o: u64, f: bool) -> Result<Box<dyn LogStream>, ApiError> {
         self.0.log(r, o, f).await
     }
+    async fn node_log(
+        &self,
+        r: &str,
+        n: u32,
+        o: u64,
+        f: bool,
+    ) -> Result<Box<dyn LogStream>, ApiError> {
+        self.0.node_log(r, n, o, f).await
+    }
     async fn result(&self, r: &str) -> Result<RunResult, ApiError> {
         self.0.result(r).await
     }
