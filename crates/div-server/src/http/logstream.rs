@@ -37,13 +37,15 @@ pub(crate) async fn respond(
         None => Log::Run(run_dir.join("log")),
         Some(k) => {
             let nodes = node_count(&run_dir.join("nodes"));
-            if nodes == 0 {
+            // A run not placed yet (waiting for this server's inventory) has no nodes'
+            // folders yet: its node's log is streamed once it appears, as a run's log is.
+            if nodes == 0 && r.status.is_terminal() {
                 return Err(HttpError::not_found(format!(
                     "run `{}` ran on one machine, not on several nodes: it has no node {k} (its log is `div logs {}`)",
                     r.name, r.name
                 )));
             }
-            if k >= nodes {
+            if nodes > 0 && k >= nodes {
                 let last = nodes - 1;
                 return Err(HttpError::not_found(format!(
                     "run `{}` has {nodes} node{} (0–{last}): there is no node {k}",
