@@ -21,7 +21,7 @@ pub(crate) mod slurm;
 
 use crate::SupervisorCommand;
 use crate::cgroup::{self, RunCgroups};
-use crate::sys;
+use crate::{supervisor, sys};
 
 /// What the launcher hands an executor: a run directory already holding the supervisor's
 /// `spec.json`, with no `end.json` and no `stop`.
@@ -66,7 +66,7 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn start(&self, launch: &Launch<'_>) -> Result<Handle, String>;
     /// Asks the run's supervisor to stop the run. It ends the run itself (with its grace
     /// for the command, then a kill of its whole tree) and writes its end as usual.
-    fn stop(&self, run_dir: &Path, handle: &Handle) -> std::io::Result<()>;
+    fn stop(&self, run_dir: &Path, handle: Option<&Handle>) -> std::io::Result<()>;
     /// Whether the run's supervisor is still there.
     fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness;
     /// Kills and removes whatever a lost run (its supervisor gone without an end) left where
@@ -122,7 +122,7 @@ impl Executor for LocalExecutor {
         Ok(Handle { pid })
     }
 
-    fn stop(&self, run_dir: &Path, _handle: &Handle) -> std::io::Result<()> {
+    fn stop(&self, run_dir: &Path, _handle: Option<&Handle>) -> std::io::Result<()> {
         // The supervisor looks for this file every 20 ms. No signal is sent: one that
         // arrived between the supervisor's exec and its handler being installed would kill
         // it before it wrote the run's end, and the run would read as lost.
@@ -130,9 +130,23 @@ impl Executor for LocalExecutor {
     }
 
     fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness {
-        match handle {
-            Some(h) if supervisor_alive(h.pid, run_dir) => Liveness::Alive,
-            _ => Liveness::Gone,
+        if handle.is_some_and(|h| supervisor_alive(h.pid, run_dir)) {
+            return Liveness::Alive;
+        }
+        // No pid, or not the supervisor's any more: the server was killed between starting
+        // a supervisor and recording it, or the launch was repeated and the other supervisor
+        // won the run. Whoever holds the run's lock is its supervisor. Taking it here (never
+        // done while the recorded supervisor may still be starting, above) and leaving the
+        // mark under it means none starts the run after this says it is gone.
+        match supervisor::claim(run_dir) {
+            Ok(None) => Liveness::Alive,
+            Ok(Some(_lock)) => {
+                if !run_dir.join("end.json").exists() {
+                    let _ = fs::write(run_dir.join(supervisor::ABANDONED_FILE), b"");
+                }
+                Liveness::Gone
+            }
+            Err(_) => Liveness::Gone,
         }
     }
 
@@ -264,7 +278,7 @@ mod tests {
             executor.liveness(dir.path(), Some(&handle)),
             Liveness::Alive
         );
-        executor.stop(dir.path(), &handle).unwrap();
+        executor.stop(dir.path(), Some(&handle)).unwrap();
         assert!(dir.path().join("stop").exists());
         assert_eq!(
             wait_until_gone(&executor, dir.path(), &handle),

@@ -53,6 +53,37 @@ const LAUNCH_ENV: [(&str, &str); 2] = [
     ("LANG", "C.UTF-8"),
 ];
 
+/// The file a run's supervisor holds locked (`flock`) for as long as it is the run's
+/// supervisor. One run directory has at most one supervisor: a second one started on it (a
+/// launch repeated after the server was killed mid-launch) finds it locked and leaves at
+/// once, touching nothing. The server reads "still there" from it when it does not know the
+/// supervisor's pid.
+pub(crate) const LOCK_FILE: &str = "supervisor.lock";
+/// Left by the server, under the lock, in a run directory it has recorded as lost: a
+/// supervisor that starts there afterwards (one that was still inside its `exec` when the
+/// server gave up on it) leaves without running anything.
+pub(crate) const ABANDONED_FILE: &str = "abandoned";
+
+/// Takes the run directory's [`LOCK_FILE`]: `Ok(Some)` holds it until dropped, `Ok(None)`
+/// when another process holds it now. The lock file is never inherited by the run (std
+/// opens it close-on-exec).
+pub(crate) fn claim(run_dir: &Path) -> io::Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(run_dir.join(LOCK_FILE))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunSpec {
@@ -146,6 +177,17 @@ fn private_file(path: &Path) -> io::Result<File> {
 pub(crate) fn supervise(run_dir: &Path) -> i32 {
     sys::new_session();
     sys::catch_stop_signals();
+    // One supervisor per run, and none for a run already ended or given up on: held until
+    // this process exits, after its end is written.
+    // (A lock file that cannot be made at all, the run goes on without it, as before locks.)
+    let _claim = match claim(run_dir) {
+        Ok(Some(lock)) => Some(lock),
+        Ok(None) => return 0,
+        Err(_) => None,
+    };
+    if run_dir.join(ABANDONED_FILE).exists() || run_dir.join("end.json").exists() {
+        return 0;
+    }
     let spec: RunSpec = match fs::read(run_dir.join("spec.json"))
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))

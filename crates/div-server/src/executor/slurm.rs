@@ -541,8 +541,12 @@ impl Executor for SlurmExecutor {
         Ok(Handle { pid: job })
     }
 
-    fn stop(&self, run_dir: &Path, handle: &Handle) -> std::io::Result<()> {
-        let job = handle.pid;
+    fn stop(&self, run_dir: &Path, handle: Option<&Handle>) -> std::io::Result<()> {
+        // No handle: the server was killed between `sbatch` and recording the job; the job
+        // file written before `sbatch` returned names it, when it got that far.
+        let Some(job) = handle.map(|h| h.pid).or_else(|| recorded_job(run_dir)) else {
+            return Ok(());
+        };
         let nodes = fs::read_dir(run_dir.join("nodes"))?;
         for node in nodes.flatten() {
             fs::write(node.path().join("stop"), b"")?;
@@ -563,7 +567,8 @@ impl Executor for SlurmExecutor {
     }
 
     fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness {
-        let Some(job) = handle.map(|h| h.pid) else {
+        // No handle: the server was killed between `sbatch` and recording the job.
+        let Some(job) = handle.map(|h| h.pid).or_else(|| recorded_job(run_dir)) else {
             return Liveness::Gone;
         };
         match self.job_state(job) {
@@ -606,12 +611,7 @@ impl Executor for SlurmExecutor {
     }
 
     fn reclaim(&self, run_id: &str) {
-        let job_file = self.runs_dir.join(run_id).join("slurm.json");
-        if let Some(job) = fs::read(job_file)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<JobFile>(&b).ok())
-            .and_then(|j| j.job)
-        {
+        if let Some(job) = recorded_job(&self.runs_dir.join(run_id)) {
             let _ = slurm("scancel", &[job.to_string()]);
         }
     }
@@ -979,6 +979,14 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     } else {
         1
     })
+}
+
+/// The job id `RUN_DIR/slurm.json` names, once `sbatch` answered with one.
+fn recorded_job(run_dir: &Path) -> Option<u32> {
+    fs::read(run_dir.join("slurm.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<JobFile>(&b).ok())
+        .and_then(|j| j.job)
 }
 
 #[cfg(test)]

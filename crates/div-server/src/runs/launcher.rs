@@ -27,22 +27,44 @@ pub(crate) fn launch(
     let dir = server.run_dir(&record.run.id);
     let spec = prepare(server, record, &dir, cores, gpus)?;
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
-    let _ = fs::remove_file(dir.join("end.json"));
-    let _ = fs::remove_file(dir.join("stop"));
-    let _ = fs::remove_file(dir.join(crate::org::STOP_FILE));
-    let handle = server.executor.start(&Launch {
-        run_dir: &dir,
-        run: &record.run,
-    })?;
+    for left in [
+        "end.json",
+        "stop",
+        crate::org::STOP_FILE,
+        supervisor::ABANDONED_FILE,
+    ] {
+        let _ = fs::remove_file(dir.join(left));
+    }
+    // Recorded as running before the supervisor starts: a server killed between the start
+    // and the record below finds, on its restart, a running run whose supervisor it does not
+    // know yet (the executor finds it by the run's lock), never a queued run that it would
+    // start a second time over the first.
     record.internal = RunInternal {
-        handle: Some(handle),
+        handle: None,
         cores: cores.to_vec(),
         gpus: gpus.to_vec(),
         started_ms: Some(spec.started_ms),
     };
     record.run.status = RunStatus::Running;
     record.run.started_at = Some(clock::rfc3339(spec.started_ms));
-    server.store.update_run(record).map_err(|e| e.to_string())
+    server.store.update_run(record).map_err(|e| e.to_string())?;
+    let handle = server.executor.start(&Launch {
+        run_dir: &dir,
+        run: &record.run,
+    });
+    match handle {
+        Ok(handle) => {
+            record.internal.handle = Some(handle);
+            server.store.update_run(record).map_err(|e| e.to_string())
+        }
+        Err(e) => {
+            // Nothing started: the record goes back to what the caller holds it as.
+            record.internal = RunInternal::default();
+            record.run.status = RunStatus::Queued;
+            record.run.started_at = None;
+            Err(e)
+        }
+    }
 }
 
 /// Makes the run's directories and says how its supervisor is to run it.

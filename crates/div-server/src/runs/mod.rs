@@ -247,9 +247,9 @@ pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, Ht
         }
         RunStatus::Running => {
             let dir = server.run_dir(&record.run.id);
-            if let Some(handle) = &record.internal.handle {
-                server.executor.stop(&dir, handle)?;
-            }
+            server
+                .executor
+                .stop(&dir, record.internal.handle.as_ref())?;
             Ok(true)
         }
         _ => Ok(false),

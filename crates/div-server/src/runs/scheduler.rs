@@ -63,9 +63,7 @@ fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
     if fs::write(&said, reason).is_err() {
         return;
     }
-    if let Some(handle) = &record.internal.handle {
-        let _ = server.executor.stop(&dir, handle);
-    }
+    let _ = server.executor.stop(&dir, record.internal.handle.as_ref());
 }
 
 /// Says why each queued run waits, as the next pass would find it, without starting any:
@@ -305,7 +303,7 @@ mod tests {
                 pid: 1000 + seen.started.len() as u32,
             })
         }
-        fn stop(&self, _run_dir: &Path, _handle: &Handle) -> std::io::Result<()> {
+        fn stop(&self, _run_dir: &Path, _handle: Option<&Handle>) -> std::io::Result<()> {
             Ok(())
         }
         fn liveness(&self, _run_dir: &Path, handle: Option<&Handle>) -> Liveness {

@@ -98,6 +98,109 @@ async fn a_run_outlives_a_killed_server_and_is_followed_to_its_end() {
     drop(dir);
 }
 
+/// What a server killed between starting a run's supervisor and recording it leaves in
+/// `state.db`: the run running, with no supervisor pid. Returns the pid it had.
+fn forget_supervisor(home: &std::path::Path, id: &str) -> u32 {
+    let db = rusqlite::Connection::open(home.join("state.db")).expect("state.db opens");
+    let internal: String = db
+        .query_row("SELECT internal FROM runs WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .expect("the run's record");
+    let mut internal: serde_json::Value = serde_json::from_str(&internal).expect("JSON");
+    let pid = internal["pid"].as_u64().expect("a supervisor pid") as u32;
+    internal["pid"] = serde_json::Value::Null;
+    db.execute(
+        "UPDATE runs SET internal = ?2 WHERE id = ?1",
+        rusqlite::params![id, internal.to_string()],
+    )
+    .expect("the record is rewritten");
+    pid
+}
+
+fn restart(home: &std::path::Path) -> impl std::future::Future<Output = Server> {
+    Server::at(crate::harness::options(
+        home,
+        Some("h100:2"),
+        div_server::SandboxMode::Auto,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_the_server_did_not_record_is_found_and_its_run_ends_once() {
+    let server = Server::start().await;
+    let (_, run) = server
+        .create_run(
+            "echo started; while [ ! -f /tmp/go ]; do sleep 0.05; done; echo done; exit 5",
+            json!({}),
+        )
+        .await;
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "started\n").await;
+    let (home, dir) = server.kill().await;
+    forget_supervisor(&home, &id);
+    let server = restart(&home).await;
+    // The restarted server finds the supervisor by the run's lock: the run is still running,
+    // not lost, and not started a second time.
+    for _ in 0..10 {
+        let (_, now) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
+        assert_eq!(now["status"], "running", "{now}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A second supervisor started on the same run (a launch repeated) leaves it untouched.
+    let run_dir = home.join("runs").join(&id);
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_div-supervise"))
+        .arg(&run_dir)
+        .status()
+        .expect("a second supervisor runs");
+    assert!(second.success(), "{second:?}");
+    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp is writable");
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 5, "{ended}");
+    assert_eq!(server.log_text(&id).await, "started\ndone\n");
+    drop(server);
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_recorded_as_lost_is_never_started_afterwards() {
+    let server = Server::start().await;
+    let (_, run) = server
+        .create_run("echo started; sleep 1000", json!({}))
+        .await;
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "started\n").await;
+    let (home, dir) = server.kill().await;
+    // The supervisor dies too (SIGKILL: no end written), and the record forgets it.
+    let pid = forget_supervisor(&home, &id);
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let run_dir = home.join("runs").join(&id);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "the supervisor lives");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let server = restart(&home).await;
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], serde_json::Value::Null, "{ended}");
+    // A supervisor that starts on it now (one that was still starting when the server gave
+    // up on it) runs nothing: the log stays as it was, and no end is written over the record.
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_div-supervise"))
+        .arg(&run_dir)
+        .status()
+        .expect("a late supervisor runs");
+    assert!(second.success(), "{second:?}");
+    assert_eq!(server.log_text(&id).await, "started\n");
+    assert!(!run_dir.join("end.json").exists());
+    drop(server);
+    drop(dir);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ceiling_stops_the_run_and_spends_exactly_it() {
     let server = Server::start().await;
