@@ -41,6 +41,7 @@ mod runs;
 mod sandbox;
 mod secrets;
 mod server;
+mod settings;
 mod slurm_config;
 mod store;
 mod supervisor;

@@ -12,22 +12,13 @@ use std::path::Path;
 
 use div_api::RunStatus;
 use div_spec::Money;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::clock::{self, now_ms};
 use crate::rules;
 use crate::server::Server;
+use crate::settings::{SETTINGS_FILE, Settings};
 use crate::store::StoreError;
-
-/// The settings file under the state directory.
-pub(crate) const SETTINGS_FILE: &str = "settings.json";
-
-/// What `home/settings.json` holds; unknown keys are refused, so a misspelt one is said.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    org_usage_limit_cents: Option<i64>,
-}
 
 /// The month's spend against the limit: the catalogue's `org_usage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -63,25 +54,7 @@ impl Usage {
 /// The limit in `home/settings.json`: `Ok(None)` when none is set; an error says what is wrong
 /// with the file.
 pub(crate) fn limit(home: &Path) -> Result<Option<i64>, String> {
-    let path = home.join(SETTINGS_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("could not read `{}`: {e}", path.display())),
-    };
-    let settings: Settings = serde_json::from_slice(&bytes).map_err(|e| {
-        format!(
-            "`{}` is not valid settings ({e}); write it like {{\"org_usage_limit_cents\": 50000}}",
-            path.display()
-        )
-    })?;
-    match settings.org_usage_limit_cents {
-        Some(c) if c < 0 => Err(format!(
-            "`org_usage_limit_cents` in `{}` is {c}; it is a count of cents, 0 or more",
-            path.display()
-        )),
-        other => Ok(other),
-    }
+    Settings::read(home).map(|s| s.org_usage_limit_cents)
 }
 
 /// The month's usage, when a limit is set. A settings file that cannot be read is said once
@@ -125,30 +98,3 @@ pub(crate) fn usage(server: &Server) -> Result<Option<Usage>, StoreError> {
 
 /// The file that tells a run's supervisor it is stopped by the org, holding the reason.
 pub(crate) const STOP_FILE: &str = "stop-org";
-
-#[cfg(test)]
-mod tests {
-    use super::limit;
-
-    #[test]
-    fn the_limit_is_read_from_the_settings_file_and_a_bad_one_says_what_is_wrong() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(limit(dir.path()), Ok(None));
-        std::fs::write(
-            dir.path().join("settings.json"),
-            r#"{"org_usage_limit_cents": 500}"#,
-        )
-        .unwrap();
-        assert_eq!(limit(dir.path()), Ok(Some(500)));
-        std::fs::write(dir.path().join("settings.json"), r#"{"org_limit": 500}"#).unwrap();
-        let err = limit(dir.path()).unwrap_err();
-        assert!(err.contains("unknown field `org_limit`"), "{err}");
-        assert!(err.contains(r#"{"org_usage_limit_cents": 50000}"#), "{err}");
-        std::fs::write(
-            dir.path().join("settings.json"),
-            r#"{"org_usage_limit_cents": -1}"#,
-        )
-        .unwrap();
-        assert!(limit(dir.path()).unwrap_err().contains("0 or more"));
-    }
-}

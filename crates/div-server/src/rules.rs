@@ -93,9 +93,32 @@ pub(crate) fn charge(cents_per_hour: i64, seconds: u64, ceiling: Option<i64>) ->
         .cents()
 }
 
-/// Whether `seconds` of running at `cents_per_hour` has reached the ceiling.
-pub(crate) fn ceiling_reached(cents_per_hour: i64, ceiling: i64, seconds: u64) -> bool {
-    Rate::from_cents_per_hour(cents_per_hour).ceiling_reached(Money::from_cents(ceiling), seconds)
+/// The first whole second at which the ceiling is reached; `None` at a zero rate.
+pub(crate) fn ceiling_reached_at(cents_per_hour: i64, ceiling: i64) -> Option<u64> {
+    Rate::from_cents_per_hour(cents_per_hour).ceiling_reached_at(Money::from_cents(ceiling))
+}
+
+/// How long a run told to stop has between SIGTERM and SIGKILL, unless the server's settings
+/// or the run's `DIVERGENT_STOP_GRACE` say otherwise.
+pub(crate) const DEFAULT_STOP_GRACE_SECONDS: u64 = 10;
+/// The longest grace a run or the server may set.
+pub(crate) const MAX_STOP_GRACE_SECONDS: u64 = 600;
+
+/// The run's own variable for its grace, in whole seconds.
+pub(crate) const STOP_GRACE_ENV: &str = "DIVERGENT_STOP_GRACE";
+
+/// A run's `DIVERGENT_STOP_GRACE`, or why it is not one.
+pub(crate) fn parse_stop_grace(value: &str) -> Result<u64, String> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|g| *g <= MAX_STOP_GRACE_SECONDS && value.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            format!(
+                "{STOP_GRACE_ENV} is `{}`; it is whole seconds between SIGTERM and SIGKILL when the run is told to stop, 0 to {MAX_STOP_GRACE_SECONDS} (e.g. --env {STOP_GRACE_ENV}=30)",
+                value.escape_debug()
+            )
+        })
 }
 
 /// A check in its canonical form, or why it is not one.

@@ -7,7 +7,8 @@
 //! # The GRES name of the GPUs, and how many one node has.
 //! gres = "gpu"
 //! gpus_per_node = 8
-//! # Seconds between a stop (`div stop`) and `scancel`.
+//! # Seconds between the end of a stopped run's own grace (SIGTERM, then SIGKILL, on each
+//! # node) and `scancel`.
 //! grace_seconds = 10
 //! # Optional: the `div` the nodes run (default: the server's own supervisor command).
 //! # div = "/shared/bin/div"

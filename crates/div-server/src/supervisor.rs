@@ -107,6 +107,11 @@ pub(crate) struct RunSpec {
     pub(crate) cents_per_hour: i64,
     pub(crate) max_spend_cents: Option<i64>,
     pub(crate) max_seconds: u64,
+    /// How long a run told to stop (stopped, near its ceiling, near its time limit, stopped
+    /// by the org) has between SIGTERM and SIGKILL. A spec without it (written by an older
+    /// server) gets the default.
+    #[serde(default = "default_grace")]
+    pub(crate) stop_grace_seconds: u64,
     /// When the run started, in ms since the epoch: spend is metered from here.
     pub(crate) started_ms: u64,
     /// Checks, canonical.
@@ -119,6 +124,10 @@ pub(crate) struct RunSpec {
     pub(crate) volumes: Vec<String>,
     /// The run's copy of the code, deleted once it ends.
     pub(crate) workspace: PathBuf,
+}
+
+fn default_grace() -> u64 {
+    rules::DEFAULT_STOP_GRACE_SECONDS
 }
 
 /// How a run ended, written by the supervisor as `run-dir/end.json`.
@@ -315,6 +324,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     };
     let stop_file = run_dir.join("stop");
+    let grace = spec.stop_grace_seconds;
+    let ceiling_at = spec.max_spend_cents.and_then(|ceiling| {
+        rules::ceiling_reached_at(spec.cents_per_hour, ceiling).map(|s| Limit::new(s, grace))
+    });
+    let day_at = Limit::new(spec.max_seconds, grace);
     let mut last_poll = std::time::Instant::now();
     let stopped = loop {
         // Not reaped here: see `sys::child_exited`.
@@ -331,12 +345,13 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         if sys::stop_requested() || stop_file.exists() {
             break Stopped::Canceled;
         }
-        if let Some(ceiling) = spec.max_spend_cents
-            && rules::ceiling_reached(spec.cents_per_hour, ceiling, elapsed / 1000)
+        // Near the ceiling or the time limit: told while what is left still buys the grace.
+        if let Some(at) = ceiling_at
+            && elapsed >= at.told_ms
         {
             break Stopped::Ceiling;
         }
-        if elapsed >= spec.max_seconds.saturating_mul(1000) {
+        if elapsed >= day_at.told_ms {
             break Stopped::Day;
         }
         if last_poll.elapsed() >= Duration::from_millis(50) {
@@ -351,6 +366,45 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // Told to stop: SIGTERM to the run's own processes first, then SIGKILL to whatever is
+    // left when its grace is over (at the ceiling or the time limit, at that very second).
+    let kill_at_ms = match &stopped {
+        Stopped::Canceled | Stopped::Org(_) => Some(
+            now_ms()
+                .saturating_sub(spec.started_ms)
+                .saturating_add(grace.saturating_mul(1000)),
+        ),
+        Stopped::Ceiling => ceiling_at.map(|at| at.limit_ms),
+        Stopped::Day => Some(day_at.limit_ms),
+        Stopped::Exited | Stopped::Memory | Stopped::DiskFull => None,
+    };
+    if let Some(kill_at_ms) = kill_at_ms {
+        let left = kill_at_ms.saturating_sub(now_ms().saturating_sub(spec.started_ms));
+        let why = match &stopped {
+            Stopped::Ceiling => format!(
+                "its {} ceiling is {} away",
+                div_spec::Money::from_cents(spec.max_spend_cents.unwrap_or_default()),
+                seconds_words(left)
+            ),
+            Stopped::Day => format!(
+                "its {} is {} away",
+                time_limit_words(spec.max_seconds),
+                seconds_words(left)
+            ),
+            _ => "it was asked to stop".to_owned(),
+        };
+        let _ = writeln!(
+            log,
+            "div: {why}: SIGTERM sent to the run; SIGKILL in {} if it has not exited",
+            seconds_words(left)
+        );
+        terminate(child.id(), sandboxed);
+        while sys::child_exited(child.id()).is_ok_and(|exited| !exited)
+            && now_ms().saturating_sub(spec.started_ms) < kill_at_ms
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let status = kill_tree(&mut child, &cgroups);
     let _ = fs::remove_file(&args_file);
     if let Stopped::Org(why) = &stopped {
@@ -384,7 +438,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Stopped::Canceled => (RunStatus::Canceled, None, None),
         Stopped::Org(ref why) => (RunStatus::StoppedByOrg, None, Some(why.clone())),
         Stopped::Ceiling => (RunStatus::HitCeiling, None, None),
-        Stopped::Day => (RunStatus::Failed, None, Some(DAY_REASON.to_owned())),
+        Stopped::Day => (
+            RunStatus::Failed,
+            None,
+            Some(time_limit_reason(spec.max_seconds)),
+        ),
         Stopped::Memory => (RunStatus::Failed, Some(137), Some(OOM_REASON.to_owned())),
     };
     let mut exit_code = exit_code;
@@ -691,6 +749,74 @@ fn kill_tree(child: &mut Child, cgroups: &RunCgroups) -> io::Result<std::process
     child.wait()
 }
 
+/// When a limit is reached (`limit_ms` after the start) and when the run is told of it
+/// (`told_ms`): its grace before, but never more than half of the whole, so a run whose
+/// ceiling buys 7 s is told at 4 s, not at its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limit {
+    told_ms: u64,
+    limit_ms: u64,
+}
+
+impl Limit {
+    fn new(limit_seconds: u64, grace_seconds: u64) -> Limit {
+        let before = grace_seconds.min(limit_seconds / 2);
+        Limit {
+            told_ms: (limit_seconds - before).saturating_mul(1000),
+            limit_ms: limit_seconds.saturating_mul(1000),
+        }
+    }
+}
+
+/// `24-hour limit`, or the shorter one this machine's settings give: `time limit of 60 s
+/// (max_run_seconds)`.
+fn time_limit_words(max_seconds: u64) -> String {
+    if max_seconds == rules::MAX_RUN_SECONDS {
+        "24-hour limit".to_owned()
+    } else {
+        format!("time limit of {max_seconds} s (max_run_seconds)")
+    }
+}
+
+/// Why a run stopped at its time limit failed: [`DAY_REASON`] at 24 hours.
+fn time_limit_reason(max_seconds: u64) -> String {
+    if max_seconds == rules::MAX_RUN_SECONDS {
+        DAY_REASON.to_owned()
+    } else {
+        format!("reached this machine's {}", time_limit_words(max_seconds))
+    }
+}
+
+/// `10 s`, `1 s`, `0 s`: whole seconds, rounded up.
+fn seconds_words(ms: u64) -> String {
+    format!("{} s", ms.div_ceil(1000))
+}
+
+/// Sends SIGTERM to the run's own processes: every live descendant of the child except, in a
+/// sandbox, bubblewrap's own two (the child itself and the namespace's first process, its
+/// child): a SIGTERM to bubblewrap would end the whole namespace at once, with no grace for
+/// the run. Without a sandbox the child is the run's shell, and gets it too.
+fn terminate(child: u32, sandboxed: bool) {
+    let table = processes();
+    let bwrap: BTreeSet<u32> = if sandboxed {
+        table
+            .iter()
+            .filter(|p| p.ppid == child)
+            .map(|p| p.pid)
+            .chain([child])
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let me = std::process::id();
+    for pid in descendants(child, &table) {
+        let live = table.iter().any(|p| p.pid == pid && !p.zombie);
+        if live && pid != me && !bwrap.contains(&pid) {
+            sys::kill(pid, libc::SIGTERM);
+        }
+    }
+}
+
 /// What came of opening a file the run left.
 enum Untrusted {
     /// No such file.
@@ -949,6 +1075,7 @@ mod tests {
             cents_per_hour: 0,
             max_spend_cents: None,
             max_seconds,
+            stop_grace_seconds: 0,
             started_ms: now_ms(),
             checks: Vec::new(),
             result_path: tmp.join("divergent/result.json"),
@@ -967,7 +1094,10 @@ mod tests {
         let command = format!("sleep 1000 & echo $! > {}; sleep 1000", marker.display());
         let end = run(dir.path(), &spec(dir.path(), &command, 1));
         assert_eq!(end.status, RunStatus::Failed);
-        assert_eq!(end.reason.as_deref(), Some(DAY_REASON));
+        assert_eq!(
+            end.reason.as_deref(),
+            Some("reached this machine's time limit of 1 s (max_run_seconds)")
+        );
         assert_eq!(end.exit_code, None);
         assert!(end.duration_seconds >= 1, "{end:?}");
         let child: u32 = fs::read_to_string(&marker)
@@ -984,6 +1114,73 @@ mod tests {
             !sys::alive(child) || zombie,
             "the background child survived the limit"
         );
+    }
+
+    #[test]
+    fn a_run_near_its_time_limit_gets_sigterm_and_its_grace_to_write_its_result() {
+        // Limit 4 s, grace 2 s: SIGTERM at 2 s. The run traps it, writes its result and
+        // exits; its check is judged on that result.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut spec = spec(
+            dir.path(),
+            "trap 'echo \"{\\\"epoch\\\": 18}\" > \"$R\"; echo saved; exit 0' TERM; echo started; while :; do sleep 0.05; done",
+            4,
+        );
+        spec.stop_grace_seconds = 2;
+        spec.env
+            .push(("R".to_owned(), spec.result_path.display().to_string()));
+        spec.checks = vec!["epoch>=18".to_owned()];
+        let end = run(dir.path(), &spec);
+        assert_eq!(end.status, RunStatus::Failed);
+        assert_eq!(
+            end.reason.as_deref(),
+            Some("reached this machine's time limit of 4 s (max_run_seconds)")
+        );
+        assert_eq!(end.verdicts[0].line, "check passed: epoch >= 18 (found 18)");
+        assert!((2..4).contains(&end.duration_seconds), "{end:?}");
+        let log = fs::read_to_string(dir.path().join("log")).expect("a log");
+        // (The shell may say `Terminated` for its `sleep`, which got the SIGTERM too.)
+        assert!(
+            log.starts_with("started\ndiv: its time limit of 4 s (max_run_seconds) is 2 s away: SIGTERM sent to the run; SIGKILL in 2 s if it has not exited\n"),
+            "{log}"
+        );
+        assert!(log.contains("\nsaved\n"), "{log}");
+    }
+
+    #[test]
+    fn a_run_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut spec = spec(dir.path(), "trap '' TERM; echo started; sleep 1000", 2);
+        spec.stop_grace_seconds = 1;
+        let end = run(dir.path(), &spec);
+        assert_eq!(end.status, RunStatus::Failed);
+        assert_eq!(
+            end.duration_seconds, 2,
+            "killed at the limit itself: {end:?}"
+        );
+        let log = fs::read_to_string(dir.path().join("log")).expect("a log");
+        assert!(log.contains("SIGKILL in 1 s"), "{log}");
+    }
+
+    #[test]
+    fn the_grace_before_a_limit_is_at_most_half_of_it() {
+        assert_eq!(
+            Limit::new(86_400, 10),
+            Limit {
+                told_ms: 86_390_000,
+                limit_ms: 86_400_000
+            }
+        );
+        // 1 cent at $4.95/h buys 8 s: told at 4 s, not at the start.
+        assert_eq!(
+            Limit::new(8, 10),
+            Limit {
+                told_ms: 4_000,
+                limit_ms: 8_000
+            }
+        );
+        assert_eq!(Limit::new(0, 10).told_ms, 0);
+        assert_eq!(Limit::new(u64::MAX, 10).limit_ms, u64::MAX);
     }
 
     #[test]

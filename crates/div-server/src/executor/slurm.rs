@@ -516,7 +516,7 @@ impl Executor for SlurmExecutor {
                 time_minutes(
                     run.cents_per_hour,
                     run.max_spend_cents,
-                    rules::MAX_RUN_SECONDS
+                    spec_of(dir).map_or(rules::MAX_RUN_SECONDS, |s| s.max_seconds)
                 )
             ),
             format!("--chdir={}", dir.display()),
@@ -554,10 +554,13 @@ impl Executor for SlurmExecutor {
         // Pending, nothing of it runs yet: cancel it now. Running: each node's supervisor
         // stops its run and writes its end; past the grace period, Slurm stops the rest.
         let pending = matches!(self.job_state(job), Ok(Some(s)) if s.state == "PENDING");
+        // Running: the nodes' supervisors give the run its own grace (SIGTERM, then SIGKILL),
+        // and `scancel` comes the configured grace after that.
         let grace = if pending {
             Duration::ZERO
         } else {
-            Duration::from_secs(self.config.grace_seconds)
+            let run_grace = spec_of(run_dir).map_or(0, |s| s.stop_grace_seconds);
+            Duration::from_secs(run_grace.saturating_add(self.config.grace_seconds))
         };
         std::thread::spawn(move || {
             std::thread::sleep(grace);
@@ -981,6 +984,13 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     })
 }
 
+/// The supervisor's spec the launcher wrote in `run_dir`.
+fn spec_of(run_dir: &Path) -> Option<RunSpec> {
+    fs::read(run_dir.join("spec.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
 /// The job id `RUN_DIR/slurm.json` names, once `sbatch` answered with one.
 fn recorded_job(run_dir: &Path) -> Option<u32> {
     fs::read(run_dir.join("slurm.json"))
@@ -1242,6 +1252,7 @@ mod tests {
             cents_per_hour: 495,
             max_spend_cents: None,
             max_seconds: 60,
+            stop_grace_seconds: 0,
             started_ms: 0,
             checks: Vec::new(),
             result_path: PathBuf::from("/r"),

@@ -13,6 +13,7 @@ use crate::images::{self, RunImage};
 use crate::rules;
 use crate::sandbox::{self, SandboxInput};
 use crate::server::Server;
+use crate::settings::Settings;
 use crate::store::{RunInternal, RunRecord};
 use crate::supervisor::{self, RunSpec};
 
@@ -107,6 +108,11 @@ fn prepare(
         fs::create_dir_all(host).map_err(io)?;
     }
     let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
+    // A settings file that cannot be read is said on the server's log; the defaults hold.
+    let settings = Settings::read(&server.home).unwrap_or_else(|e| {
+        server.warn_once(&e);
+        Settings::default()
+    });
     let mut first_lines = Vec::new();
     let inventory = &server.inventory;
     let shared = inventory.shared(sku.gpu, run.cores, run.memory_gib);
@@ -277,7 +283,14 @@ fn prepare(
         cgroups: server.cgroups.clone(),
         cents_per_hour: run.cents_per_hour,
         max_spend_cents: run.max_spend_cents,
-        max_seconds: rules::MAX_RUN_SECONDS,
+        max_seconds: settings.max_run_seconds(),
+        stop_grace_seconds: run
+            .env
+            .iter()
+            .rev()
+            .find(|e| e.key == rules::STOP_GRACE_ENV)
+            .and_then(|e| rules::parse_stop_grace(&e.value).ok())
+            .unwrap_or(settings.stop_grace_seconds()),
         started_ms: now_ms(),
         checks: run.checks.clone(),
         result_path: tmp.join("divergent/result.json"),

@@ -92,6 +92,14 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
     {
         return Err(HttpError::invalid(problem));
     }
+    if let Some(e) = request
+        .env
+        .iter()
+        .rev()
+        .find(|e| e.key == rules::STOP_GRACE_ENV)
+    {
+        rules::parse_stop_grace(&e.value).map_err(HttpError::invalid)?;
+    }
     if request.project.trim().is_empty() {
         return Err(HttpError::invalid("the run has no project"));
     }

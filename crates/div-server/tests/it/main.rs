@@ -7,6 +7,7 @@ mod diskfull;
 mod escape;
 mod example;
 mod faults;
+mod graceful;
 mod harness;
 mod hostile;
 mod hostile_env;

@@ -1,0 +1,143 @@
+//! `home/settings.json`: the local control plane's settings that can change while it runs,
+//! read again wherever they are used (each pass of the scheduler, each launch), so a change
+//! needs no restart. No file is all defaults; an unknown key is refused, so a misspelt one
+//! is said rather than ignored.
+//!
+//! ```json
+//! {"org_usage_limit_cents": 50000, "stop_grace_seconds": 30, "max_run_seconds": 3600}
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::rules;
+
+/// The settings file under the state directory.
+pub(crate) const SETTINGS_FILE: &str = "settings.json";
+
+/// What `home/settings.json` holds.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Settings {
+    /// Dollars per calendar month across all runs, in cents (see `org`).
+    pub(crate) org_usage_limit_cents: Option<i64>,
+    /// Between SIGTERM and SIGKILL when a run is told to stop; a run's own
+    /// `DIVERGENT_STOP_GRACE` wins. At most [`rules::MAX_STOP_GRACE_SECONDS`].
+    pub(crate) stop_grace_seconds: Option<u64>,
+    /// The longest a run is given on this machine, at most 24 hours (the default).
+    pub(crate) max_run_seconds: Option<u64>,
+}
+
+impl Settings {
+    /// The settings in `home/settings.json`; an error says what is wrong with the file and
+    /// how to write it.
+    pub(crate) fn read(home: &Path) -> Result<Settings, String> {
+        let path = home.join(SETTINGS_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
+            Err(e) => return Err(format!("could not read `{}`: {e}", path.display())),
+        };
+        let settings: Settings = serde_json::from_slice(&bytes).map_err(|e| {
+            format!(
+                "`{}` is not valid settings ({e}); write it like {{\"org_usage_limit_cents\": 50000, \"stop_grace_seconds\": 10, \"max_run_seconds\": 86400}}",
+                path.display()
+            )
+        })?;
+        let bad = |key: &str, value: String, want: String| {
+            Err(format!(
+                "`{key}` in `{}` is {value}; it is {want}",
+                path.display()
+            ))
+        };
+        if let Some(c) = settings.org_usage_limit_cents
+            && c < 0
+        {
+            return bad(
+                "org_usage_limit_cents",
+                c.to_string(),
+                "a count of cents, 0 or more".to_owned(),
+            );
+        }
+        if let Some(g) = settings.stop_grace_seconds
+            && g > rules::MAX_STOP_GRACE_SECONDS
+        {
+            return bad(
+                "stop_grace_seconds",
+                g.to_string(),
+                format!("seconds, 0 to {}", rules::MAX_STOP_GRACE_SECONDS),
+            );
+        }
+        if let Some(m) = settings.max_run_seconds
+            && !(1..=rules::MAX_RUN_SECONDS).contains(&m)
+        {
+            return bad(
+                "max_run_seconds",
+                m.to_string(),
+                format!("seconds, 1 to {} (24 hours)", rules::MAX_RUN_SECONDS),
+            );
+        }
+        Ok(settings)
+    }
+
+    /// The grace the server gives a run that does not set its own.
+    pub(crate) fn stop_grace_seconds(&self) -> u64 {
+        self.stop_grace_seconds
+            .unwrap_or(rules::DEFAULT_STOP_GRACE_SECONDS)
+    }
+
+    /// The longest a run is given.
+    pub(crate) fn max_run_seconds(&self) -> u64 {
+        self.max_run_seconds.unwrap_or(rules::MAX_RUN_SECONDS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+
+    fn with(text: &str) -> Result<Settings, String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("settings.json"), text).unwrap();
+        Settings::read(dir.path())
+    }
+
+    #[test]
+    fn no_file_is_every_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings::read(dir.path()).unwrap();
+        assert_eq!(settings, Settings::default());
+        assert_eq!(settings.stop_grace_seconds(), 10);
+        assert_eq!(settings.max_run_seconds(), 86_400);
+    }
+
+    #[test]
+    fn each_key_is_read_and_a_bad_one_says_what_is_wrong() {
+        let s = with(
+            r#"{"org_usage_limit_cents": 500, "stop_grace_seconds": 0, "max_run_seconds": 60}"#,
+        )
+        .unwrap();
+        assert_eq!(s.org_usage_limit_cents, Some(500));
+        assert_eq!(s.stop_grace_seconds(), 0);
+        assert_eq!(s.max_run_seconds(), 60);
+        let err = with(r#"{"org_limit": 500}"#).unwrap_err();
+        assert!(err.contains("unknown field `org_limit`"), "{err}");
+        assert!(err.contains(r#"{"org_usage_limit_cents": 50000"#), "{err}");
+        assert!(
+            with(r#"{"org_usage_limit_cents": -1}"#)
+                .unwrap_err()
+                .contains("0 or more")
+        );
+        let err = with(r#"{"stop_grace_seconds": 601}"#).unwrap_err();
+        assert!(
+            err.contains("`stop_grace_seconds`") && err.contains("0 to 600"),
+            "{err}"
+        );
+        let err = with(r#"{"max_run_seconds": 0}"#).unwrap_err();
+        assert!(err.contains("1 to 86400 (24 hours)"), "{err}");
+        let err = with(r#"{"max_run_seconds": 90000}"#).unwrap_err();
+        assert!(err.contains("`max_run_seconds`"), "{err}");
+        assert!(with(r#"{"stop_grace_seconds": -3}"#).is_err());
+    }
+}
