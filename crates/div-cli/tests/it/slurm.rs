@@ -374,6 +374,48 @@ fn div_stop_cancels_a_run_on_slurm() {
 }
 
 #[test]
+fn div_stop_on_slurm_gives_the_run_its_sigterm_and_grace_to_write_its_result() {
+    if !cluster() {
+        return;
+    }
+    let c = Cluster::new();
+    let name = detach(
+        &c,
+        &[
+            "--gpu",
+            "h100",
+            "--check",
+            "epoch>=18",
+            "--env",
+            "DIVERGENT_STOP_GRACE=5",
+            "--",
+            "trap 'echo \"{\\\"epoch\\\": 18}\" > \"$DIVERGENT_RESULT_PATH\"; echo saved; exit 0' TERM; echo started; while :; do sleep 0.05; done",
+        ],
+    );
+    c.job(&name);
+    let log = c.run_dir(&name).join("nodes/0/log");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("started\n")) {
+        assert!(Instant::now() < deadline, "{name} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = c.div(&["stop", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    c.wait_for(&name, "ended canceled", |r| r["status"] == "canceled");
+    let run = c.run_json(&name);
+    let node_log = std::fs::read_to_string(&log).expect("node 0's log");
+    assert!(
+        node_log.contains("div: it was asked to stop: SIGTERM sent to the run; SIGKILL in 5 s if it has not exited\n"),
+        "{node_log}"
+    );
+    assert!(node_log.contains("\nsaved\n"), "{node_log}");
+    assert_eq!(
+        run["verdicts"][0]["line"], "check passed: epoch >= 18 (found 18)",
+        "{run}"
+    );
+}
+
+#[test]
 fn scancel_outside_div_ends_the_run_canceled_with_its_spend() {
     if !cluster() {
         return;
