@@ -31,6 +31,9 @@ pub(crate) struct Launch<'a> {
     /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
     /// scheduler for room needs them).
     pub(crate) run: &'a div_api::Run,
+    /// The run's secrets, in order, for the supervisor (never in `spec.json`): given to it
+    /// the executor's way, through a pipe where it can be.
+    pub(crate) secrets: &'a [(String, String)],
 }
 
 /// What a run asks for, as validated: what an executor checks before the run is created.
@@ -103,7 +106,7 @@ impl Executor for LocalExecutor {
         let mut child = Command::new(&self.supervisor.program)
             .args(&self.supervisor.args)
             .arg(launch.run_dir)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -114,6 +117,14 @@ impl Executor for LocalExecutor {
                 )
             })?;
         let pid = child.id();
+        // The secrets go down the supervisor's stdin, closed after them; from a thread, so a
+        // supervisor slow to read (or one that leaves without reading) never holds the server.
+        if let Some(mut pipe) = child.stdin.take() {
+            let secrets = serde_json::to_vec(launch.secrets).unwrap_or_else(|_| b"[]".to_vec());
+            std::thread::spawn(move || {
+                let _ = std::io::Write::write_all(&mut pipe, &secrets);
+            });
+        }
         // Reap it when it exits, so a finished supervisor is not mistaken for a live one.
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -272,6 +283,7 @@ mod tests {
             .start(&Launch {
                 run_dir: dir.path(),
                 run: &placed(),
+                secrets: &[],
             })
             .unwrap();
         assert_eq!(
@@ -297,6 +309,7 @@ mod tests {
             .start(&Launch {
                 run_dir: other.path(),
                 run: &placed(),
+                secrets: &[],
             })
             .unwrap();
         assert_eq!(
@@ -330,6 +343,7 @@ mod tests {
             .start(&Launch {
                 run_dir: dir.path(),
                 run: &placed(),
+                secrets: &[],
             })
             .unwrap_err();
         assert!(

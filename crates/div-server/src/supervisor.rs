@@ -93,8 +93,18 @@ pub(crate) struct RunSpec {
     pub(crate) argv: Vec<String>,
     /// The working directory of `argv` on the host.
     pub(crate) cwd: PathBuf,
-    /// The whole environment, in order (later wins).
+    /// The whole environment, in order (later wins), but for the secrets.
     pub(crate) env: Vec<(String, String)>,
+    /// Where the secrets go in `env`. Their values are never in this file: a local
+    /// supervisor reads them from its stdin, which the server writes and closes as it
+    /// starts it ([`read_secrets`]); a Slurm node's from `secrets_file`. `None`: no secrets
+    /// to add (a spec written by an older server holds them in `env`).
+    #[serde(default)]
+    pub(crate) secrets_at: Option<usize>,
+    /// Where a Slurm node's supervisor reads the secrets (the run directory's `secrets.json`,
+    /// mode 0600, on the directory the nodes share).
+    #[serde(default)]
+    pub(crate) secrets_file: Option<PathBuf>,
     /// Lines written at the top of the log before the command starts.
     pub(crate) first_lines: Vec<String>,
     /// Host cores to pin the run to.
@@ -218,6 +228,24 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
             return 1;
         }
     };
+    let mut spec = spec;
+    if let Some(at) = spec.secrets_at.take() {
+        let read = match spec.secrets_file.take() {
+            Some(file) => File::open(&file).and_then(read_secrets),
+            None => read_secrets(io::stdin()),
+        };
+        match read {
+            Ok(secrets) => {
+                let at = at.min(spec.env.len());
+                spec.env.splice(at..at, secrets);
+            }
+            Err(e) => {
+                let end = early_end(&spec, format!("the run's secrets could not be read: {e}"));
+                let _ = write_json_atomic(&run_dir.join("end.json"), &end);
+                return 1;
+            }
+        }
+    }
     // Room for the end: released (and the write retried) if the disk fills up.
     let reserve = run_dir.join("end.reserve");
     let _ = fs::write(&reserve, vec![0u8; RESERVE_BYTES]);
@@ -231,6 +259,17 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
         Ok(()) => 0,
         Err(_) => 1,
     }
+}
+
+/// The most of the secrets read: far past what the server lets be set.
+const SECRETS_MAX_BYTES: u64 = 64 << 20;
+
+/// The run's secrets, as JSON `[["NAME", "value"], …]`, from the server's pipe (or a Slurm
+/// node's file).
+pub(crate) fn read_secrets(from: impl io::Read) -> io::Result<Vec<(String, String)>> {
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(from, SECRETS_MAX_BYTES), &mut bytes)?;
+    serde_json::from_slice(&bytes).map_err(io::Error::other)
 }
 
 /// How the watching loop ended.
@@ -278,19 +317,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         );
     }
     let sandboxed = spec.mnt_dir.is_some();
-    let args_file = run_dir.join("launch.args");
-    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed.then_some(&args_file));
+    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed);
     if sandboxed {
         // bwrap starts with LAUNCH_ENV; the run's variables are set inside, by bwrap, from
-        // a file (never on a command line another user could read).
-        let _ = fs::remove_file(&args_file);
-        let written = private_file(&args_file).and_then(|mut f| f.write_all(&env_args(&spec.env)));
-        if let Err(e) = written {
-            return early_end(
-                spec,
-                format!("the run's environment could not be written: {e}"),
-            );
-        }
+        // a pipe (`--args 3`): never on a command line another user could read, never in a
+        // file.
         let mut bwrap = spec.argv.iter().cloned();
         argv.extend(bwrap.next());
         argv.extend(["--args".to_owned(), "3".to_owned()]);
@@ -310,7 +341,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         .env_clear()
         .envs(LAUNCH_ENV)
         .current_dir(&spec.cwd)
-        .stdin(Stdio::null())
+        .stdin(if sandboxed {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -319,10 +354,17 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Err(e) => {
             let _ = writeln!(log, "div: the run could not start: {e}");
             cgroups.remove();
-            let _ = fs::remove_file(&args_file);
             return early_end(spec, format!("the run could not start: {e}"));
         }
     };
+    if let Some(mut pipe) = child.stdin.take() {
+        // Written from a thread: bwrap reads it whole at its start, but a pipe holds only
+        // 64 KiB, and a bwrap that failed first never reads it (the write then fails).
+        let args = env_args(&spec.env);
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&args);
+        });
+    }
     let stop_file = run_dir.join("stop");
     let grace = spec.stop_grace_seconds;
     let ceiling_at = spec.max_spend_cents.and_then(|ceiling| {
@@ -406,7 +448,6 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     }
     let status = kill_tree(&mut child, &cgroups);
-    let _ = fs::remove_file(&args_file);
     if let Stopped::Org(why) = &stopped {
         let _ = writeln!(log, "div: stopped by the org: {why}");
     }
@@ -598,12 +639,13 @@ fn last_line(log: &Path) -> Option<String> {
 }
 
 /// The program and arguments put before the run's own: a shell that moves itself into each
-/// cgroup in `dirs`, then (with `args`) opens that file as descriptor 3 for `bwrap --args
-/// 3`, and becomes the command: the run is in its cgroups before it execs, and the
-/// supervisor stays outside them. It runs with [`LAUNCH_ENV`], never the run's variables.
-fn launch_prefix(dirs: &[PathBuf], args: Option<&PathBuf>) -> Vec<String> {
-    let exec = if args.is_some() {
-        "exec \"$@\" 3< \"$a\""
+/// cgroup in `dirs`, then (`bwrap_args`) moves its stdin, the supervisor's pipe of bwrap's
+/// arguments, to descriptor 3 for `bwrap --args 3` and gives the run `/dev/null` as stdin,
+/// and becomes the command: the run is in its cgroups before it execs, and the supervisor
+/// stays outside them. It runs with [`LAUNCH_ENV`], never the run's variables.
+fn launch_prefix(dirs: &[PathBuf], bwrap_args: bool) -> Vec<String> {
+    let exec = if bwrap_args {
+        "exec \"$@\" 3<&0 0</dev/null"
     } else {
         "exec \"$@\""
     };
@@ -611,10 +653,9 @@ fn launch_prefix(dirs: &[PathBuf], args: Option<&PathBuf>) -> Vec<String> {
         "/bin/sh".to_owned(),
         "-c".to_owned(),
         format!(
-            "a=$1; shift; while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; {exec}"
+            "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; {exec}"
         ),
         "sh".to_owned(),
-        args.map(|a| a.display().to_string()).unwrap_or_default(),
     ];
     argv.extend(
         dirs.iter()
@@ -624,7 +665,7 @@ fn launch_prefix(dirs: &[PathBuf], args: Option<&PathBuf>) -> Vec<String> {
     argv
 }
 
-/// bwrap's `--args` file: `--clearenv`, then `--setenv KEY VALUE` for each variable, each
+/// bwrap's `--args` input: `--clearenv`, then `--setenv KEY VALUE` for each variable, each
 /// argument ended by a NUL (the server refuses a variable holding one).
 fn env_args(env: &[(String, String)]) -> Vec<u8> {
     let mut out = b"--clearenv\0".to_vec();
@@ -1068,6 +1109,8 @@ mod tests {
             argv: vec!["sh".to_owned(), "-c".to_owned(), command.to_owned()],
             cwd: workspace.clone(),
             env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+            secrets_at: None,
+            secrets_file: None,
             first_lines: Vec::new(),
             cores: Vec::new(),
             memory_bytes: 1 << 40,

@@ -54,6 +54,9 @@ const TIME_MARGIN_MINUTES: u64 = 1;
 /// How long a reading of `squeue` is trusted for runs it lists.
 const SQUEUE_TTL: Duration = Duration::from_millis(500);
 
+/// The run's secrets for its nodes' supervisors (mode 0600), until its end is gathered.
+const SECRETS_FILE: &str = "secrets.json";
+
 /// What the run directory keeps about its job: `RUN_DIR/slurm.json`. Its presence also tells
 /// the supervisor program, run on `RUN_DIR`, to gather the nodes' ends.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -465,6 +468,9 @@ impl SlurmExecutor {
             node_spec.cores = Vec::new();
             node_spec.memory_bytes = u64::from(shape.memory_gib_per_node) << 30;
             node_spec.env.retain(|(k, _)| k != "CUDA_VISIBLE_DEVICES");
+            if node_spec.secrets_at.is_some() {
+                node_spec.secrets_file = Some(dir.join(SECRETS_FILE));
+            }
             supervisor::write_json_atomic(&node.join("spec.json"), &node_spec)
                 .map_err(|e| io("a node's spec.json", e))?;
         }
@@ -492,6 +498,11 @@ impl Executor for SlurmExecutor {
         )?;
         self.prepare_nodes(launch, &shape)?;
         let dir = launch.run_dir;
+        // The nodes' supervisors are started by Slurm, not by us: no pipe reaches them, so
+        // the secrets cross in a file only the server's user reads (mode 0600), deleted when
+        // the run's end is gathered. docs/slurm.md says so.
+        supervisor::write_json_atomic(&dir.join(SECRETS_FILE), &launch.secrets)
+            .map_err(|e| format!("{SECRETS_FILE}: {e}"))?;
         let job_file = dir.join("slurm.json");
         supervisor::write_json_atomic(
             &job_file,
@@ -937,6 +948,7 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
             })
             .collect();
         let mut end = gather_ends(&ends, &srun);
+        let _ = fs::remove_file(dir.join(SECRETS_FILE));
         // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with its
         // spend, unless the run had already ended on its own terms.
         if dir.join("slurm.signaled").exists()
@@ -1245,6 +1257,8 @@ mod tests {
             .to_vec(),
             cwd: PathBuf::from("/"),
             env: vec![("CUDA_VISIBLE_DEVICES".to_owned(), "5".to_owned())],
+            secrets_at: None,
+            secrets_file: None,
             first_lines: Vec::new(),
             cores: Vec::new(),
             memory_bytes: 1 << 30,

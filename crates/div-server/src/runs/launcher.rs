@@ -26,7 +26,7 @@ pub(crate) fn launch(
     gpus: &[u32],
 ) -> Result<(), String> {
     let dir = server.run_dir(&record.run.id);
-    let spec = prepare(server, record, &dir, cores, gpus)?;
+    let (spec, secrets) = prepare(server, record, &dir, cores, gpus)?;
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     for left in [
         "end.json",
@@ -52,6 +52,7 @@ pub(crate) fn launch(
     let handle = server.executor.start(&Launch {
         run_dir: &dir,
         run: &record.run,
+        secrets: &secrets,
     });
     match handle {
         Ok(handle) => {
@@ -68,14 +69,15 @@ pub(crate) fn launch(
     }
 }
 
-/// Makes the run's directories and says how its supervisor is to run it.
+/// Makes the run's directories and says how its supervisor is to run it, and with which
+/// secrets.
 fn prepare(
     server: &Server,
     record: &RunRecord,
     dir: &Path,
     cores: &[usize],
     gpus: &[u32],
-) -> Result<RunSpec, String> {
+) -> Result<(RunSpec, Vec<(String, String)>), String> {
     let io = |e: std::io::Error| e.to_string();
     let run = &record.run;
     fs::create_dir_all(dir).map_err(io)?;
@@ -208,7 +210,10 @@ fn prepare(
             in_cache.join("uv").display().to_string(),
         ),
     ]);
-    env.extend(server.store.secret_values().map_err(|e| e.to_string())?);
+    // The secrets go here, in order, but never into spec.json: the executor hands them to
+    // the supervisor (see `RunSpec::secrets_at`).
+    let secrets_at = env.len();
+    let secrets = server.store.secret_values().map_err(|e| e.to_string())?;
     env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
     env.extend([
         ("DIVERGENT_RUN_ID".into(), run.id.clone()),
@@ -263,7 +268,7 @@ fn prepare(
     } else {
         sandbox::direct_argv(&run.command, &dir.join("bin"))
     };
-    Ok(RunSpec {
+    let spec = RunSpec {
         run_id: run.id.clone(),
         run_name: run.name.clone(),
         argv,
@@ -273,6 +278,8 @@ fn prepare(
             PathBuf::from("/")
         },
         env,
+        secrets_at: Some(secrets_at),
+        secrets_file: None,
         first_lines,
         cores: cores.to_vec(),
         memory_bytes: u64::from(if shared {
@@ -298,7 +305,8 @@ fn prepare(
         mnt_dir: server.sandboxed.then(|| mnt.clone()),
         volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
         workspace,
-    })
+    };
+    Ok((spec, secrets))
 }
 
 /// The command as an image runs it: a `.py` entrypoint in an image with no `python` on its

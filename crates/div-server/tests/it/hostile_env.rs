@@ -111,3 +111,86 @@ async fn values_no_process_could_hold_are_refused_when_set() {
     assert_eq!(ended["status"], "succeeded", "{ended}");
     assert_eq!(server.log_text(&id).await.trim(), "130816");
 }
+
+/// Every file under `dir` (links not followed) whose bytes hold `needle`, but the secret
+/// store itself (`state.db` and its log, the owner's alone).
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("state.db") {
+            continue;
+        }
+        if kind.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if kind.is_file()
+            && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secrets_value_is_in_no_file_and_on_no_command_line_while_the_run_goes_or_after() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let secret = "s3cr3t-value-for-the-files-scan-7f9c";
+    let (status, body) = server
+        .request(
+            "PUT",
+            "/v1/secrets/API_TOKEN",
+            Some(json!({"value": secret})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The run has the secret (it prints its bytes in hex, never the secret itself), and
+    // waits to be told.
+    let (status, run) = server
+        .create_run(
+            "printf %s \"$API_TOKEN\" | od -An -tx1 | tr -d ' \\n'; echo; echo has-it; while [ ! -e /tmp/go ]; do sleep 0.05; done",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "has-it\n").await;
+    let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        server.log_text(&id).await.starts_with(&format!("{hex}\n")),
+        "the run did not get the secret: {}",
+        server.log_text(&id).await
+    );
+    // While it goes: no file under the state directory, and no process's command line.
+    assert_eq!(
+        files_holding(&server.home, secret.as_bytes()),
+        Vec::<std::path::PathBuf>::new()
+    );
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            assert!(
+                !cmdline
+                    .windows(secret.len())
+                    .any(|w| w == secret.as_bytes()),
+                "on the command line of {}: {}",
+                entry.path().display(),
+                String::from_utf8_lossy(&cmdline)
+            );
+        }
+    }
+    let run_dir = server.home.join("runs").join(&id);
+    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(
+        files_holding(&server.home, secret.as_bytes()),
+        Vec::<std::path::PathBuf>::new()
+    );
+}
