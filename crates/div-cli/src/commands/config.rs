@@ -5,20 +5,36 @@ use anyhow::anyhow;
 use crate::args::{ConfigArgs, LoginArgs};
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
-use crate::settings::{Settings, write_credentials};
+use crate::settings::{Settings, Source, Target, write_credentials};
 
-/// Each setting, its value and where it came from; a token is always `<redacted>`.
-pub(crate) fn config(
+/// Each setting, its value and where it came from; a token is always `<redacted>`. With the
+/// local control plane, the last row is the GPU inventory really in effect: the running
+/// server's, which `DIVERGENT_EMULATE_GPUS` only asks for (nothing is started to find it).
+pub(crate) async fn config(
     args: ConfigArgs,
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
+    let mut sources = settings.sources.clone();
+    if matches!(settings.target, Target::Local) {
+        let (value, from) = match super::server::inventory_in_effect(settings).await {
+            Some(words) => (words, "the local control plane running now".to_owned()),
+            None => (
+                "none running".to_owned(),
+                "no local control plane answers; the next one starts with emulate_gpus".to_owned(),
+            ),
+        };
+        sources.push(Source {
+            name: "inventory",
+            value,
+            from,
+        });
+    }
     if args.json {
-        super::run::print_json(printer, &settings.sources)?;
+        super::run::print_json(printer, &sources)?;
         return Ok(exit_codes::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = settings
-        .sources
+    let rows: Vec<Vec<String>> = sources
         .iter()
         .map(|s| vec![s.name.to_string(), s.value.clone(), format!("({})", s.from)])
         .collect();

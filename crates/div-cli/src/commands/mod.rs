@@ -254,7 +254,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Secrets(command) => secrets::secrets(command, &settings, &mut printer).await,
             Command::Result(args) => result::result(args, &settings, &mut printer).await,
             Command::Telemetry(args) => telemetry::telemetry(args, &settings, &mut printer).await,
-            Command::Config(args) => config::config(args, &settings, &mut printer),
+            Command::Config(args) => config::config(args, &settings, &mut printer).await,
             Command::Login(args) => config::login(args, &settings, &mut printer).await,
             Command::Image(command) => image::image(command, &settings, &mut printer).await,
             Command::Dashboard(args) => dashboard::dashboard(args, &settings, &mut printer).await,

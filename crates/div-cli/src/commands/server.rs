@@ -59,6 +59,21 @@ pub(crate) async fn connect_local(
     Ok(Box::new(cp))
 }
 
+/// The GPU inventory of the local control plane running now, in words (`emulated GPUs
+/// \`h100:8\``, `this machine's own GPUs`); `None` when none answers. Nothing is started.
+pub(crate) async fn inventory_in_effect(settings: &Settings) -> Option<String> {
+    if !answering(settings).await {
+        return None;
+    }
+    let health = client(settings, Options::default())
+        .ok()?
+        .health()
+        .await
+        .ok()?;
+    let in_effect = health.extra.get("emulated_gpus")?;
+    Some(inventory_words(in_effect.as_str()))
+}
+
 /// Words for an inventory: `emulated GPUs h100:8`, or `this machine's own GPUs`.
 fn inventory_words(gpus: Option<&str>) -> String {
     match gpus {

@@ -389,9 +389,36 @@ fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
             .output()
             .expect("div runs")
     };
+    // `div config` says which inventory is really in effect: none before a server runs,
+    // then the running server's, whatever this `div` asks for.
+    let inventory = |out: Output| -> String {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with("inventory "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        inventory(with("h100:8", &["config"])),
+        "inventory none running (no local control plane answers; the next one starts with emulate_gpus)"
+    );
     let going = with("h100:2", &["run", "-d", "--gpu", "cpu", "--", "sleep 300"]);
     assert_eq!(going.status.code(), Some(0), "{}", text(&going.stderr));
     let going = name_of(&going);
+    assert_eq!(
+        inventory(with("h100:8", &["config"])),
+        "inventory emulated GPUs `h100:2` (the local control plane running now)"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&local.div(&["config", "--json"]).stdout).expect("JSON");
+    let last = json.as_array().and_then(|a| a.last()).cloned();
+    assert_eq!(
+        last,
+        Some(
+            serde_json::json!({"name": "inventory", "value": "emulated GPUs `h100:2`", "from": "the local control plane running now"})
+        )
+    );
 
     let refused = with(
         "h100:8",
