@@ -47,6 +47,7 @@ mod store;
 mod supervisor;
 mod sys;
 mod volumes;
+mod workspace;
 
 mod images;
 pub mod local;

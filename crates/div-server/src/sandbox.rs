@@ -88,6 +88,20 @@ pub(crate) fn bwrap_works() -> bool {
     works
 }
 
+/// bubblewrap and the first flags every run's sandbox has: no capability, and (where it
+/// works) a user namespace of its own in which no other can be made.
+pub(crate) fn bwrap_head() -> Vec<String> {
+    let mut argv = vec![
+        bwrap_program().display().to_string(),
+        "--cap-drop".to_owned(),
+        "ALL".to_owned(),
+    ];
+    if *OWN_USERNS.get().unwrap_or(&true) {
+        argv.extend(["--unshare-user", "--disable-userns"].map(str::to_owned));
+    }
+    argv
+}
+
 /// The host's `python3` when `python` is not on the login PATH.
 fn python_shim() -> Option<PathBuf> {
     if PROFILE_PATH

@@ -24,6 +24,8 @@ pub(crate) struct Server {
     pub(crate) store: Store,
     pub(crate) inventory: Inventory,
     pub(crate) sandboxed: bool,
+    /// Whether a run's `/workspace` is an overlay over its committed code rather than a copy.
+    pub(crate) overlay: bool,
     /// Where runs' memory and CPU cgroups go (found once, at start).
     pub(crate) cgroups: cgroup::Plan,
     /// Where runs run: it starts, stops and watches their supervisors.
@@ -77,6 +79,7 @@ impl Server {
 
         let cgroups = cgroup::detect();
         // `home/slurm.toml` chooses Slurm; without it runs run on this machine.
+        let mut local = false;
         let (inventory, executor): (Inventory, Box<dyn Executor>) = match slurm_config::load(&home)
             .map_err(ServerError::Slurm)?
         {
@@ -86,7 +89,10 @@ impl Server {
                 (inventory, Box::new(executor))
             }
             None => (
-                Inventory::load(&options.gpus)?,
+                {
+                    local = true;
+                    Inventory::load(&options.gpus)?
+                },
                 Box::new(LocalExecutor::new(
                     options.supervisor.clone(),
                     cgroups.clone(),
@@ -109,7 +115,11 @@ impl Server {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }
         let images = Images::open(&home, options.images.clone())?;
-        let server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
+        // Runs' `/workspace` as overlays where this machine lets them be (see `workspace`).
+        let overlay =
+            sandboxed && local && crate::workspace::overlay_works(&home, &sandbox::bwrap_head());
+        let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
+        server.overlay = overlay;
         Ok((server, HomeLock { _file: lock }))
     }
 
@@ -128,6 +138,7 @@ impl Server {
             store,
             inventory,
             sandboxed,
+            overlay: false,
             cgroups,
             executor,
             images,

@@ -132,8 +132,13 @@ pub(crate) struct RunSpec {
     /// The host directory behind the run's `/mnt`, when sandboxed, and the volumes mounted in it.
     pub(crate) mnt_dir: Option<PathBuf>,
     pub(crate) volumes: Vec<String>,
-    /// The run's copy of the code, deleted once it ends.
+    /// The run's `/workspace` on the host: its copy of the code, or the empty folder its
+    /// overlay is mounted on; deleted once it ends.
     pub(crate) workspace: PathBuf,
+    /// The layers of an overlay `/workspace` (the supervisor mounts it, in the run's own
+    /// mount namespace, on `workspace`); `None`: `workspace` is a copy.
+    #[serde(default)]
+    pub(crate) overlay: Option<crate::workspace::Overlay>,
 }
 
 fn default_grace() -> u64 {
@@ -317,7 +322,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         );
     }
     let sandboxed = spec.mnt_dir.is_some();
-    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed);
+    let overlay = spec.overlay.as_ref().filter(|_| sandboxed);
+    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed && overlay.is_none());
+    if let Some(overlay) = overlay {
+        argv.extend(overlay.mount_prefix(&spec.workspace, true));
+    }
     if sandboxed {
         // bwrap starts with LAUNCH_ENV; the run's variables are set inside, by bwrap, from
         // a pipe (`--args 3`): never on a command line another user could read, never in a
@@ -538,6 +547,9 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     }
     let _ = log.sync_all();
+    if let Some(overlay) = &spec.overlay {
+        overlay.remove();
+    }
     let _ = fs::remove_dir_all(&spec.workspace);
     EndRecord {
         status,
@@ -1126,6 +1138,7 @@ mod tests {
             mnt_dir: None,
             volumes: Vec::new(),
             workspace,
+            overlay: None,
         }
     }
 

@@ -1274,6 +1274,7 @@ mod tests {
             mnt_dir: None,
             volumes: Vec::new(),
             workspace: PathBuf::from("/w"),
+            overlay: None,
         };
         let node = parse_node_env("rank=0\nnodes=1\naddrs=127.0.0.1\ncuda=0,1\njob=5\nhost=n1\n");
         let out = node_spec(spec, &node);

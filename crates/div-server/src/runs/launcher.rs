@@ -16,6 +16,7 @@ use crate::server::Server;
 use crate::settings::Settings;
 use crate::store::{RunInternal, RunRecord};
 use crate::supervisor::{self, RunSpec};
+use crate::workspace::Overlay;
 
 /// Starts `record` on `cores` and `gpus` and records it as running; an error says why it
 /// could not start.
@@ -83,12 +84,24 @@ fn prepare(
     fs::create_dir_all(dir).map_err(io)?;
     let workspace = dir.join("workspace");
     let _ = fs::remove_dir_all(&workspace);
+    // The committed code: under an overlay (mounted by the supervisor, in the run's own mount
+    // namespace) where the server found that works, else copied (see `workspace`).
+    let mut overlay = None;
     match &run.code {
-        Some(code) => copy_tree(
-            &server.volume_dir(&code.volume).join(&code.path),
-            &workspace,
-        )
-        .map_err(io)?,
+        Some(code) => {
+            let committed = server.volume_dir(&code.volume).join(&code.path);
+            overlay = server
+                .overlay
+                .then(|| Overlay::for_run(dir, &committed))
+                .flatten();
+            match &overlay {
+                Some(layers) => {
+                    layers.prepare().map_err(io)?;
+                    fs::create_dir_all(&workspace).map_err(io)?;
+                }
+                None => copy_tree(&committed, &workspace).map_err(io)?,
+            }
+        }
         None => fs::create_dir_all(&workspace).map_err(io)?,
     }
     let tmp = dir.join("tmp");
@@ -305,6 +318,7 @@ fn prepare(
         mnt_dir: server.sandboxed.then(|| mnt.clone()),
         volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
         workspace,
+        overlay,
     };
     Ok((spec, secrets))
 }

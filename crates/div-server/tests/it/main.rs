@@ -17,3 +17,4 @@ mod races;
 mod runs;
 mod state;
 mod unprivileged;
+mod workspace;

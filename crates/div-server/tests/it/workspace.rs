@@ -1,0 +1,143 @@
+//! A run's `/workspace`: its own and writable, never the committed code it starts from, and
+//! (under a root server, where this kernel lets it) an overlay rather than a copy.
+
+use serde_json::json;
+
+use crate::harness::Server;
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_run_does_to_its_workspace_never_reaches_the_committed_code() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let code = server
+        .code(&[
+            ("train.py", "print('original')\n"),
+            ("data/keep.txt", "keep\n"),
+            ("data/big.bin", &"z".repeat(100_000)),
+        ])
+        .await;
+    let committed = server
+        .home
+        .join("volumes/tests-code")
+        .join(code["path"].as_str().expect("a path"));
+    // The attack: append to a file, truncate another, delete one, change a mode, add a
+    // folder, and try to reach the committed code by its host path.
+    let (status, run) = server
+        .create_run(
+            &format!(
+                "echo changed >> train.py; : > data/big.bin; rm data/keep.txt; chmod 777 train.py; \
+                 mkdir -p new && echo x > new/f; {{ echo evil > '{}/train.py'; }} 2>/dev/null; \
+                 cat train.py; ls data; echo ready; while [ ! -e /tmp/go ]; do sleep 0.05; done",
+                committed.display()
+            ),
+            json!({"code": code}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "ready\n").await;
+    let run_dir = server.home.join("runs").join(&id);
+    if is_root() {
+        // An overlay, mounted in the run's own mount namespace: on the host the folder
+        // under it is empty (nothing was copied, nothing is mounted here), and the run's
+        // writes are in its upper layer.
+        let host_view: Vec<_> = std::fs::read_dir(run_dir.join("workspace"))
+            .expect("the workspace folder")
+            .collect();
+        assert!(
+            host_view.is_empty(),
+            "a copy, or a mount on the host: {host_view:?}"
+        );
+        let upper = run_dir.join("overlay/upper");
+        assert_eq!(
+            std::fs::read_to_string(upper.join("new/f")).expect("the run's new file"),
+            "x\n"
+        );
+    }
+    let log = server.log_text(&id).await;
+    assert!(
+        log.contains("print('original')\nchanged\nbig.bin\nready\n"),
+        "{log}"
+    );
+    // The committed code is as it was, while the run goes.
+    let unchanged = || {
+        assert_eq!(
+            std::fs::read_to_string(committed.join("train.py")).expect("train.py"),
+            "print('original')\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(committed.join("data/keep.txt")).expect("keep.txt"),
+            "keep\n"
+        );
+        assert_eq!(
+            std::fs::metadata(committed.join("data/big.bin"))
+                .expect("big.bin")
+                .len(),
+            100_000
+        );
+        assert!(!committed.join("new").exists());
+    };
+    unchanged();
+    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    unchanged();
+    // What the run wrote is gone with it.
+    assert!(!run_dir.join("overlay").exists());
+    assert!(!run_dir.join("workspace").exists());
+
+    // The next run of the same code starts from it as committed.
+    let (_, again) = server
+        .create_run(
+            "cat train.py; cat data/keep.txt; wc -c < data/big.bin; ls new 2>&1 || echo no-new",
+            json!({"code": code}),
+        )
+        .await;
+    let again = again["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&again).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(&again).await;
+    assert!(
+        log.starts_with("print('original')\nkeep\n100000\n") && log.ends_with("no-new\n"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_runs_of_one_snapshot_at_once_each_see_only_their_own_writes() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let code = server.code(&[("f", "base\n")]).await;
+    let script = |me: &str| {
+        format!(
+            "echo {me} >> f; echo {me}-only > mine; while [ ! -e /tmp/go ]; do sleep 0.05; done; cat f; ls"
+        )
+    };
+    let (_, a) = server.create_run(&script("a"), json!({"code": code})).await;
+    let (_, b) = server.create_run(&script("b"), json!({"code": code})).await;
+    let ids = [a, b].map(|r| r["id"].as_str().expect("an id").to_owned());
+    for id in &ids {
+        server.wait_running(id).await;
+    }
+    // Both have written before either ends.
+    for id in &ids {
+        let mine = server.home.join("runs").join(id);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !(mine.join("overlay/upper/mine").exists() || mine.join("workspace/mine").exists()) {
+            assert!(std::time::Instant::now() < deadline, "{id} never wrote");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        std::fs::write(mine.join("tmp/go"), b"").expect("go");
+    }
+    for (id, me) in ids.iter().zip(["a", "b"]) {
+        let ended = server.wait_end(id).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+        assert_eq!(server.log_text(id).await, format!("base\n{me}\nf\nmine\n"));
+    }
+}
