@@ -185,6 +185,18 @@ pub trait ControlPlane: Send + Sync {
     /// Commit a tree of sent blobs at a path in the volume.
     async fn commit_tree(&self, volume: &str, tree: &CommitTree)
     -> Result<CommittedTree, ApiError>;
+    /// The tree the volume holds at `path`, when it is the one with `digest`
+    /// ([`tree_digest`]); `None` when it holds none there, another one, or cannot say (a
+    /// control plane without this question answers it `None`: the caller then sends the
+    /// tree the whole way).
+    async fn tree_held(
+        &self,
+        _volume: &str,
+        _path: &str,
+        _digest: &str,
+    ) -> Result<Option<CommittedTree>, ApiError> {
+        Ok(None)
+    }
     /// List what is under `path` in the volume (recursively), `""` for all of it.
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError>;
     /// Write the file at `path` in the volume into `sink`; returns the bytes written.

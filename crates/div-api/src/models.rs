@@ -145,8 +145,23 @@ pub struct CommittedTree {
     pub path: String,
     pub files: u64,
     pub bytes: u64,
+    /// The tree's [`tree_digest`], where the server says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// A tree's digest: blake3 of its entries, sorted by path (bytewise), as JSON. Two trees
+/// with the same digest are the same tree; `GET /v1/volumes/{name}/trees?path=&digest=`
+/// asks the server whether it holds this one at a path, so that an unchanged project's
+/// next run sends neither its hashes nor its tree.
+pub fn tree_digest(entries: &[TreeEntry]) -> String {
+    let mut sorted: Vec<&TreeEntry> = entries.iter().collect();
+    sorted.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    // A Vec of plain structs serialises without fail.
+    let json = serde_json::to_vec(&sorted).unwrap_or_default();
+    blake3::hash(&json).to_hex().to_string()
 }
 
 /// One entry of a volume's listing (`GET /v1/volumes/{name}/tree?path=`).

@@ -23,6 +23,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/volumes/{name}/blobs/missing"),
     ("PUT", "/v1/volumes/{name}/blobs/{hash}"),
     ("POST", "/v1/volumes/{name}/trees"),
+    ("GET", "/v1/volumes/{name}/trees"),
     ("GET", "/v1/volumes/{name}/tree"),
     ("GET", "/v1/volumes/{name}/file"),
     ("POST", "/v1/images/pull"),
@@ -173,6 +174,31 @@ impl ControlPlane for HttpControlPlane {
             tree,
         ))
         .await
+    }
+
+    async fn tree_held(
+        &self,
+        volume: &str,
+        path: &str,
+        digest: &str,
+    ) -> Result<Option<CommittedTree>, ApiError> {
+        let got: Result<CommittedTree, ApiError> = self
+            .json(Call::get(format!(
+                "/v1/volumes/{}/trees?path={}&digest={}",
+                segment(volume),
+                query_value(path),
+                query_value(digest)
+            )))
+            .await;
+        match got {
+            // Only an answer that names this digest is taken: anything else (another tree,
+            // a server that does not know the question) sends the tree the whole way.
+            Ok(tree) if tree.digest.as_deref() == Some(digest) => Ok(Some(tree)),
+            Ok(_) => Ok(None),
+            // Not held there (404), or a control plane that does not know the question: the
+            // upload's next request says what is wrong, if anything is.
+            Err(_) => Ok(None),
+        }
     }
 
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {

@@ -525,6 +525,42 @@ pub(crate) async fn upload(
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
     cp.create_volume(volume).await.map_err(api(words.make))?;
+    let tree = CommitTree {
+        path: path.to_string(),
+        entries: shipment
+            .manifest
+            .entries
+            .iter()
+            .map(|e| TreeEntry {
+                path: if prefix.is_empty() {
+                    e.path.clone()
+                } else {
+                    format!("{prefix}/{}", e.path)
+                },
+                kind: match e.kind {
+                    div_ship::EntryKind::File => ApiEntryKind::File,
+                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
+                },
+                executable: e.executable,
+                size: e.size,
+                hash: e.hash.clone(),
+                target: e.target.clone(),
+            })
+            .collect(),
+    };
+    // The same tree already committed there (the project is unchanged since its last run):
+    // one short question, and neither the hashes nor the tree are sent.
+    if !path.is_empty()
+        && cp
+            .tree_held(volume, path, &div_api::tree_digest(&tree.entries))
+            .await
+            .map_err(api(words.ask))?
+            .is_some()
+    {
+        sink.event(Event::UploadStarted { bytes: 0, blobs: 0 });
+        sink.event(Event::UploadFinished);
+        return Ok(());
+    }
     let mut hashes: Vec<String> = shipment
         .manifest
         .entries
@@ -599,29 +635,6 @@ pub(crate) async fn upload(
             sink.event(Event::UploadProgress { sent });
         }
     }
-    let tree = CommitTree {
-        path: path.to_string(),
-        entries: shipment
-            .manifest
-            .entries
-            .iter()
-            .map(|e| TreeEntry {
-                path: if prefix.is_empty() {
-                    e.path.clone()
-                } else {
-                    format!("{prefix}/{}", e.path)
-                },
-                kind: match e.kind {
-                    div_ship::EntryKind::File => ApiEntryKind::File,
-                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
-                },
-                executable: e.executable,
-                size: e.size,
-                hash: e.hash.clone(),
-                target: e.target.clone(),
-            })
-            .collect(),
-    };
     cp.commit_tree(volume, &tree)
         .await
         .map_err(api(words.commit))?;

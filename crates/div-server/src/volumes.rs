@@ -186,15 +186,15 @@ pub(crate) fn commit_tree(
     // known at once, without asking the store about each of its blobs again (they were
     // all there when it was first committed, and blobs are never taken back while a tree
     // names them).
-    let digest = (!tree.path.is_empty())
-        .then(|| serde_json::to_vec(&entries).map(|b| blake3::hash(&b).to_hex().to_string()))
-        .transpose()
-        .map_err(|e| HttpError::invalid(e.to_string()))?;
+    let digest = (!tree.path.is_empty()).then(|| div_api::tree_digest(&entries));
     if let Some(digest) = &digest
         && let Some((existing, _, _)) = server.store.tree(volume, &tree.path)?
         && existing == *digest
     {
-        return Ok((200, committed_tree(volume, &tree.path, &entries)));
+        return Ok((
+            200,
+            committed_tree(volume, &tree.path, &entries, Some(digest)),
+        ));
     }
     let mut missing: Vec<String> = Vec::new();
     for entry in &tree.entries {
@@ -221,7 +221,7 @@ pub(crate) fn commit_tree(
     let Some(digest) = digest else {
         return add_to_root(server, volume, &entries);
     };
-    let committed = committed_tree(volume, &tree.path, &entries);
+    let committed = committed_tree(volume, &tree.path, &entries, Some(&digest));
     if let Some((existing, _, _)) = server.store.tree(volume, &tree.path)? {
         if existing == digest {
             return Ok((200, committed));
@@ -314,7 +314,7 @@ fn add_to_root(
             return Err(conflict(&entry.path));
         }
     }
-    let committed = committed_tree(volume, "", entries);
+    let committed = committed_tree(volume, "", entries, None);
     if new.is_empty() {
         return Ok((200, committed));
     }
@@ -419,8 +419,14 @@ pub(crate) fn list_tree(
 }
 
 /// What a commit of `entries` at `path` in `volume` says: how many files, how many bytes.
-fn committed_tree(volume: &str, path: &str, entries: &[div_api::TreeEntry]) -> CommittedTree {
+fn committed_tree(
+    volume: &str,
+    path: &str,
+    entries: &[div_api::TreeEntry],
+    digest: Option<&str>,
+) -> CommittedTree {
     CommittedTree {
+        digest: digest.map(str::to_owned),
         volume: volume.to_owned(),
         path: path.to_owned(),
         files: entries
@@ -429,6 +435,39 @@ fn committed_tree(volume: &str, path: &str, entries: &[div_api::TreeEntry]) -> C
             .count() as u64,
         bytes: entries.iter().map(|e| e.size).sum(),
         extra: Default::default(),
+    }
+}
+
+/// `GET /v1/volumes/{name}/trees?path=P&digest=D`: the tree committed at `P` when its digest
+/// is `D` (`div_api::tree_digest`), else `404 not_found`. What lets an unchanged project's
+/// next run skip sending its hashes and its tree.
+pub(crate) fn tree_held(
+    server: &Server,
+    volume: &str,
+    path: &str,
+    digest: &str,
+) -> Result<CommittedTree, HttpError> {
+    require_volume(server, volume)?;
+    if path.is_empty() || !valid_rel(path) {
+        return Err(HttpError::invalid(format!(
+            "`{path}` is not a path inside the volume where a tree can be"
+        )));
+    }
+    match server.store.tree(volume, path)? {
+        Some((held, files, bytes)) if held == digest => Ok(CommittedTree {
+            volume: volume.to_owned(),
+            path: path.to_owned(),
+            files,
+            bytes,
+            digest: Some(held),
+            extra: Default::default(),
+        }),
+        Some(_) => Err(HttpError::not_found(format!(
+            "`{path}` in volume `{volume}` holds another tree"
+        ))),
+        None => Err(HttpError::not_found(format!(
+            "no tree is committed at `{path}` in volume `{volume}`"
+        ))),
     }
 }
 

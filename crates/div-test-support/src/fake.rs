@@ -433,6 +433,7 @@ impl ControlPlane for FakeControlPlane {
             path: tree.path.clone(),
             files,
             bytes,
+            digest: None,
             extra: Default::default(),
         };
         if tree.path.is_empty() {

@@ -57,6 +57,7 @@ pub(crate) mod examples {
             path: "code/x".into(),
             files: 1,
             bytes: 2,
+            digest: Some("af13".into()),
             extra: Extra::new(),
         }
     }

@@ -897,3 +897,78 @@ fn a_man_page_for_every_command_goes_into_a_folder() {
             .contains("`--dir` goes with `man` only; completions are one file, on stdout")
     );
 }
+
+#[tokio::test]
+async fn unchanged_code_the_control_plane_holds_sends_neither_hashes_nor_tree() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    // The control plane holds the tree: it answers the question with the digest asked.
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex("^/v1/volumes/[^/]+/trees$"))
+        .respond_with(|req: &Request| {
+            let get = |key: &str| {
+                req.url
+                    .query_pairs()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default()
+            };
+            json_response(
+                200,
+                &json!({"volume": "very-cool-classifier-code", "path": get("path"), "files": 1, "bytes": 27, "digest": get("digest")}),
+            )
+        })
+        .mount(&world.server)
+        .await;
+    let done = world.div(&["run", "--detach", "train.py::run"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let requests = world.requests().await;
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /v1/volumes/very-cool-classifier-code/trees")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/blobs/missing")
+            || r.starts_with("POST /v1/volumes/very-cool-classifier-code/trees")),
+        "the hashes or the tree were sent: {requests:?}"
+    );
+    // The placed run names the code at the path asked about.
+    let asked = world
+        .server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.method.as_str() == "GET" && r.url.path().ends_with("/trees"))
+        .expect("the question");
+    let path = asked
+        .url
+        .query_pairs()
+        .find(|(k, _)| k == "path")
+        .map(|(_, v)| v.into_owned())
+        .expect("a path");
+    assert_eq!(world.placed_body().await["code"]["path"], path.as_str());
+}
+
+#[tokio::test]
+async fn a_control_plane_that_does_not_hold_the_tree_gets_it_the_whole_way() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    // No answer for the question (a 404, as from a control plane that does not know it).
+    let done = world.div(&["run", "--detach", "train.py::run"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let requests = world.requests().await;
+    assert!(
+        requests.iter().any(|r| r.ends_with("/blobs/missing"))
+            && requests
+                .iter()
+                .any(|r| r.starts_with("POST /v1/volumes/very-cool-classifier-code/trees")),
+        "{requests:?}"
+    );
+}

@@ -138,6 +138,13 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
             Ok(wire::json(status, &t))
         }
+        (&Method::GET, ["v1", "volumes", name, "trees"]) => {
+            let name = name.to_string();
+            let p = param(&q, "path").unwrap_or_default();
+            let d = param(&q, "digest").unwrap_or_default();
+            let t = blocking(server, move |s| volumes::tree_held(s, &name, &p, &d)).await?;
+            Ok(wire::json(200, &t))
+        }
         (&Method::GET, ["v1", "volumes", name, "tree"]) => {
             let name = name.to_string();
             let p = param(&q, "path").unwrap_or_default();

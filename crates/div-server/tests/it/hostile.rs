@@ -243,3 +243,47 @@ async fn errors_carry_details_only_when_there_are_some() {
         "`details` is an object or absent, never null: {body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_says_whether_it_holds_a_tree_only_for_its_exact_digest() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let entries = json!([{"path": "a.txt", "kind": "file", "size": 0, "hash": EMPTY}]);
+    let (status, body) = server
+        .request(
+            "POST",
+            "/v1/volumes/vol/trees",
+            Some(json!({"path": "code/1", "entries": entries})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let digest = body["digest"]
+        .as_str()
+        .expect("the commit names its digest")
+        .to_owned();
+    let typed: Vec<div_api::TreeEntry> = serde_json::from_value(entries).expect("entries");
+    assert_eq!(digest, div_api::tree_digest(&typed));
+    let ask =
+        |path: &str, digest: &str| format!("/v1/volumes/vol/trees?path={path}&digest={digest}");
+    let (status, held) = server.request("GET", &ask("code/1", &digest), None).await;
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["digest"], digest.as_str());
+    assert_eq!(
+        (held["files"].as_u64(), held["bytes"].as_u64()),
+        (Some(1), Some(0))
+    );
+    // Another digest, another path, another volume, no path, a path out of the volume.
+    for (path, status_wanted) in [
+        (ask("code/1", &"0".repeat(64)), 404),
+        (ask("code/2", &digest), 404),
+        (
+            format!("/v1/volumes/none/trees?path=code/1&digest={digest}"),
+            404,
+        ),
+        (format!("/v1/volumes/vol/trees?digest={digest}"), 422),
+        (ask("../etc", &digest), 422),
+    ] {
+        let (status, body) = server.request("GET", &path, None).await;
+        assert_eq!(status, status_wanted, "{path}: {body}");
+    }
+}
