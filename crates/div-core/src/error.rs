@@ -148,6 +148,9 @@ pub enum RunError {
     /// `--name` is not a run name.
     #[error(transparent)]
     RunName(#[from] div_spec::RunNameError),
+    /// The `--env` variables cannot be a run's environment (together past its size).
+    #[error(transparent)]
+    Env(#[from] div_spec::EnvError),
     /// `--name` names a run that exists.
     #[error("a run named `{0}` already exists")]
     NameTaken(String),

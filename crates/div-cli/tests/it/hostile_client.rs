@@ -401,6 +401,57 @@ async fn an_env_value_past_the_limit_is_refused_when_typed() {
     assert!(world.requests().await.is_empty());
 }
 
+/// An `--env` or secret name past 255 bytes, and `--env` variables past 1 MiB together, are
+/// refused as typed, saying which bound, before the control plane is asked.
+#[tokio::test]
+async fn env_names_past_255_bytes_and_env_past_1_mib_are_refused_when_typed() {
+    let world = World::new().await;
+    let name = "K".repeat(256);
+    let done = world
+        .div(&["run", "--env", &format!("{name}=v"), "train.py"])
+        .await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("the variable name `KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK…` is 256 bytes; a name holds at most 255 bytes"),
+        "{}",
+        done.stderr
+    );
+    std::fs::write(world.project().join("token"), b"secret").expect("write");
+    let done = world
+        .div(&["secrets", "set", &name, "--from-file", "token"])
+        .await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("the secret's name is refused: the variable name `KKKK")
+            && done
+                .stderr
+                .contains("is 256 bytes; a name holds at most 255 bytes"),
+        "{}",
+        done.stderr
+    );
+    // Nine variables of 120,000 bytes: each is fine, together they are 1,080,036 bytes.
+    let vars: Vec<String> = (1..=9)
+        .map(|i| format!("V{i}={}", "x".repeat(120_000)))
+        .collect();
+    let mut args = vec!["run"];
+    for v in &vars {
+        args.extend(["--env", v.as_str()]);
+    }
+    args.push("train.py");
+    let done = world.div(&args).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(
+            "the run's --env variables hold 1080036 bytes together (`KEY=value` and a NUL each, the largest `V1`); a run's environment holds at most 1048576 bytes (1 MiB)"
+        ),
+        "{}",
+        done.stderr
+    );
+    assert!(world.requests().await.is_empty());
+}
+
 /// A secret's value with a NUL byte is refused before the control plane is asked.
 #[tokio::test]
 async fn a_secret_with_a_nul_is_refused_when_set() {
