@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use div_api::{CommitTree, CommittedTree, MissingBlobs, Volume, VolumeEntry};
@@ -33,9 +34,13 @@ pub(crate) fn valid_hash(hash: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A path inside a volume (div-spec's rule), or `""` for its root.
+/// A path inside a volume (div-spec's rule), or `""` for its root. A name that is not UTF-8
+/// comes escaped ([`div_ship::encode_path`]: a NUL and two hex digits a byte); a NUL that is
+/// not such an escape is refused.
 fn valid_rel(path: &str) -> bool {
-    path.is_empty() || div_spec::is_volume_path(path)
+    path.is_empty()
+        || (div_ship::decode_path(path).is_some()
+            && div_spec::is_volume_path(&path.replace('\0', "%")))
 }
 
 pub(crate) fn require_volume(server: &Server, name: &str) -> Result<Volume, HttpError> {
@@ -255,81 +260,186 @@ pub(crate) fn commit_tree(
     Ok((201, committed))
 }
 
-/// A tree committed at `""` (what `div storage put` sends) is added to the volume's root:
-/// each path the volume lacks is written, each it holds with the same content is left as it
-/// is, and one it holds with other content (or where a folder is a file) refuses the whole
-/// commit, 409, before anything is written: a put never replaces data.
+/// A tree committed at `""` (what `div storage put` sends) is put into the volume's root as
+/// `cp` would: each path the volume lacks is written, each it holds is replaced (a file a run
+/// edited, or a link a run left there: the link itself, never what it points to), and one it
+/// holds with the same content is left as it is. A folder where the tree has a file, and a
+/// file or a link where the tree needs a folder, refuse the whole commit, 409, naming the
+/// path, before anything is written: a put never writes through a link, and never replaces a
+/// folder. Paths that are not UTF-8 come escaped ([`div_ship::encode_path`]).
+///
+/// Everything is written beside the volume first (in its blob folder, which no run sees),
+/// then each file is renamed into place beneath folders opened one at a time without
+/// following links, so a run that swaps a folder for a link meanwhile gets the put refused,
+/// never written through.
 fn add_to_root(
     server: &Server,
     volume: &str,
     entries: &[div_api::TreeEntry],
 ) -> Result<(u16, CommittedTree), HttpError> {
     let root = server.volume_dir(volume);
-    let conflict = |path: &str| {
+    let refuse = |path: &str, why: &str| {
         HttpError::conflict(format!(
-            "`{path}` in volume `{volume}` holds something else; a put never replaces it"
+            "`{}` in volume `{volume}` {why}",
+            div_ship::display_path(path)
         ))
         .with_details(json!({ "path": path }))
     };
-    let mut new = Vec::new();
+    let mut write = Vec::new();
     for entry in entries {
         let parts: Vec<&str> = entry.path.split('/').collect();
         for depth in 1..parts.len() {
             let above = parts[..depth].join("/");
-            match fs::symlink_metadata(root.join(&above)) {
-                Ok(m) if !m.is_dir() => return Err(conflict(&above)),
+            match fs::symlink_metadata(root.join(on_disk(&above)?)) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(refuse(
+                        &above,
+                        "is a link (a run may have left it), where the put has a folder; a put never writes through a link",
+                    ));
+                }
+                Ok(m) if !m.is_dir() => {
+                    return Err(refuse(
+                        &above,
+                        "is a file, where the put has a folder; a put replaces files, never a file with a folder",
+                    ));
+                }
                 _ => {}
             }
         }
-        let target = root.join(&entry.path);
-        let Ok(meta) = fs::symlink_metadata(&target) else {
-            new.push(entry.clone());
-            continue;
-        };
-        let same = match entry.kind {
-            div_api::EntryKind::File => {
-                meta.is_file()
-                    && meta.len() == entry.size
-                    && blake3_of(&target).ok().as_deref() == entry.hash.as_deref()
+        match fs::symlink_metadata(root.join(on_disk(&entry.path)?)) {
+            Err(_) => write.push(entry.clone()),
+            Ok(m) if m.is_dir() => {
+                return Err(refuse(
+                    &entry.path,
+                    "is a folder, where the put has a file; a put replaces files, never a folder",
+                ));
             }
-            div_api::EntryKind::Symlink => {
-                meta.file_type().is_symlink()
-                    && fs::read_link(&target)
-                        .ok()
-                        .map(|t| t.to_string_lossy().into_owned())
-                        == entry.target
-            }
-        };
-        if !same {
-            return Err(conflict(&entry.path));
+            Ok(_) if holds(&root, entry) => {}
+            Ok(_) => write.push(entry.clone()),
         }
     }
     let committed = committed_tree(volume, "", entries);
-    if new.is_empty() {
+    if write.is_empty() {
         return Ok((200, committed));
     }
-    // Written whole beside the volume's files, then each moved into place.
-    let tmp = root.join(format!(".tmp-put-{}-{}", std::process::id(), now_ms()));
-    rules::materialise(&new, |h| blob_path(server, volume, h), &tmp).map_err(HttpError::invalid)?;
-    let moved = (|| -> std::io::Result<()> {
-        for entry in &new {
-            let target = root.join(&entry.path);
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent)?;
+    static PUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tmp = blob_dir(server, volume).join(format!(
+        "put-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        PUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    fs::create_dir_all(blob_dir(server, volume))?;
+    let placed = rules::materialise(&write, |h| blob_path(server, volume, h), &tmp)
+        .map_err(HttpError::invalid)
+        .and_then(|()| {
+            for entry in &write {
+                place(&root, &tmp, &entry.path).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP | libc::ENOTDIR | libc::EISDIR | libc::ENOTEMPTY) => refuse(
+                        &entry.path,
+                        "changed while the put was written (a folder on its way became a link or a file, or the file a folder); nothing more was written",
+                    ),
+                    _ => HttpError::from(e),
+                })?;
             }
-            fs::rename(tmp.join(&entry.path), &target)?;
-        }
-        Ok(())
-    })();
+            Ok(())
+        });
     let _ = fs::remove_dir_all(&tmp);
-    moved?;
+    placed?;
     Ok((201, committed))
 }
 
-fn blake3_of(path: &Path) -> std::io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(fs::File::open(path)?)?;
-    Ok(hasher.finalize().to_hex().to_string())
+/// A path of a tree (escaped as [`div_ship::encode_path`] writes it) on disk, relative.
+fn on_disk(path: &str) -> Result<PathBuf, HttpError> {
+    div_ship::fs_path(path)
+        .map(std::borrow::Cow::into_owned)
+        .ok_or_else(|| HttpError::invalid(format!("`{}` is not a valid path", path.escape_debug())))
+}
+
+/// The folder `parts` beneath `root`, each opened without following a link (`O_NOFOLLOW |
+/// O_DIRECTORY`, beneath the one before); with `make`, a missing one is made. `None`: one is
+/// missing (without `make`). A link or a file on the way is an error (`ELOOP`, `ENOTDIR`).
+fn folder_beneath(
+    root: &Path,
+    parts: &[&std::ffi::OsStr],
+    make: bool,
+) -> std::io::Result<Option<rustix::fd::OwnedFd>> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(root, flags, Mode::empty())?;
+    for part in parts {
+        dir = match rustix::fs::openat(&dir, *part, flags, Mode::empty()) {
+            Ok(next) => next,
+            Err(rustix::io::Errno::NOENT) if make => {
+                match rustix::fs::mkdirat(&dir, *part, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                rustix::fs::openat(&dir, *part, flags, Mode::empty())?
+            }
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+    }
+    Ok(Some(dir))
+}
+
+/// `path`'s folders and name on disk, split.
+fn split(path: &Path) -> (Vec<&std::ffi::OsStr>, &std::ffi::OsStr) {
+    let mut parts: Vec<&std::ffi::OsStr> = path.iter().collect();
+    let name = parts.pop().unwrap_or_default();
+    (parts, name)
+}
+
+/// Moves `tmp/path` over `root/path`: beneath folders opened without following links (made
+/// when missing), replacing a file or a link there (the link itself), never a folder.
+fn place(root: &Path, tmp: &Path, path: &str) -> std::io::Result<()> {
+    let rel = div_ship::fs_path(path).ok_or_else(|| std::io::Error::other("not a valid path"))?;
+    let (parts, name) = split(&rel);
+    let Some(dir) = folder_beneath(root, &parts, true)? else {
+        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    };
+    rustix::fs::renameat(rustix::fs::CWD, tmp.join(&rel), &dir, name)?;
+    Ok(())
+}
+
+/// Whether the volume holds `entry` as it is: the same file content and mode bit, or the
+/// same link. The file is opened without following a link, and never blocks (a FIFO a run
+/// left is not the file).
+fn holds(root: &Path, entry: &div_api::TreeEntry) -> bool {
+    use rustix::fs::{Mode, OFlags};
+    let Some(rel) = div_ship::fs_path(&entry.path) else {
+        return false;
+    };
+    let (parts, name) = split(&rel);
+    let Ok(Some(dir)) = folder_beneath(root, &parts, false) else {
+        return false;
+    };
+    match entry.kind {
+        div_api::EntryKind::File => {
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let Ok(fd) = rustix::fs::openat(&dir, name, flags, Mode::empty()) else {
+                return false;
+            };
+            let file = fs::File::from(fd);
+            let Ok(meta) = file.metadata() else {
+                return false;
+            };
+            use std::os::unix::fs::PermissionsExt;
+            let executable = meta.permissions().mode() & 0o100 != 0;
+            if !meta.is_file() || meta.len() != entry.size || executable != entry.executable {
+                return false;
+            }
+            let mut hasher = blake3::Hasher::new();
+            hasher.update_reader(file).is_ok()
+                && Some(hasher.finalize().to_hex().as_str()) == entry.hash.as_deref()
+        }
+        div_api::EntryKind::Symlink => {
+            rustix::fs::readlinkat(&dir, name, Vec::new()).is_ok_and(|t| {
+                Some(div_ship::encode_path(t.as_bytes()).as_ref()) == entry.target.as_deref()
+            })
+        }
+    }
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<()> {
@@ -337,9 +447,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let path = entry.path();
+        // A name that is not UTF-8 is escaped as div-ship escapes it, never made lossy.
         let rel = path
             .strip_prefix(root)
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(|p| div_ship::encode_path(p.as_os_str().as_bytes()).into_owned())
             .unwrap_or_default();
         let meta = fs::symlink_metadata(&path)?;
         if meta.file_type().is_symlink() {
@@ -350,7 +461,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
                 executable: false,
                 target: fs::read_link(&path)
                     .ok()
-                    .map(|t| t.to_string_lossy().into_owned()),
+                    .map(|t| div_ship::encode_path(t.as_os_str().as_bytes()).into_owned()),
                 extra: Default::default(),
             });
         } else if meta.is_dir() {
@@ -393,7 +504,7 @@ pub(crate) fn list_tree(
         )));
     }
     let root = server.volume_dir(volume);
-    let at = root.join(path);
+    let at = root.join(on_disk(path)?);
     let meta = fs::symlink_metadata(&at)
         .map_err(|_| HttpError::not_found(format!("no `{path}` in volume `{volume}`")))?;
     let mut out = Vec::new();
@@ -432,7 +543,10 @@ pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<Pat
     }
     let root = server.volume_dir(volume).canonicalize()?;
     let not_found = || HttpError::not_found(format!("no file `{path}` in volume `{volume}`"));
-    let real = root.join(path).canonicalize().map_err(|_| not_found())?;
+    let real = root
+        .join(on_disk(path)?)
+        .canonicalize()
+        .map_err(|_| not_found())?;
     if !real.starts_with(&root) || !real.is_file() {
         return Err(not_found());
     }
