@@ -245,11 +245,39 @@ pub(crate) fn commit_tree(
             )));
         }
     }
-    if let Some(parent) = dest.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    rules::materialise(&entries, |h| blob_path(server, volume, h), &dest)
-        .map_err(HttpError::invalid)?;
+    // Written whole where no run sees it, then moved into place beneath folders opened
+    // without following links (made when missing), never over anything: a folder a run
+    // swaps for a link meanwhile refuses the commit instead of carrying it out of the volume.
+    let root = server.volume_dir(volume);
+    let tmp = staging(server, volume, &root)?;
+    let placed = rules::materialise(&entries, |h| blob_path(server, volume, h), &tmp)
+        .map_err(HttpError::invalid)
+        .and_then(|()| {
+            let rel = on_disk(&tree.path)?;
+            let (parts, name) = split(&rel);
+            let dir = folder_beneath(&root, &parts, true)
+                .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+                .map_err(|e| on_the_way(volume, &tree.path, e))?;
+            let moved = rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &tmp,
+                &dir,
+                name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            );
+            // A filesystem without `RENAME_NOREPLACE` (NFS): a plain rename, which still
+            // never replaces a folder that holds anything (the commit lock is held, and the
+            // place was checked empty above).
+            let moved = match moved {
+                Err(rustix::io::Errno::INVAL) => {
+                    rustix::fs::renameat(rustix::fs::CWD, &tmp, &dir, name)
+                }
+                other => other,
+            };
+            moved.map_err(|e| on_the_way(volume, &tree.path, e.into()))
+        });
+    let _ = fs::remove_dir_all(&tmp);
+    placed?;
     server.store.add_tree(
         volume,
         &tree.path,
@@ -322,14 +350,7 @@ fn add_to_root(
     if write.is_empty() {
         return Ok((200, committed));
     }
-    static PUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let tmp = blob_dir(server, volume).join(format!(
-        "put-{}-{}-{}",
-        std::process::id(),
-        now_ms(),
-        PUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    fs::create_dir_all(blob_dir(server, volume))?;
+    let tmp = staging(server, volume, &root)?;
     let placed = rules::materialise(&write, |h| blob_path(server, volume, h), &tmp)
         .map_err(HttpError::invalid)
         .and_then(|()| {
@@ -347,6 +368,42 @@ fn add_to_root(
     let _ = fs::remove_dir_all(&tmp);
     placed?;
     Ok((201, committed))
+}
+
+/// Where a tree is written before it is moved into the volume: a new path in the volume's
+/// blob folder, which no run sees, when it is on the volume's filesystem (a rename cannot
+/// cross filesystems); else beside the volume's files (`.tmp-put-…`, left out of listings),
+/// as before.
+fn staging(server: &Server, volume: &str, root: &Path) -> Result<PathBuf, HttpError> {
+    use std::os::unix::fs::MetadataExt;
+    static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!(
+        "put-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let blobs = blob_dir(server, volume);
+    fs::create_dir_all(&blobs)?;
+    let same_disk = fs::metadata(&blobs)?.dev() == fs::metadata(root)?.dev();
+    Ok(if same_disk {
+        blobs.join(name)
+    } else {
+        root.join(format!(".tmp-{name}"))
+    })
+}
+
+/// A commit's place that could not be reached: a link or a file on its way, or something
+/// already there (a run may have made it since it was checked); other errors as they are.
+fn on_the_way(volume: &str, path: &str, e: std::io::Error) -> HttpError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP | libc::ENOTDIR | libc::EEXIST | libc::ENOTEMPTY) => {
+            HttpError::conflict(format!(
+                "`{path}` in volume `{volume}` could not be written: a folder on its way is a link or a file, or something is already there (a run may have left it); remove it to commit `{path}`"
+            ))
+        }
+        _ => HttpError::from(e),
+    }
 }
 
 /// A path of a tree (escaped as [`div_ship::encode_path`] writes it) on disk, relative.
@@ -551,4 +608,68 @@ pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<Pat
         return Err(not_found());
     }
     Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{folder_beneath, place};
+    use std::ffi::OsStr;
+    use std::fs;
+
+    /// A run swaps a folder of the volume for a link to a host folder after the put checked
+    /// it: the write step itself, beneath folders opened without following links, refuses
+    /// and writes nothing through it.
+    #[test]
+    fn a_folder_swapped_for_a_link_after_the_check_is_never_written_through() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let (root, staged, outside) = (
+            tmp.path().join("vol"),
+            tmp.path().join("staged"),
+            tmp.path().join("outside"),
+        );
+        for d in [&root, &staged.join("sub"), &outside] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        fs::write(staged.join("sub/x"), "put").expect("write");
+        std::os::unix::fs::symlink(&outside, root.join("sub")).expect("link");
+        // `O_DIRECTORY | O_NOFOLLOW` on a link: `ENOTDIR` (`ELOOP` on some kernels).
+        let refused =
+            |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+        let e = place(&root, &staged, "sub/x").expect_err("refused");
+        assert!(refused(&e), "{e}");
+        assert!(!outside.join("x").exists(), "written through the link");
+        assert!(staged.join("sub/x").exists());
+        let e = folder_beneath(&root, &[OsStr::new("sub")], true).expect_err("refused");
+        assert!(refused(&e), "{e}");
+        assert!(fs::read_dir(&outside).expect("outside").next().is_none());
+        // A file on the way: ENOTDIR, nothing made.
+        fs::remove_file(root.join("sub")).expect("rm");
+        fs::write(root.join("sub"), "a file").expect("write");
+        let e = place(&root, &staged, "sub/x").expect_err("refused");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+    }
+
+    /// A link a run left in a file's place is replaced itself: its target is untouched.
+    #[test]
+    fn a_link_in_a_files_place_is_replaced_never_followed() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let (root, staged) = (tmp.path().join("vol"), tmp.path().join("staged"));
+        for d in [&root, &staged] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        let target = tmp.path().join("host-file");
+        fs::write(&target, "host").expect("write");
+        std::os::unix::fs::symlink(&target, root.join("f")).expect("link");
+        fs::write(staged.join("f"), "put").expect("write");
+        place(&root, &staged, "f").expect("placed");
+        assert_eq!(fs::read_to_string(&target).expect("host"), "host");
+        let meta = fs::symlink_metadata(root.join("f")).expect("f");
+        assert!(meta.is_file());
+        assert_eq!(fs::read_to_string(root.join("f")).expect("f"), "put");
+        // Missing folders on the way are made.
+        fs::create_dir_all(staged.join("a/b")).expect("mkdir");
+        fs::write(staged.join("a/b/c"), "deep").expect("write");
+        place(&root, &staged, "a/b/c").expect("placed");
+        assert_eq!(fs::read_to_string(root.join("a/b/c")).expect("c"), "deep");
+    }
 }
