@@ -590,8 +590,13 @@ fn committed_tree(volume: &str, path: &str, entries: &[div_api::TreeEntry]) -> C
     }
 }
 
-/// The host path of a file in a volume, refusing anything that leaves the volume.
-pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<PathBuf, HttpError> {
+/// A file of a volume, opened for reading: links inside the volume are resolved (one that
+/// leaves it, or anything but a regular file, is "no file"), then the resolved path is opened
+/// beneath the volume one folder at a time without following a link, the file itself
+/// `O_NOFOLLOW | O_NONBLOCK`: a run that swaps the file or a folder for a link (to a host
+/// file) or a FIFO after the path was resolved gets "no file", never the host's file nor a
+/// read that blocks.
+pub(crate) fn open_file(server: &Server, volume: &str, path: &str) -> Result<fs::File, HttpError> {
     require_volume(server, volume)?;
     if path.is_empty() || !valid_rel(path) {
         return Err(HttpError::invalid(format!(
@@ -599,20 +604,42 @@ pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<Pat
         )));
     }
     let root = server.volume_dir(volume).canonicalize()?;
-    let not_found = || HttpError::not_found(format!("no file `{path}` in volume `{volume}`"));
+    let not_found = || {
+        HttpError::not_found(format!(
+            "no file `{}` in volume `{volume}`",
+            div_ship::display_path(path)
+        ))
+    };
     let real = root
         .join(on_disk(path)?)
         .canonicalize()
         .map_err(|_| not_found())?;
-    if !real.starts_with(&root) || !real.is_file() {
-        return Err(not_found());
+    let rel = real.strip_prefix(&root).map_err(|_| not_found())?;
+    match open_in(&root, rel) {
+        Ok(Some(file)) => Ok(file),
+        _ => Err(not_found()),
     }
-    Ok(real)
+}
+
+/// `root/rel` opened for reading beneath `root` without following a link anywhere, never
+/// blocking; `None` when it is not a regular file (or missing).
+fn open_in(root: &Path, rel: &Path) -> std::io::Result<Option<fs::File>> {
+    use rustix::fs::{Mode, OFlags};
+    let (parts, name) = split(rel);
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let Some(dir) = folder_beneath(root, &parts, false)? else {
+        return Ok(None);
+    };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = fs::File::from(rustix::fs::openat(&dir, name, flags, Mode::empty())?);
+    Ok(file.metadata()?.is_file().then_some(file))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{folder_beneath, place};
+    use super::{folder_beneath, open_in, place};
     use std::ffi::OsStr;
     use std::fs;
 
@@ -671,5 +698,50 @@ mod tests {
         fs::write(staged.join("a/b/c"), "deep").expect("write");
         place(&root, &staged, "a/b/c").expect("placed");
         assert_eq!(fs::read_to_string(root.join("a/b/c")).expect("c"), "deep");
+    }
+
+    /// A file swapped for a link to a host file, or for a FIFO, after its path was resolved:
+    /// the open beneath the volume refuses the link and never blocks on the FIFO.
+    #[test]
+    fn a_read_never_follows_a_swapped_link_nor_blocks_on_a_fifo() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let root = tmp.path().join("vol");
+        fs::create_dir_all(root.join("sub")).expect("mkdir");
+        fs::write(root.join("sub/f"), "data").expect("write");
+        let rel = std::path::Path::new("sub/f");
+        let mut read = String::new();
+        std::io::Read::read_to_string(
+            &mut open_in(&root, rel).expect("open").expect("a file"),
+            &mut read,
+        )
+        .expect("read");
+        assert_eq!(read, "data");
+        let host = tmp.path().join("host-secret");
+        fs::write(&host, "secret").expect("write");
+        fs::remove_file(root.join("sub/f")).expect("rm");
+        std::os::unix::fs::symlink(&host, root.join("sub/f")).expect("link");
+        assert!(open_in(&root, rel).is_err(), "opened through a link");
+        fs::remove_file(root.join("sub/f")).expect("rm");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("sub/f"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("mkfifo");
+        assert!(
+            open_in(&root, rel)
+                .expect("opens without blocking")
+                .is_none(),
+            "a FIFO taken for a file"
+        );
+        fs::remove_dir_all(root.join("sub")).expect("rm");
+        std::os::unix::fs::symlink(tmp.path(), root.join("sub")).expect("link");
+        fs::write(tmp.path().join("f"), "outside").expect("write");
+        assert!(
+            open_in(&root, rel).is_err(),
+            "opened through a linked folder"
+        );
     }
 }
