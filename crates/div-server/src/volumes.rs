@@ -346,6 +346,32 @@ fn add_to_root(
             Ok(_) => write.push(entry.clone()),
         }
     }
+    // A committed tree (a code snapshot, `code/<id>`) never changes: what a run was given
+    // stays what that id names. Writing into one is refused, whole, naming it.
+    let mut committed_at: std::collections::HashMap<String, bool> = Default::default();
+    for entry in &write {
+        let parts: Vec<&str> = entry.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            let is_tree = match committed_at.get(&above) {
+                Some(known) => *known,
+                None => {
+                    let known = server.store.tree(volume, &above)?.is_some();
+                    committed_at.insert(above.clone(), known);
+                    known
+                }
+            };
+            if is_tree {
+                return Err(refuse(
+                    &entry.path,
+                    &format!(
+                        "is in the committed tree `{}`, which never changes (runs were given it by its id); put it under another `--to`",
+                        div_ship::display_path(&above)
+                    ),
+                ));
+            }
+        }
+    }
     let committed = committed_tree(volume, "", entries);
     if write.is_empty() {
         return Ok((200, committed));

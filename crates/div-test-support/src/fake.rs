@@ -847,6 +847,21 @@ fn add_to_root(
             }
         }
     }
+    // A committed tree never changes: writing into one is refused, naming it.
+    for (e, _) in &new {
+        let parts: Vec<&str> = e.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            if v.trees.contains_key(&above) {
+                return Err(conflict(
+                    &e.path,
+                    &format!(
+                        "is in the committed tree `{above}`, which never changes (runs were given it by its id); put it under another `--to`"
+                    ),
+                ));
+            }
+        }
+    }
     for (e, data) in new {
         v.files.insert(
             e.path.clone(),

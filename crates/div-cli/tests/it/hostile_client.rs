@@ -853,6 +853,56 @@ os.symlink("/etc", "/mnt/ds/etc")
     assert!(!std::path::Path::new("/etc/div-planted").exists());
 }
 
+/// A put replaces files, but never inside a committed code snapshot: `code/<id>` is what
+/// every run of that id was given, so a put that would change or add a file there is
+/// refused, naming the tree, and the next run of that code still gets it as shipped.
+#[test]
+fn a_put_never_changes_a_committed_code_snapshot() {
+    let local = Local::new();
+    let run = local.div(&["run", "--gpu", "cpu", "--", "python3 train.py"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let ls = text(&local.div(&["storage", "ls", "proj-code/code"]).stdout);
+    let id = ls
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("code/")?.strip_suffix('/'))
+        .expect("a code id")
+        .to_owned();
+    let changed = local.tmp.path().join("changed");
+    std::fs::create_dir_all(&changed).expect("mkdir");
+    std::fs::write(changed.join("train.py"), "print('rewritten')\n").expect("write");
+    let to = format!("code/{id}");
+    let put = local.div(&[
+        "storage",
+        "put",
+        "proj-code",
+        &changed.to_string_lossy(),
+        "--to",
+        &to,
+    ]);
+    assert_ne!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    assert!(
+        text(&put.stderr).contains(&format!(
+            "`code/{id}/train.py` in volume `proj-code` is in the committed tree `code/{id}`, which never changes"
+        )),
+        "{}",
+        text(&put.stderr)
+    );
+    std::fs::write(changed.join("new.py"), "x = 1\n").expect("write");
+    std::fs::remove_file(changed.join("train.py")).expect("rm");
+    let add = local.div(&[
+        "storage",
+        "put",
+        "proj-code",
+        &changed.to_string_lossy(),
+        "--to",
+        &to,
+    ]);
+    assert_ne!(add.status.code(), Some(0), "{}", text(&add.stderr));
+    let again = local.div(&["run", "--gpu", "cpu", "--", "python3 train.py; ls"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(text(&again.stdout), "hi\ntrain.py\n");
+}
+
 /// Whether `div storage ls`'s output `ls` has a line of `size` and `name`, however the
 /// columns are padded.
 fn listed_as(ls: &str, size: &str, name: &str) -> bool {
