@@ -138,6 +138,15 @@ pub trait LogStream: Send {
     async fn next(&mut self) -> Option<Result<LogEvent, ApiError>>;
 }
 
+/// A run's result with its object's JSON text: [`ControlPlane::result_exact`].
+#[derive(Debug, Clone)]
+pub struct ExactResult {
+    /// The result as [`ControlPlane::result`] reads it.
+    pub result: RunResult,
+    /// The object's JSON text, numbers as written; absent when `result.result` is.
+    pub text: Option<Box<serde_json::value::RawValue>>,
+}
+
 /// A sink for downloaded bytes.
 pub type ByteSink<'a> = &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send);
 
@@ -235,6 +244,18 @@ pub trait ControlPlane: Send + Sync {
     ) -> Result<Box<dyn LogStream>, ApiError>;
     /// The run's result and verdicts.
     async fn result(&self, run: &str) -> Result<RunResult, ApiError>;
+    /// [`ControlPlane::result`], with the result object's JSON text as the control plane
+    /// sent it: its numbers as the run wrote them (`0.30000000000000001`), which `result`'s
+    /// `Value` holds only as far as an `f64` can. Checks judged on this machine judge the
+    /// text. By default the text is `result` written out again (exact as far as it goes).
+    async fn result_exact(&self, run: &str) -> Result<ExactResult, ApiError> {
+        let result = self.result(run).await?;
+        let text = result
+            .result
+            .as_ref()
+            .and_then(|v| serde_json::value::to_raw_value(v).ok());
+        Ok(ExactResult { result, text })
+    }
     /// The run's telemetry points after line `after` (0 for all).
     async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError>;
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::client::{Call, HttpControlPlane};
 use crate::error::{ApiError, ErrorKind};
 use crate::models::*;
-use crate::{BlobSource, ByteSink, ControlPlane, LogStream};
+use crate::{BlobSource, ByteSink, ControlPlane, ExactResult, LogStream};
 
 /// Every route the client calls, as `(method, path template)`; the OpenAPI document declares
 /// exactly these (a test checks it).
@@ -306,6 +306,31 @@ impl ControlPlane for HttpControlPlane {
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
         self.json(Call::get(format!("/v1/runs/{}/result", segment(run))))
             .await
+    }
+
+    async fn result_exact(&self, run: &str) -> Result<ExactResult, ApiError> {
+        /// The `result` field alone, as its text: a struct without `flatten`, which a
+        /// `RawValue` cannot pass through.
+        #[derive(serde::Deserialize)]
+        struct Text {
+            #[serde(default)]
+            result: Option<Box<serde_json::value::RawValue>>,
+        }
+        let body: Box<serde_json::value::RawValue> = self
+            .json(Call::get(format!("/v1/runs/{}/result", segment(run))))
+            .await?;
+        let unreadable = |e: serde_json::Error| {
+            ApiError::new(
+                ErrorKind::Protocol,
+                format!("could not read the control plane's result of run `{run}`: {e}"),
+            )
+        };
+        let result: RunResult = serde_json::from_str(body.get()).map_err(unreadable)?;
+        let text = serde_json::from_str::<Text>(body.get())
+            .map_err(unreadable)?
+            .result
+            .filter(|_| result.result.is_some());
+        Ok(ExactResult { result, text })
     }
 
     async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {

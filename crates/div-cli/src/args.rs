@@ -228,7 +228,8 @@ pub(crate) enum StorageCommand {
     #[command(
         after_help = "A folder's contents go to the volume's root, or under --to; a file goes there \
 under its own name. Only what the volume lacks is sent, so a put that was interrupted sends \
-the rest when run again. A put never replaces a file the volume holds with other content.
+the rest when run again. A file the volume holds is replaced, as cp would; a folder is never \
+replaced by a file, and nothing is written through a link in the volume.
 
 Examples:
   div storage put mask-models ./models

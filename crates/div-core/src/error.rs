@@ -109,9 +109,15 @@ pub enum RunError {
     /// Nothing in the volume at that path.
     #[error("there is nothing at `{path}` in volume `{volume}`")]
     NotInVolume { volume: String, path: String },
-    /// `div storage put` would replace something in the volume.
-    #[error("`{path}` in volume `{volume}` holds something else, and a put never replaces it")]
-    PutConflict { volume: String, path: String },
+    /// `div storage put` found something in its way in the volume: a folder where it has a
+    /// file, a file or a link where it needs a folder. `message` is the control plane's, which
+    /// names the path and what is there.
+    #[error("{message}")]
+    PutConflict {
+        volume: String,
+        path: String,
+        message: String,
+    },
     /// `div storage get` would overwrite a local file.
     #[error("`{}` already exists", path.display())]
     WouldOverwrite { path: PathBuf },
@@ -148,6 +154,9 @@ pub enum RunError {
     /// `--name` is not a run name.
     #[error(transparent)]
     RunName(#[from] div_spec::RunNameError),
+    /// The `--env` variables cannot be a run's environment (together past its size).
+    #[error(transparent)]
+    Env(#[from] div_spec::EnvError),
     /// `--name` names a run that exists.
     #[error("a run named `{0}` already exists")]
     NameTaken(String),

@@ -55,7 +55,7 @@ pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,
 };
-pub use result::{ResultReport, result};
+pub use result::{ResultReport, pretty_json, result};
 pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
     ShipmentSummary, UPLOAD_PIECE_BYTES, run,

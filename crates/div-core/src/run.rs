@@ -251,6 +251,15 @@ async fn prepare(
     if let Some(name) = &options.name {
         div_spec::check_run_name(name)?;
     }
+    // Each `--env` was checked as it was typed; together they must fit in an environment too
+    // (the control plane adds the secrets and says if all of them do not).
+    div_spec::check_env_total(
+        "the run's --env variables",
+        options
+            .env
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_str())),
+    )?;
     let mut telemetry_layout = match &options.telemetry {
         Some(path) => Some(layout_text(path, read_bytes(path)?)?),
         None => None,

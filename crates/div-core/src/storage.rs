@@ -3,8 +3,11 @@
 //! A put is the code upload's machinery — hashes, "which blobs do you lack", resumable blob
 //! uploads, one commit — applied to any folder: only what the volume lacks is sent, and a put
 //! that was interrupted sends only the rest when run again. Its tree is committed at the
-//! volume's root (`""`), which adds paths and never replaces one that holds something else.
+//! volume's root (`""`), which writes each file as `cp` would: new paths are added, a file the
+//! volume holds is replaced (the same content is left as it is), and a folder is never
+//! replaced by a file, nor a link or a file written through.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use div_api::{ControlPlane, ErrorKind, Volume, VolumeEntry};
@@ -131,6 +134,19 @@ pub async fn storage_put(
                 .to_string();
             return Err(RunError::PutConflict {
                 volume: options.volume.clone(),
+                message: if source
+                    .message()
+                    .contains(&format!("`{}`", div_ship::display_path(&path)))
+                {
+                    source.message().to_owned()
+                } else {
+                    format!(
+                        "`{}` in volume `{}` is in the way of the put: {}",
+                        div_ship::display_path(&path),
+                        options.volume,
+                        source.message()
+                    )
+                },
                 path,
             });
         }
@@ -173,13 +189,16 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
         while let Some((dir, rel)) = stack.pop() {
             for entry in std::fs::read_dir(&dir).map_err(read(&dir))? {
                 let entry = entry.map_err(read(&dir))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
+                // A name that is not UTF-8 is escaped as `div run` ships it
+                // (`div_ship::encode_path`), never made lossy.
+                let name = div_ship::encode_path(entry.file_name().as_bytes()).into_owned();
                 let rel = if rel.is_empty() {
                     name.clone()
                 } else {
                     format!("{rel}/{name}")
                 };
                 let kind = entry.file_type().map_err(read(&entry.path()))?;
+                let shown = div_ship::display_path(&rel);
                 if kind.is_dir() {
                     if name != ".git" {
                         stack.push((entry.path(), rel));
@@ -187,10 +206,10 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
                 } else if kind.is_file() {
                     files.push((rel, entry.path()));
                 } else if kind.is_symlink() {
-                    warnings.push(format!("`{rel}` is a link, and was left out"));
+                    warnings.push(format!("`{shown}` is a link, and was left out"));
                 } else {
                     warnings.push(format!(
-                        "`{rel}` is {}, not a file, and was left out",
+                        "`{shown}` is {}, not a file, and was left out",
                         special_kind(&kind)
                     ));
                 }
@@ -200,7 +219,7 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
     } else {
         let name = local
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|n| div_ship::encode_path(n.as_bytes()).into_owned())
             .unwrap_or_default();
         files.push((name, local.to_path_buf()));
         local.parent().unwrap_or(Path::new(".")).to_path_buf()
@@ -398,8 +417,16 @@ pub async fn storage_get(
     // (path in volume, local path, entry)
     let mut plan: Vec<(String, PathBuf, &VolumeEntry)> = Vec::new();
     let root_dest;
+    // The volume's paths as names on this machine: a name that is not UTF-8 comes escaped
+    // (`div_ship::encode_path`) and is written as its bytes; an escape that is not one is
+    // left out.
+    let local_name = |path: &str| div_ship::fs_path(path).map(std::borrow::Cow::into_owned);
     if single_file {
         let name = from.path.rsplit('/').next().unwrap_or(&from.path);
+        let name = local_name(name).ok_or_else(|| RunError::NotInVolume {
+            volume: from.volume.clone(),
+            path: from.path.clone(),
+        })?;
         root_dest = if dest.is_dir() {
             dest.join(name)
         } else {
@@ -417,9 +444,16 @@ pub async fn storage_get(
             let Some(rel) = entry.path.strip_prefix(&strip) else {
                 continue;
             };
-            if !div_spec::is_volume_path(rel) {
+            if !div_spec::is_volume_path(&rel.replace('\0', "%")) {
                 continue;
             }
+            let Some(rel) = local_name(rel).filter(|r| {
+                !r.as_os_str().is_empty()
+                    && r.components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            }) else {
+                continue;
+            };
             plan.push((entry.path.clone(), dest.join(rel), entry));
         }
     }
@@ -470,18 +504,15 @@ pub async fn storage_get(
         match entry.kind.as_str() {
             "dir" => {}
             "symlink" => {
-                if let Some(target) = &entry.target {
+                if let Some(target) = entry.target.as_deref().and_then(local_name) {
                     std::os::unix::fs::symlink(target, &local).map_err(write(&local))?;
                 }
             }
             _ => {
-                let partial = local.with_file_name(format!(
-                    ".{}.div-partial",
-                    local
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default()
-                ));
+                let mut partial_name = std::ffi::OsString::from(".");
+                partial_name.push(local.file_name().unwrap_or_default());
+                partial_name.push(".div-partial");
+                let partial = local.with_file_name(partial_name);
                 // A leftover (or planted) partial goes; removing a link never follows it,
                 // and `create_new` never opens through one.
                 if std::fs::symlink_metadata(&partial).is_ok() {

@@ -6,15 +6,11 @@ use crate::clock;
 use crate::error::HttpError;
 use crate::server::Server;
 
-/// Refuses a secret name that is not an environment variable name.
+/// Refuses a secret name that is not an environment variable name, or is longer than
+/// [`div_spec::MAX_ENV_NAME_BYTES`].
 pub(crate) fn check_name(name: &str) -> Result<(), HttpError> {
-    if div_spec::is_env_key(name) {
-        Ok(())
-    } else {
-        Err(HttpError::invalid(format!(
-            "`{name}` is not an environment variable name"
-        )))
-    }
+    div_spec::check_env_name(name)
+        .map_err(|e| HttpError::invalid(format!("the secret's name is refused: {e}")))
 }
 
 /// Every secret, by name.
@@ -29,6 +25,20 @@ pub(crate) fn set(server: &Server, name: &str, value: &str) -> Result<SecretInfo
     if let Some(problem) = crate::sandbox::env_value_problem("secret", name, value) {
         return Err(HttpError::invalid(problem));
     }
+    // Every run gets every secret: together they must fit in a run's environment. Checked and
+    // written under the server's lock, so that two sets cannot each fit alone.
+    let _guard = server.lock();
+    let others = server.store.secret_values()?;
+    let all = others
+        .iter()
+        .filter(|(k, _)| k != name)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain([(name, value)]);
+    div_spec::check_env_total("the secrets", all).map_err(|e| {
+        HttpError::invalid(format!(
+            "the secret `{name}` is refused: {e}; remove a secret with `div secrets rm NAME`"
+        ))
+    })?;
     server
         .store
         .set_secret(name, value, &clock::now_rfc3339())?;

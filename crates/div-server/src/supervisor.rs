@@ -164,7 +164,9 @@ pub(crate) struct KeptResult {
     pub(crate) result: Option<Value>,
     pub(crate) problem: Option<String>,
     /// The result's JSON text, which checks judge: numbers compare as written, not as `f64`.
-    #[serde(skip)]
+    /// Kept too, so that `GET /v1/runs/{run}/result` sends the numbers as written and
+    /// `div result --check` judges them exactly (absent from a record kept before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) text: Option<String>,
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use div_api::{CommitTree, CommittedTree, MissingBlobs, Volume, VolumeEntry};
@@ -13,6 +14,10 @@ use crate::disk;
 use crate::error::{ErrorCode, HttpError};
 use crate::rules;
 use crate::server::Server;
+
+mod beneath;
+
+use beneath::{folder_beneath, holds, open_in, place, split};
 
 pub(crate) fn blob_dir(server: &Server, volume: &str) -> PathBuf {
     server.home.join("blobs").join(volume)
@@ -33,9 +38,13 @@ pub(crate) fn valid_hash(hash: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A path inside a volume (div-spec's rule), or `""` for its root.
+/// A path inside a volume (div-spec's rule), or `""` for its root. A name that is not UTF-8
+/// comes escaped ([`div_ship::encode_path`]: a NUL and two hex digits a byte); a NUL that is
+/// not such an escape is refused.
 fn valid_rel(path: &str) -> bool {
-    path.is_empty() || div_spec::is_volume_path(path)
+    path.is_empty()
+        || (div_ship::decode_path(path).is_some()
+            && div_spec::is_volume_path(&path.replace('\0', "%")))
 }
 
 pub(crate) fn require_volume(server: &Server, name: &str) -> Result<Volume, HttpError> {
@@ -250,11 +259,39 @@ pub(crate) fn commit_tree(
             )));
         }
     }
-    if let Some(parent) = dest.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    rules::materialise(&entries, |h| blob_path(server, volume, h), &dest)
-        .map_err(HttpError::invalid)?;
+    // Written whole where no run sees it, then moved into place beneath folders opened
+    // without following links (made when missing), never over anything: a folder a run
+    // swaps for a link meanwhile refuses the commit instead of carrying it out of the volume.
+    let root = server.volume_dir(volume);
+    let tmp = staging(server, volume, &root)?;
+    let placed = rules::materialise(&entries, |h| blob_path(server, volume, h), &tmp)
+        .map_err(HttpError::invalid)
+        .and_then(|()| {
+            let rel = on_disk(&tree.path)?;
+            let (parts, name) = split(&rel);
+            let dir = folder_beneath(&root, &parts, true)
+                .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+                .map_err(|e| on_the_way(volume, &tree.path, e))?;
+            let moved = rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &tmp,
+                &dir,
+                name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            );
+            // A filesystem without `RENAME_NOREPLACE` (NFS): a plain rename, which still
+            // never replaces a folder that holds anything (the commit lock is held, and the
+            // place was checked empty above).
+            let moved = match moved {
+                Err(rustix::io::Errno::INVAL) => {
+                    rustix::fs::renameat(rustix::fs::CWD, &tmp, &dir, name)
+                }
+                other => other,
+            };
+            moved.map_err(|e| on_the_way(volume, &tree.path, e.into()))
+        });
+    let _ = fs::remove_dir_all(&tmp);
+    placed?;
     server.store.add_tree(
         volume,
         &tree.path,
@@ -265,81 +302,155 @@ pub(crate) fn commit_tree(
     Ok((201, committed))
 }
 
-/// A tree committed at `""` (what `div storage put` sends) is added to the volume's root:
-/// each path the volume lacks is written, each it holds with the same content is left as it
-/// is, and one it holds with other content (or where a folder is a file) refuses the whole
-/// commit, 409, before anything is written: a put never replaces data.
+/// A tree committed at `""` (what `div storage put` sends) is put into the volume's root as
+/// `cp` would: each path the volume lacks is written, each it holds is replaced (a file a run
+/// edited, or a link a run left there: the link itself, never what it points to), and one it
+/// holds with the same content is left as it is. A folder where the tree has a file, and a
+/// file or a link where the tree needs a folder, refuse the whole commit, 409, naming the
+/// path, before anything is written: a put never writes through a link, and never replaces a
+/// folder. Paths that are not UTF-8 come escaped ([`div_ship::encode_path`]).
+///
+/// Everything is written beside the volume first (in its blob folder, which no run sees),
+/// then each file is renamed into place beneath folders opened one at a time without
+/// following links, so a run that swaps a folder for a link meanwhile gets the put refused,
+/// never written through.
 fn add_to_root(
     server: &Server,
     volume: &str,
     entries: &[div_api::TreeEntry],
 ) -> Result<(u16, CommittedTree), HttpError> {
     let root = server.volume_dir(volume);
-    let conflict = |path: &str| {
+    let refuse = |path: &str, why: &str| {
         HttpError::conflict(format!(
-            "`{path}` in volume `{volume}` holds something else; a put never replaces it"
+            "`{}` in volume `{volume}` {why}",
+            div_ship::display_path(path)
         ))
         .with_details(json!({ "path": path }))
     };
-    let mut new = Vec::new();
+    let mut write = Vec::new();
     for entry in entries {
         let parts: Vec<&str> = entry.path.split('/').collect();
         for depth in 1..parts.len() {
             let above = parts[..depth].join("/");
-            match fs::symlink_metadata(root.join(&above)) {
-                Ok(m) if !m.is_dir() => return Err(conflict(&above)),
+            match fs::symlink_metadata(root.join(on_disk(&above)?)) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(refuse(
+                        &above,
+                        "is a link (a run may have left it), where the put has a folder; a put never writes through a link",
+                    ));
+                }
+                Ok(m) if !m.is_dir() => {
+                    return Err(refuse(
+                        &above,
+                        "is a file, where the put has a folder; a put replaces files, never a file with a folder",
+                    ));
+                }
                 _ => {}
             }
         }
-        let target = root.join(&entry.path);
-        let Ok(meta) = fs::symlink_metadata(&target) else {
-            new.push(entry.clone());
-            continue;
-        };
-        let same = match entry.kind {
-            div_api::EntryKind::File => {
-                meta.is_file()
-                    && meta.len() == entry.size
-                    && blake3_of(&target).ok().as_deref() == entry.hash.as_deref()
+        match fs::symlink_metadata(root.join(on_disk(&entry.path)?)) {
+            Err(_) => write.push(entry.clone()),
+            Ok(m) if m.is_dir() => {
+                return Err(refuse(
+                    &entry.path,
+                    "is a folder, where the put has a file; a put replaces files, never a folder",
+                ));
             }
-            div_api::EntryKind::Symlink => {
-                meta.file_type().is_symlink()
-                    && fs::read_link(&target)
-                        .ok()
-                        .map(|t| t.to_string_lossy().into_owned())
-                        == entry.target
+            Ok(_) if holds(&root, entry) => {}
+            Ok(_) => write.push(entry.clone()),
+        }
+    }
+    // A committed tree (a code snapshot, `code/<id>`) never changes: what a run was given
+    // stays what that id names. Writing into one is refused, whole, naming it.
+    let mut committed_at: std::collections::HashMap<String, bool> = Default::default();
+    for entry in &write {
+        let parts: Vec<&str> = entry.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            let is_tree = match committed_at.get(&above) {
+                Some(known) => *known,
+                None => {
+                    let known = server.store.tree(volume, &above)?.is_some();
+                    committed_at.insert(above.clone(), known);
+                    known
+                }
+            };
+            if is_tree {
+                return Err(refuse(
+                    &entry.path,
+                    &format!(
+                        "is in the committed tree `{}`, which never changes (runs were given it by its id); put it under another `--to`",
+                        div_ship::display_path(&above)
+                    ),
+                ));
             }
-        };
-        if !same {
-            return Err(conflict(&entry.path));
         }
     }
     let committed = committed_tree(volume, "", entries, None);
-    if new.is_empty() {
+    if write.is_empty() {
         return Ok((200, committed));
     }
-    // Written whole beside the volume's files, then each moved into place.
-    let tmp = root.join(format!(".tmp-put-{}-{}", std::process::id(), now_ms()));
-    rules::materialise(&new, |h| blob_path(server, volume, h), &tmp).map_err(HttpError::invalid)?;
-    let moved = (|| -> std::io::Result<()> {
-        for entry in &new {
-            let target = root.join(&entry.path);
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent)?;
+    let tmp = staging(server, volume, &root)?;
+    let placed = rules::materialise(&write, |h| blob_path(server, volume, h), &tmp)
+        .map_err(HttpError::invalid)
+        .and_then(|()| {
+            for entry in &write {
+                place(&root, &tmp, &entry.path).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP | libc::ENOTDIR | libc::EISDIR | libc::ENOTEMPTY) => refuse(
+                        &entry.path,
+                        "changed while the put was written (a folder on its way became a link or a file, or the file a folder); nothing more was written",
+                    ),
+                    _ => HttpError::from(e),
+                })?;
             }
-            fs::rename(tmp.join(&entry.path), &target)?;
-        }
-        Ok(())
-    })();
+            Ok(())
+        });
     let _ = fs::remove_dir_all(&tmp);
-    moved?;
+    placed?;
     Ok((201, committed))
 }
 
-fn blake3_of(path: &Path) -> std::io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(fs::File::open(path)?)?;
-    Ok(hasher.finalize().to_hex().to_string())
+/// Where a tree is written before it is moved into the volume: a new path in the volume's
+/// blob folder, which no run sees, when it is on the volume's filesystem (a rename cannot
+/// cross filesystems); else beside the volume's files (`.tmp-put-…`, left out of listings),
+/// as before.
+fn staging(server: &Server, volume: &str, root: &Path) -> Result<PathBuf, HttpError> {
+    use std::os::unix::fs::MetadataExt;
+    static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!(
+        "put-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let blobs = blob_dir(server, volume);
+    fs::create_dir_all(&blobs)?;
+    let same_disk = fs::metadata(&blobs)?.dev() == fs::metadata(root)?.dev();
+    Ok(if same_disk {
+        blobs.join(name)
+    } else {
+        root.join(format!(".tmp-{name}"))
+    })
+}
+
+/// A commit's place that could not be reached: a link or a file on its way, or something
+/// already there (a run may have made it since it was checked); other errors as they are.
+fn on_the_way(volume: &str, path: &str, e: std::io::Error) -> HttpError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP | libc::ENOTDIR | libc::EEXIST | libc::ENOTEMPTY) => {
+            HttpError::conflict(format!(
+                "`{path}` in volume `{volume}` could not be written: a folder on its way is a link or a file, or something is already there (a run may have left it); remove it to commit `{path}`"
+            ))
+        }
+        _ => HttpError::from(e),
+    }
+}
+
+/// A path of a tree (escaped as [`div_ship::encode_path`] writes it) on disk, relative.
+fn on_disk(path: &str) -> Result<PathBuf, HttpError> {
+    div_ship::fs_path(path)
+        .map(std::borrow::Cow::into_owned)
+        .ok_or_else(|| HttpError::invalid(format!("`{}` is not a valid path", path.escape_debug())))
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<()> {
@@ -347,9 +458,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let path = entry.path();
+        // A name that is not UTF-8 is escaped as div-ship escapes it, never made lossy.
         let rel = path
             .strip_prefix(root)
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(|p| div_ship::encode_path(p.as_os_str().as_bytes()).into_owned())
             .unwrap_or_default();
         let meta = fs::symlink_metadata(&path)?;
         if meta.file_type().is_symlink() {
@@ -360,7 +472,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
                 executable: false,
                 target: fs::read_link(&path)
                     .ok()
-                    .map(|t| t.to_string_lossy().into_owned()),
+                    .map(|t| div_ship::encode_path(t.as_os_str().as_bytes()).into_owned()),
                 extra: Default::default(),
             });
         } else if meta.is_dir() {
@@ -403,7 +515,7 @@ pub(crate) fn list_tree(
         )));
     }
     let root = server.volume_dir(volume);
-    let at = root.join(path);
+    let at = root.join(on_disk(path)?);
     let meta = fs::symlink_metadata(&at)
         .map_err(|_| HttpError::not_found(format!("no `{path}` in volume `{volume}`")))?;
     let mut out = Vec::new();
@@ -471,8 +583,13 @@ pub(crate) fn tree_held(
     }
 }
 
-/// The host path of a file in a volume, refusing anything that leaves the volume.
-pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<PathBuf, HttpError> {
+/// A file of a volume, opened for reading: links inside the volume are resolved (one that
+/// leaves it, or anything but a regular file, is "no file"), then the resolved path is opened
+/// beneath the volume one folder at a time without following a link, the file itself
+/// `O_NOFOLLOW | O_NONBLOCK`: a run that swaps the file or a folder for a link (to a host
+/// file) or a FIFO after the path was resolved gets "no file", never the host's file nor a
+/// read that blocks.
+pub(crate) fn open_file(server: &Server, volume: &str, path: &str) -> Result<fs::File, HttpError> {
     require_volume(server, volume)?;
     if path.is_empty() || !valid_rel(path) {
         return Err(HttpError::invalid(format!(
@@ -480,10 +597,19 @@ pub(crate) fn file_path(server: &Server, volume: &str, path: &str) -> Result<Pat
         )));
     }
     let root = server.volume_dir(volume).canonicalize()?;
-    let not_found = || HttpError::not_found(format!("no file `{path}` in volume `{volume}`"));
-    let real = root.join(path).canonicalize().map_err(|_| not_found())?;
-    if !real.starts_with(&root) || !real.is_file() {
-        return Err(not_found());
+    let not_found = || {
+        HttpError::not_found(format!(
+            "no file `{}` in volume `{volume}`",
+            div_ship::display_path(path)
+        ))
+    };
+    let real = root
+        .join(on_disk(path)?)
+        .canonicalize()
+        .map_err(|_| not_found())?;
+    let rel = real.strip_prefix(&root).map_err(|_| not_found())?;
+    match open_in(&root, rel) {
+        Ok(Some(file)) => Ok(file),
+        _ => Err(not_found()),
     }
-    Ok(real)
 }

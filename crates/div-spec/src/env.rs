@@ -9,9 +9,21 @@ use serde::{Deserialize, Serialize};
 /// kernel's own limit for one `KEY=value` string (`MAX_ARG_STRLEN`), less room for the name.
 pub const MAX_ENV_VALUE_BYTES: usize = 128 * 1024 - 256;
 
+/// The longest name an environment variable (or a secret) may have, in bytes. The kernel has
+/// no limit of its own short of [`MAX_ENV_VALUE_BYTES`], but no real program reads a longer
+/// name, and each name is shown in listings and messages.
+pub const MAX_ENV_NAME_BYTES: usize = 255;
+
+/// The most a run's own environment may hold, in bytes: its `--env` variables and the secrets
+/// together, each counted as the kernel counts it, `KEY=value` and a NUL. 1 MiB: the kernel
+/// takes at most a quarter of the stack limit (2 MiB under the usual 8 MiB) for a program's
+/// arguments and environment together, and the command, the image's `Env` and div's own
+/// variables need the rest.
+pub const MAX_ENV_TOTAL_BYTES: usize = 1024 * 1024;
+
 /// An environment variable for a run: `KEY=value`.
 ///
-/// The key is `[A-Za-z_][A-Za-z0-9_]*`; the value is everything after the first `=`, and may
+/// The key is `[A-Za-z_][A-Za-z0-9_]*`, at most [`MAX_ENV_NAME_BYTES`] long; the value is everything after the first `=`, and may
 /// be empty or hold more `=`, but holds no NUL byte and is at most [`MAX_ENV_VALUE_BYTES`]
 /// long (see [`check_env_value`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -35,8 +47,21 @@ pub enum EnvError {
     #[error("`{typed}` has no name before `=`; write `KEY=value`")]
     NoKey { typed: String },
     /// A name that is not a variable name.
-    #[error("`{key}` is not a variable name: letters, digits and `_`, not starting with a digit")]
+    #[error(
+        "`{}` is not a variable name: letters, digits and `_`, not starting with a digit",
+        shown(key)
+    )]
     BadKey { key: String },
+    /// A name past [`MAX_ENV_NAME_BYTES`].
+    #[error(
+        "the variable name `{}` is {bytes} bytes; a name holds at most {max} bytes",
+        shown(key)
+    )]
+    KeyTooLong {
+        key: String,
+        bytes: usize,
+        max: usize,
+    },
     /// A value holding a NUL byte, which no environment can carry.
     #[error(
         "the value of `{key}` holds a NUL byte (at byte {at}), which an environment variable cannot carry"
@@ -51,6 +76,87 @@ pub enum EnvError {
         bytes: usize,
         max: usize,
     },
+    /// Variables that together are past [`MAX_ENV_TOTAL_BYTES`].
+    #[error(
+        "{what} hold {bytes} bytes together (`KEY=value` and a NUL each, the largest `{}`); a run's environment holds at most {max} bytes (1 MiB); put larger data in a file or a volume",
+        shown(largest)
+    )]
+    TooBig {
+        /// What the variables are: "the run's --env variables and the secrets".
+        what: String,
+        bytes: usize,
+        max: usize,
+        /// The name of the largest of them.
+        largest: String,
+    },
+}
+
+/// A name as a message shows it: whole when short, else its start and how long it is.
+fn shown(key: &str) -> String {
+    const SHOWN: usize = 40;
+    if key.len() <= SHOWN {
+        return key.to_owned();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end])
+}
+
+/// Whether `key` may name an environment variable (or a secret): `[A-Za-z_][A-Za-z0-9_]*`,
+/// at most [`MAX_ENV_NAME_BYTES`] bytes.
+pub fn check_env_name(key: &str) -> Result<(), EnvError> {
+    let mut bytes = key.bytes();
+    let portable = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !portable {
+        return Err(EnvError::BadKey {
+            key: key.to_owned(),
+        });
+    }
+    if key.len() > MAX_ENV_NAME_BYTES {
+        return Err(EnvError::KeyTooLong {
+            key: key.to_owned(),
+            bytes: key.len(),
+            max: MAX_ENV_NAME_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `vars` (`what` they are, for the message) fit in a run's environment together:
+/// at most [`MAX_ENV_TOTAL_BYTES`], each counted as `KEY=value` and a NUL. A name given twice
+/// counts once, with its last value (the one a run gets).
+pub fn check_env_total<'a>(
+    what: &str,
+    vars: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), EnvError> {
+    let mut last = std::collections::BTreeMap::new();
+    for (key, value) in vars {
+        last.insert(key, value);
+    }
+    let size = |(key, value): (&&str, &&str)| key.len().saturating_add(value.len()) + 2;
+    let bytes = last.iter().map(size).fold(0usize, usize::saturating_add);
+    if bytes <= MAX_ENV_TOTAL_BYTES {
+        return Ok(());
+    }
+    // The first of the largest, in name order.
+    let mut largest = ("", 0);
+    for kv in &last {
+        if size(kv) > largest.1 {
+            largest = (kv.0, size(kv));
+        }
+    }
+    let largest = largest.0.to_owned();
+    Err(EnvError::TooBig {
+        what: what.to_owned(),
+        bytes,
+        max: MAX_ENV_TOTAL_BYTES,
+        largest,
+    })
 }
 
 /// Whether `value` may be the value of the environment variable (or secret) `key`: no NUL
@@ -72,13 +178,10 @@ pub fn check_env_value(key: &str, value: &str) -> Result<(), EnvError> {
     Ok(())
 }
 
-/// Whether `key` is a portable environment variable name.
+/// Whether `key` is a portable environment variable name of at most [`MAX_ENV_NAME_BYTES`]
+/// ([`check_env_name`]).
 pub fn is_env_key(key: &str) -> bool {
-    let mut bytes = key.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    check_env_name(key).is_ok()
 }
 
 impl FromStr for EnvPair {
@@ -98,11 +201,7 @@ impl FromStr for EnvPair {
                 typed: typed.to_owned(),
             });
         }
-        if !is_env_key(key) {
-            return Err(EnvError::BadKey {
-                key: key.to_owned(),
-            });
-        }
+        check_env_name(key)?;
         check_env_value(key, value)?;
         Ok(EnvPair {
             key: key.to_owned(),

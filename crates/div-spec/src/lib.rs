@@ -41,7 +41,10 @@ mod volume;
 
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
 pub use entrypoint::{Entrypoint, EntrypointError, EntrypointKind, shell_quote};
-pub use env::{EnvError, EnvPair, MAX_ENV_VALUE_BYTES, check_env_value, is_env_key};
+pub use env::{
+    EnvError, EnvPair, MAX_ENV_NAME_BYTES, MAX_ENV_TOTAL_BYTES, MAX_ENV_VALUE_BYTES,
+    check_env_name, check_env_total, check_env_value, is_env_key,
+};
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};

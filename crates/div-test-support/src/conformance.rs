@@ -153,8 +153,8 @@ pub async fn conformance(cp: &dyn ControlPlane, ctx: &ConformanceContext) -> Con
         commit_missing_blob_refused(cp, ctx)
     );
     check!(
-        "commit_at_root_adds_never_replaces",
-        commit_at_root_adds_never_replaces(cp, ctx)
+        "commit_at_root_replaces_files_never_folders",
+        commit_at_root_replaces_files_never_folders(cp, ctx)
     );
     check!("bad_paths_refused", bad_paths_refused(cp, ctx));
     check!("secrets_without_values", secrets_without_values(cp, ctx));
@@ -552,11 +552,12 @@ async fn commit_missing_blob_refused(
     Ok(())
 }
 
-/// A tree committed at `""` (what `div storage put` sends) is added to the volume's root:
-/// a path it lacks is written, the same content again is fine, and other content at a path it
-/// holds refuses the whole commit with a conflict naming that path, before anything is
+/// A tree committed at `""` (what `div storage put` sends) is put into the volume's root as
+/// `cp` would: a path it lacks is written, the same content again is fine, other content at a
+/// path it holds replaces it; a file where the root holds a folder (or a folder where it holds
+/// a file) refuses the whole commit with a conflict naming that path, before anything is
 /// written.
-async fn commit_at_root_adds_never_replaces(
+async fn commit_at_root_replaces_files_never_folders(
     cp: &dyn ControlPlane,
     ctx: &ConformanceContext,
 ) -> CheckResult {
@@ -610,11 +611,41 @@ async fn commit_at_root_adds_never_replaces(
     cp.commit_tree(&volume, &tree)
         .await
         .map_err(api("the same commit at the root again"))?;
+    cp.commit_tree(
+        &volume,
+        &at_root(vec![file("data/a.txt", &other), file("data/b.txt", &other)]),
+    )
+    .await
+    .map_err(api("other content at a path the root holds (replaced)"))?;
+    let mut read = Vec::new();
+    cp.read_file(&volume, "data/a.txt", &mut read)
+        .await
+        .map_err(api("read_file"))?;
+    ensure!(
+        read == other.as_ref(),
+        "`data/a.txt` holds {:?}, not the content put over it",
+        String::from_utf8_lossy(&read)
+    );
     let e = expect_error(
-        "other content at a path the root holds",
+        "a file where the root holds a folder",
         cp.commit_tree(
             &volume,
-            &at_root(vec![file("data/a.txt", &other), file("data/b.txt", &other)]),
+            &at_root(vec![file("data", &first), file("c.txt", &first)]),
+        )
+        .await,
+        ErrorKind::Conflict,
+        Some("conflict"),
+    )?;
+    ensure!(
+        e.details().get("path").and_then(|p| p.as_str()) == Some("data"),
+        "the conflict names `data`: {}",
+        e.details()
+    );
+    let e = expect_error(
+        "a folder where the root holds a file",
+        cp.commit_tree(
+            &volume,
+            &at_root(vec![file("c.txt", &first), file("data/a.txt/x", &first)]),
         )
         .await,
         ErrorKind::Conflict,
@@ -627,8 +658,8 @@ async fn commit_at_root_adds_never_replaces(
     );
     let listed = paths(cp.list_tree(&volume, "").await.map_err(api("list_tree"))?);
     ensure!(
-        listed == ["data/a.txt"],
-        "the volume's root holds {listed:?}, not only `data/a.txt` (a refused commit wrote nothing)"
+        listed == ["data/a.txt", "data/b.txt"],
+        "the volume's root holds {listed:?}, not `data/a.txt` and `data/b.txt` (a refused commit wrote nothing)"
     );
     cp.delete_volume(&volume)
         .await

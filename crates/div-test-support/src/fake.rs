@@ -782,22 +782,22 @@ impl ControlPlane for FakeControlPlane {
     }
 }
 
-/// A tree committed at `""` (what `div storage put` sends), as div-server adds it to the
-/// volume's root: each path the volume lacks is written, one it holds with the same content
-/// is left as it is, and one it holds with other content (or a file where the tree needs a
-/// folder) refuses the whole commit with a conflict naming the path, before anything is
-/// written.
+/// A tree committed at `""` (what `div storage put` sends), as div-server puts it into the
+/// volume's root, as `cp` would: each path the volume lacks is written, one it holds with
+/// other content (or a link) is replaced, the same content is left as it is; a folder where
+/// the tree has a file, or a file or link where it needs a folder, refuses the whole commit
+/// with a conflict naming the path, before anything is written.
 fn add_to_root(
     v: &mut FakeVolume,
     volume: &str,
     tree: &CommitTree,
     committed: CommittedTree,
 ) -> Result<CommittedTree, ApiError> {
-    let conflict = |path: &str| {
+    let conflict = |path: &str, why: &str| {
         ApiError::from_server(
             ErrorKind::Conflict,
             "conflict".to_owned(),
-            format!("`{path}` in volume `{volume}` holds something else; a put never replaces it"),
+            format!("`{path}` in volume `{volume}` {why}"),
             json!({ "path": path }),
         )
     };
@@ -807,8 +807,20 @@ fn add_to_root(
         let parts: Vec<&str> = e.path.split('/').collect();
         for depth in 1..parts.len() {
             let above = parts[..depth].join("/");
-            if v.files.contains_key(&above) {
-                return Err(conflict(&above));
+            match v.files.get(&above).map(|f| f.kind) {
+                Some(EntryKind::Symlink) => {
+                    return Err(conflict(
+                        &above,
+                        "is a link (a run may have left it), where the put has a folder; a put never writes through a link",
+                    ));
+                }
+                Some(EntryKind::File) => {
+                    return Err(conflict(
+                        &above,
+                        "is a file, where the put has a folder; a put replaces files, never a file with a folder",
+                    ));
+                }
+                None => {}
             }
         }
         let data = e
@@ -817,17 +829,37 @@ fn add_to_root(
             .and_then(|h| v.blobs.get(h).cloned())
             .unwrap_or_default();
         match v.files.get(&e.path) {
-            None if is_folder(&e.path) => return Err(conflict(&e.path)),
+            None if is_folder(&e.path) => {
+                return Err(conflict(
+                    &e.path,
+                    "is a folder, where the put has a file; a put replaces files, never a folder",
+                ));
+            }
             None => new.push((e, data)),
             Some(f) => {
                 let same = f.kind == e.kind
                     && match e.kind {
-                        EntryKind::File => f.data == data,
+                        EntryKind::File => f.data == data && f.executable == e.executable,
                         EntryKind::Symlink => f.target == e.target,
                     };
                 if !same {
-                    return Err(conflict(&e.path));
+                    new.push((e, data));
                 }
+            }
+        }
+    }
+    // A committed tree never changes: writing into one is refused, naming it.
+    for (e, _) in &new {
+        let parts: Vec<&str> = e.path.split('/').collect();
+        for depth in 1..parts.len() {
+            let above = parts[..depth].join("/");
+            if v.trees.contains_key(&above) {
+                return Err(conflict(
+                    &e.path,
+                    &format!(
+                        "is in the committed tree `{above}`, which never changes (runs were given it by its id); put it under another `--to`"
+                    ),
+                ));
             }
         }
     }

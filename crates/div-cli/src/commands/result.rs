@@ -30,18 +30,29 @@ pub(crate) async fn result(
         exit_codes::SUCCESS
     };
     if args.json {
-        let mut value =
-            serde_json::to_value(&report.result).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
-        if !args.check.is_empty() {
-            value["judged"] = serde_json::to_value(&report.judged)
-                .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
-        }
-        super::run::print_json(printer, &value)?;
+        // Written out through the object's text, so that its numbers read as the run wrote
+        // them, then laid out as `serde_json` would.
+        let shown = Shown::new(
+            &report.result,
+            report.text.as_deref(),
+            (!args.check.is_empty()).then_some(report.judged.as_slice()),
+        );
+        let compact =
+            serde_json::to_string(&shown).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
+        printer
+            .data(&div_core::pretty_json(&compact))
+            .map_err(super::run::output_failure)?;
         return Ok(code);
     }
     let mut out = String::new();
-    match &report.result.result {
-        Some(object) => {
+    match (&report.text, &report.result.result) {
+        (Some(text), _) => {
+            // The text's escapes are kept; C1 and bidi characters written as they are are
+            // escaped for the terminal (the `\u` escapes it writes keep the JSON valid).
+            out.push_str(&div_spec::terminal_safe(&div_core::pretty_json(text.get())));
+            out.push('\n');
+        }
+        (None, Some(object)) => {
             // serde_json escapes C0 controls but not C1 or bidi ones: escape those too (the
             // `\u` escapes it writes keep the JSON valid).
             out.push_str(&div_spec::terminal_safe(
@@ -50,7 +61,7 @@ pub(crate) async fn result(
             ));
             out.push('\n');
         }
-        None => {
+        (None, None) => {
             let why = report
                 .result
                 .problem
@@ -84,6 +95,49 @@ pub(crate) async fn result(
             .map_err(super::run::output_failure)?;
     }
     Ok(code)
+}
+
+/// `div result --json`: the API's result object with `result` as its text (numbers as the
+/// run wrote them), and the checks judged here under `judged` when some were given.
+#[derive(serde::Serialize)]
+struct Shown<'a> {
+    run: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<ShownResult<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
+    verdicts: &'a [div_api::CheckVerdict],
+    #[serde(flatten)]
+    extra: &'a div_api::Extra,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    judged: Option<&'a [div_spec::Verdict]>,
+}
+
+/// The object: its text when there is one, else the parsed value.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ShownResult<'a> {
+    Text(&'a serde_json::value::RawValue),
+    Value(&'a serde_json::Value),
+}
+
+impl<'a> Shown<'a> {
+    fn new(
+        result: &'a div_api::RunResult,
+        text: Option<&'a serde_json::value::RawValue>,
+        judged: Option<&'a [div_spec::Verdict]>,
+    ) -> Shown<'a> {
+        Shown {
+            run: &result.run,
+            result: text
+                .map(ShownResult::Text)
+                .or(result.result.as_ref().map(ShownResult::Value)),
+            problem: result.problem.as_deref(),
+            verdicts: &result.verdicts,
+            extra: &result.extra,
+            judged,
+        }
+    }
 }
 
 /// A verdict's line, escaped for the terminal, then coloured by how it went when `colour`: a

@@ -18,8 +18,16 @@ pub(crate) async fn secrets(
 ) -> Result<i32, Failure> {
     match command {
         SecretsCommand::Set { name, from_file } => {
-            if !div_spec::is_env_key(&name) {
-                return Err(super::failure(div_core::RunError::SecretName(name)));
+            match div_spec::check_env_name(&name) {
+                Ok(()) => {}
+                // A name of the right letters, too long: said with its length and the bound.
+                Err(e @ div_spec::EnvError::KeyTooLong { .. }) => {
+                    return Err(Failure::new(
+                        exit_codes::REFUSED,
+                        anyhow!("the secret's name is refused: {e}"),
+                    ));
+                }
+                Err(_) => return Err(super::failure(div_core::RunError::SecretName(name))),
             }
             let value = read_value(
                 &format!("value for {name} (not shown): "),

@@ -138,10 +138,15 @@ pub(crate) async fn storage(
                             } else {
                                 "-".into()
                             };
+                            // A name that is not UTF-8 comes escaped; each of its bytes
+                            // is shown as `\xNN` (`caf\xe9.txt`).
+                            let path = div_ship::display_path(&e.path);
                             let name = match (e.kind.as_str(), &e.target) {
-                                ("dir", _) => format!("{}/", e.path),
-                                ("symlink", Some(t)) => format!("{} -> {t}", e.path),
-                                _ => e.path.clone(),
+                                ("dir", _) => format!("{path}/"),
+                                ("symlink", Some(t)) => {
+                                    format!("{path} -> {}", div_ship::display_path(t))
+                                }
+                                _ => path.into_owned(),
                             };
                             vec![size, name]
                         })

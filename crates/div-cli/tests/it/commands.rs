@@ -653,7 +653,7 @@ async fn storage_put_refuses_to_replace_and_bad_places_reach_nothing() {
     let conflict = world.div(&["storage", "put", "ds", "a.txt"]).await;
     assert_eq!(conflict.code, 200);
     assert_snapshot!(conflict.stderr, @r"
-    error: `a.txt` in volume `ds` holds something else, and a put never replaces it
+    error: `a.txt` in volume `ds` is in the way of the put: holds something else
     hint: put it somewhere new in the volume with `--to DIR`, or into another volume
     ");
 }

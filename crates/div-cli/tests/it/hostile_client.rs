@@ -401,6 +401,57 @@ async fn an_env_value_past_the_limit_is_refused_when_typed() {
     assert!(world.requests().await.is_empty());
 }
 
+/// An `--env` or secret name past 255 bytes, and `--env` variables past 1 MiB together, are
+/// refused as typed, saying which bound, before the control plane is asked.
+#[tokio::test]
+async fn env_names_past_255_bytes_and_env_past_1_mib_are_refused_when_typed() {
+    let world = World::new().await;
+    let name = "K".repeat(256);
+    let done = world
+        .div(&["run", "--env", &format!("{name}=v"), "train.py"])
+        .await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("the variable name `KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK…` is 256 bytes; a name holds at most 255 bytes"),
+        "{}",
+        done.stderr
+    );
+    std::fs::write(world.project().join("token"), b"secret").expect("write");
+    let done = world
+        .div(&["secrets", "set", &name, "--from-file", "token"])
+        .await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("the secret's name is refused: the variable name `KKKK")
+            && done
+                .stderr
+                .contains("is 256 bytes; a name holds at most 255 bytes"),
+        "{}",
+        done.stderr
+    );
+    // Nine variables of 120,000 bytes: each is fine, together they are 1,080,036 bytes.
+    let vars: Vec<String> = (1..=9)
+        .map(|i| format!("V{i}={}", "x".repeat(120_000)))
+        .collect();
+    let mut args = vec!["run"];
+    for v in &vars {
+        args.extend(["--env", v.as_str()]);
+    }
+    args.push("train.py");
+    let done = world.div(&args).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(
+            "the run's --env variables hold 1080036 bytes together (`KEY=value` and a NUL each, the largest `V1`); a run's environment holds at most 1048576 bytes (1 MiB)"
+        ),
+        "{}",
+        done.stderr
+    );
+    assert!(world.requests().await.is_empty());
+}
+
 /// A secret's value with a NUL byte is refused before the control plane is asked.
 #[tokio::test]
 async fn a_secret_with_a_nul_is_refused_when_set() {
@@ -449,6 +500,78 @@ fn checks_compare_the_result_as_written() {
         "{stdout}"
     );
     assert!(stderr.contains("passed 2 of 2 checks"), "{stderr}");
+}
+
+/// `div result RUN --check` judges on this machine as the control plane judges a run's own
+/// checks: from the result's text, numbers as written. Through the API's `Value` (an `f64`),
+/// `0.30000000000000001` was `0.3`, so `x>0.3` failed here while it passed as a run's check.
+/// `--json` and the plain output show the number as written.
+#[test]
+fn div_result_checks_compare_the_result_as_written() {
+    let local = Local::new();
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--no-upload",
+        "--name",
+        "exact",
+        "--",
+        r#"printf '{"x":0.30000000000000001,"m":{"l":[1,2.50,[]],"e":{}},"s":"caf\\u00e9"}' > "$DIVERGENT_RESULT_PATH""#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let passed = local.div(&["result", "exact", "--check", "x>0.3"]);
+    let stdout = text(&passed.stdout);
+    assert_eq!(
+        passed.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&passed.stderr)
+    );
+    assert!(
+        stdout.contains("check passed: x > 0.3 (found 0.30000000000000001) · judged here\n"),
+        "{stdout}"
+    );
+    // The object as written, laid out as before.
+    assert!(
+        stdout.starts_with(
+            "{\n  \"x\": 0.30000000000000001,\n  \"m\": {\n    \"l\": [\n      1,\n      2.50,\n      []\n    ],\n    \"e\": {}\n  },\n  \"s\": \"caf\\u00e9\"\n}\n"
+        ),
+        "{stdout}"
+    );
+
+    let missed = local.div(&["result", "exact", "--check", "x>0.30000000000000001"]);
+    let stdout = text(&missed.stdout);
+    assert_eq!(
+        missed.status.code(),
+        Some(210),
+        "{stdout}{}",
+        text(&missed.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "check failed: x > 0.30000000000000001 (found 0.30000000000000001) · judged here\n"
+        ),
+        "{stdout}"
+    );
+    let equal = local.div(&["result", "exact", "--check", "m.l.1==2.5"]);
+    assert_eq!(equal.status.code(), Some(0), "{}", text(&equal.stdout));
+
+    let json = local.div(&["result", "exact", "--json", "--check", "x>0.3"]);
+    let stdout = text(&json.stdout);
+    assert_eq!(
+        json.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&json.stderr)
+    );
+    assert!(stdout.contains("\"x\": 0.30000000000000001,"), "{stdout}");
+    assert!(stdout.contains("\"s\": \"caf\\u00e9\""), "{stdout}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("--json is JSON");
+    assert_eq!(value["run"], "exact");
+    assert_eq!(value["judged"][0]["outcome"], "passed", "{stdout}");
+    assert_eq!(value["result"]["m"]["l"][1], json!(2.5));
 }
 
 /// Whether `s` holds a character a terminal acts on: ESC, C1 controls (CSI is U+009B), BEL,
@@ -633,9 +756,10 @@ print("big.txt intact" if ok else "big.txt DAMAGED")
 /// Issue 13: a run edits a data volume: it rewrites a file put earlier (longer), deletes
 /// another and leaves links to `/etc/shadow` and `/etc` in its place. Afterwards `div storage
 /// ls` and `get` report what the run left (the new size, the new bytes), never read through
-/// the links, and putting the original files again is refused by name where the run changed
-/// them (a put never replaces) and works anywhere new, with the original bytes (the run's
-/// edit never reached the server's blobs).
+/// the links, and putting the original files again works, as `cp` would: the file the run
+/// edited and the link it left in place of another are replaced by the original bytes (the
+/// run's edit never reached the server's blobs), never written through; a put through the
+/// run's `etc -> /etc` link is refused, naming it.
 #[test]
 fn what_a_run_writes_to_a_volume_is_what_storage_ls_and_get_report() {
     let local = Local::new();
@@ -685,14 +809,27 @@ os.symlink("/etc", "/mnt/ds/etc")
         "read /etc/shadow through a link the run left"
     );
 
-    // The originals again: refused where the run changed them, by name; fine anywhere new.
+    // The originals again: written over what the run left, as `cp` would (the edited file
+    // and the link in place of `b.txt`, which is replaced itself, never followed), and they
+    // then hold their original bytes.
     let again = local.div(&["storage", "put", "ds", &data_arg]);
-    assert_ne!(again.status.code(), Some(0));
-    assert!(
-        text(&again.stderr).contains("`a.txt` in volume `ds` holds something else"),
-        "{}",
-        text(&again.stderr)
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let ls = text(&local.div(&["storage", "ls", "ds"]).stdout);
+    assert!(listed_as(&ls, "6 B", "a.txt"), "{ls}");
+    assert!(listed_as(&ls, "7 B", "b.txt"), "{ls}");
+    assert_eq!(
+        std::fs::read("/etc/shadow").unwrap_or_default(),
+        shadow,
+        "the put wrote through the link"
     );
+    let back = local.tmp.path().join("back");
+    let get = local.div(&["storage", "get", "ds/a.txt", &back.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(std::fs::read_to_string(&back).expect("a"), "hello\n");
+    let back = local.tmp.path().join("back-b");
+    let get = local.div(&["storage", "get", "ds/b.txt", &back.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(std::fs::read_to_string(&back).expect("b"), "bbbbbb\n");
     let elsewhere = local.div(&["storage", "put", "ds", &data_arg, "--to", "orig"]);
     assert_eq!(
         elsewhere.status.code(),
@@ -700,24 +837,143 @@ os.symlink("/etc", "/mnt/ds/etc")
         "{}",
         text(&elsewhere.stderr)
     );
-    let back = local.tmp.path().join("back");
-    let get = local.div(&["storage", "get", "ds/orig", &back.to_string_lossy()]);
-    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
-    assert_eq!(
-        std::fs::read_to_string(back.join("a.txt")).expect("a"),
-        "hello\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(back.join("b.txt")).expect("b"),
-        "bbbbbb\n"
-    );
     // Through `etc -> /etc`, a put never writes the host's /etc.
     let planted = local.tmp.path().join("planted");
     std::fs::create_dir_all(planted.join("etc")).expect("mkdir");
     std::fs::write(planted.join("etc/div-planted"), "x").expect("write");
     let via = local.div(&["storage", "put", "ds", &planted.to_string_lossy()]);
     assert_ne!(via.status.code(), Some(0));
+    assert!(
+        text(&via.stderr).contains(
+            "`etc` in volume `ds` is a link (a run may have left it), where the put has a folder; a put never writes through a link"
+        ),
+        "{}",
+        text(&via.stderr)
+    );
     assert!(!std::path::Path::new("/etc/div-planted").exists());
+}
+
+/// A put replaces files, but never inside a committed code snapshot: `code/<id>` is what
+/// every run of that id was given, so a put that would change or add a file there is
+/// refused, naming the tree, and the next run of that code still gets it as shipped.
+#[test]
+fn a_put_never_changes_a_committed_code_snapshot() {
+    let local = Local::new();
+    let run = local.div(&["run", "--gpu", "cpu", "--", "python3 train.py"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let ls = text(&local.div(&["storage", "ls", "proj-code/code"]).stdout);
+    let id = ls
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("code/")?.strip_suffix('/'))
+        .expect("a code id")
+        .to_owned();
+    let changed = local.tmp.path().join("changed");
+    std::fs::create_dir_all(&changed).expect("mkdir");
+    std::fs::write(changed.join("train.py"), "print('rewritten')\n").expect("write");
+    let to = format!("code/{id}");
+    let put = local.div(&[
+        "storage",
+        "put",
+        "proj-code",
+        &changed.to_string_lossy(),
+        "--to",
+        &to,
+    ]);
+    assert_ne!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    assert!(
+        text(&put.stderr).contains(&format!(
+            "`code/{id}/train.py` in volume `proj-code` is in the committed tree `code/{id}`, which never changes"
+        )),
+        "{}",
+        text(&put.stderr)
+    );
+    std::fs::write(changed.join("new.py"), "x = 1\n").expect("write");
+    std::fs::remove_file(changed.join("train.py")).expect("rm");
+    let add = local.div(&[
+        "storage",
+        "put",
+        "proj-code",
+        &changed.to_string_lossy(),
+        "--to",
+        &to,
+    ]);
+    assert_ne!(add.status.code(), Some(0), "{}", text(&add.stderr));
+    let again = local.div(&["run", "--gpu", "cpu", "--", "python3 train.py; ls"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(text(&again.stdout), "hi\ntrain.py\n");
+}
+
+/// Whether `div storage ls`'s output `ls` has a line of `size` and `name`, however the
+/// columns are padded.
+fn listed_as(ls: &str, size: &str, name: &str) -> bool {
+    ls.lines().any(|l| {
+        l.strip_prefix(size)
+            .is_some_and(|rest| rest.starts_with(' ') && rest.trim_start() == name)
+    })
+}
+
+/// A file name that is not UTF-8 (Latin-1 `café.txt`, a folder named by the byte 0xff)
+/// round-trips through `div storage put`, `ls` and `get` as it does through `div run`'s
+/// shipping: escaped on the way (`div_ship::encode_path`), its own bytes on disk, in the
+/// volume a run sees and in what `get` writes; `ls` shows each such byte as `\xNN`. Putting it
+/// again after a run changed it replaces it.
+#[test]
+fn names_that_are_not_utf8_round_trip_through_storage() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let local = Local::new();
+    let data = local.tmp.path().join("data");
+    let cafe = OsStr::from_bytes(b"caf\xe9.txt");
+    let odd = OsStr::from_bytes(b"d\xff");
+    std::fs::create_dir_all(data.join(odd)).expect("mkdir");
+    std::fs::write(data.join(cafe), "latin-1\n").expect("write");
+    std::fs::write(data.join(odd).join("x.bin"), [0u8, 1, 2, 255]).expect("write");
+    let data_arg = data.to_string_lossy().into_owned();
+    let put = local.div(&["storage", "put", "ds", &data_arg]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+
+    let ls = text(&local.div(&["storage", "ls", "-r", "ds"]).stdout);
+    assert!(listed_as(&ls, "8 B", "caf\\xe9.txt"), "{ls}");
+    assert!(listed_as(&ls, "4 B", "d\\xff/x.bin"), "{ls}");
+
+    // The run sees the names' own bytes, and changes the file.
+    let run = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--no-upload",
+        "--volume",
+        "ds",
+        "--",
+        r#"cat "/mnt/ds/$(printf 'caf\351.txt')" && od -An -tx1 "/mnt/ds/$(printf 'd\377')/x.bin" && printf 'run\n' > "/mnt/ds/$(printf 'caf\351.txt')""#,
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let log = text(&run.stdout);
+    assert!(log.contains("latin-1\n"), "{log}");
+    assert!(log.contains("00 01 02 ff"), "{log}");
+
+    let got = local.tmp.path().join("got");
+    let get = local.div(&["storage", "get", "ds", &got.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(std::fs::read(got.join(cafe)).expect("café"), b"run\n");
+    assert_eq!(
+        std::fs::read(got.join(odd).join("x.bin")).expect("x.bin"),
+        [0u8, 1, 2, 255]
+    );
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(&got)
+        .expect("read got")
+        .map(|e| e.expect("entry").file_name().as_bytes().to_vec())
+        .collect();
+    names.sort();
+    assert_eq!(names, [b"caf\xe9.txt".to_vec(), b"d\xff".to_vec()]);
+
+    // The original again replaces what the run wrote.
+    let again = local.div(&["storage", "put", "ds", &data_arg]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let back = local.tmp.path().join("back");
+    let get = local.div(&["storage", "get", "ds", &back.to_string_lossy()]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
+    assert_eq!(std::fs::read(back.join(cafe)).expect("café"), b"latin-1\n");
 }
 
 /// Issue 13: two `div run` in one project at the same instant, each shipping new content

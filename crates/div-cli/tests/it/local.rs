@@ -260,7 +260,12 @@ fn the_commands_around_a_run() {
     assert_eq!(text(&again.stderr), "1 file, 6 B → ds/v1\n");
     std::fs::write(local.tmp.path().join("data/a.txt"), "changed\n").expect("write");
     let replace = local.div(&["storage", "put", "ds", &data, "--to", "v1"]);
-    assert_eq!(replace.status.code(), Some(200), "a put never replaces");
+    assert_eq!(
+        replace.status.code(),
+        Some(0),
+        "a put replaces a file, as cp does: {}",
+        text(&replace.stderr)
+    );
 
     // Secrets: every run has them; --env wins.
     let set = local.div_stdin(&["secrets", "set", "HF_TOKEN"], "from-secret\n");
@@ -280,7 +285,7 @@ fn the_commands_around_a_run() {
     let stdout = text(&first.stdout);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
     assert!(
-        stdout.contains("HF_TOKEN=from-secret\ndata=hello\n"),
+        stdout.contains("HF_TOKEN=from-secret\ndata=changed\n"),
         "{stdout}"
     );
     let second = local.div(&[

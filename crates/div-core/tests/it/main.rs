@@ -5,6 +5,7 @@
 
 mod follow;
 mod rest;
+mod result;
 mod run;
 mod storage;
 

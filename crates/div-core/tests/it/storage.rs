@@ -1,4 +1,5 @@
-//! `div storage`: a put is committed at the volume's root (`""`) and adds, never replaces.
+//! `div storage`: a put is committed at the volume's root (`""`) and writes each file as `cp`
+//! would: new ones added, changed ones replaced, never a folder.
 
 use div_api::ControlPlane;
 use div_core::{Event, Listing, PutOptions, RunError, VolumePath};
@@ -85,8 +86,10 @@ async fn a_second_put_adds_beside_the_first_and_the_same_one_again_is_fine() {
     assert_eq!(paths, ["a.csv", "copies/a.csv", "sub/b.csv"]);
 }
 
+/// Putting a folder again after a file in it changed replaces that file, as `cp` would, and
+/// adds the new one; a file where the volume holds a folder is refused whole, naming it.
 #[tokio::test]
-async fn a_put_never_replaces_what_a_volume_holds() {
+async fn a_put_replaces_files_as_cp_does_and_never_a_folder() {
     let tmp = data();
     let cp = FakeControlPlane::new();
     let data = tmp.path().join("data");
@@ -95,14 +98,9 @@ async fn a_put_never_replaces_what_a_volume_holds() {
         .expect("put");
     std::fs::write(data.join("a.csv"), "changed\n").expect("write");
     std::fs::write(data.join("new.csv"), "new\n").expect("write");
-    let err = div_core::storage_put(&cp, &put("d", &data, None), &mut |_: Event| {})
+    div_core::storage_put(&cp, &put("d", &data, None), &mut |_: Event| {})
         .await
-        .expect_err("refused");
-    let RunError::PutConflict { volume, path } = &err else {
-        panic!("a conflict: {err:?}");
-    };
-    assert_eq!((volume.as_str(), path.as_str()), ("d", "a.csv"));
-    // Refused whole: not even the new file was written.
+        .expect("put again");
     let paths: Vec<String> = cp
         .list_tree("d", "")
         .await
@@ -110,16 +108,36 @@ async fn a_put_never_replaces_what_a_volume_holds() {
         .into_iter()
         .map(|e| e.path)
         .collect();
-    assert_eq!(paths, ["a.csv", "sub/b.csv"]);
+    assert_eq!(paths, ["a.csv", "new.csv", "sub/b.csv"]);
     let out = tempfile::tempdir().expect("a temp dir");
     div_core::storage_get(&cp, &at("d/a.csv"), out.path())
         .await
         .expect("get");
+    assert_eq!(read(&out.path().join("a.csv")), "changed\n");
+
+    // `sub` is a folder in the volume: a file of that name is refused, and nothing is written.
+    let other = tempfile::tempdir().expect("a temp dir");
+    std::fs::write(other.path().join("sub"), "a file\n").expect("write");
+    std::fs::write(other.path().join("z.csv"), "z\n").expect("write");
+    let err = div_core::storage_put(&cp, &put("d", other.path(), None), &mut |_: Event| {})
+        .await
+        .expect_err("refused");
+    let RunError::PutConflict { volume, path, .. } = &err else {
+        panic!("a conflict: {err:?}");
+    };
+    assert_eq!((volume.as_str(), path.as_str()), ("d", "sub"));
     assert_eq!(
-        read(&out.path().join("a.csv")),
-        "1,2\n",
-        "the first content stays"
+        err.to_string(),
+        "`sub` in volume `d` is a folder, where the put has a file; a put replaces files, never a folder"
     );
+    let paths: Vec<String> = cp
+        .list_tree("d", "")
+        .await
+        .expect("ls")
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(paths, ["a.csv", "new.csv", "sub/b.csv"]);
 }
 
 #[tokio::test]

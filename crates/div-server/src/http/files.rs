@@ -23,10 +23,15 @@ pub(crate) async fn respond(
     req: &Request<Incoming>,
 ) -> Result<Resp, HttpError> {
     let path = param(q, "path").unwrap_or_default();
-    let file = blocking(server, move |s| volumes::file_path(s, &volume, &path)).await?;
+    let file = blocking(server, move |s| volumes::open_file(s, &volume, &path)).await?;
     let range = header(req, "range");
     let if_range = header(req, "if-range");
-    file_response(&file, range.as_deref(), if_range.as_deref()).await
+    opened_file_response(
+        tokio::fs::File::from_std(file),
+        range.as_deref(),
+        if_range.as_deref(),
+    )
+    .await
 }
 
 /// A file of a volume as a response: its bytes with their length and an `etag` made of its
@@ -41,8 +46,17 @@ pub(super) async fn file_response(
     range: Option<&str>,
     if_range: Option<&str>,
 ) -> Result<Resp, HttpError> {
+    opened_file_response(tokio::fs::File::open(file).await?, range, if_range).await
+}
+
+/// [`file_response`] of a file already opened (a volume's, opened beneath it without
+/// following links: [`volumes::open_file`]).
+async fn opened_file_response(
+    mut f: tokio::fs::File,
+    range: Option<&str>,
+    if_range: Option<&str>,
+) -> Result<Resp, HttpError> {
     use std::os::unix::fs::MetadataExt;
-    let mut f = tokio::fs::File::open(file).await?;
     let meta = f.metadata().await?;
     let size = meta.len();
     let etag = format!(

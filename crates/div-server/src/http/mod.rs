@@ -208,7 +208,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         }
         (&Method::GET, ["v1", "runs", run, "result"]) => {
             let run = run.to_string();
-            let result = blocking(server, move |s| runs::result(s, &run)).await?;
+            let result = blocking(server, move |s| runs::result_exact(s, &run)).await?;
             Ok(wire::json(200, &result))
         }
         (&Method::GET, ["v1", "runs", run, "telemetry"]) => {

@@ -283,22 +283,75 @@ pub(crate) async fn stop_and_wait(
 /// `GET /v1/runs/{run}/result`: what the supervisor kept of the run's result, and its
 /// verdicts; a problem instead while there is none.
 pub(crate) fn result(server: &Server, id_or_name: &str) -> Result<RunResult, HttpError> {
+    result_exact(server, id_or_name).map(|r| r.result)
+}
+
+/// [`result`], with the object's JSON text as the run wrote it, which the route sends in
+/// place of `result`: numbers as written (`0.30000000000000001`, never `f64`'s `0.3`), so a
+/// client judges checks exactly as the supervisor did.
+pub(crate) fn result_exact(server: &Server, id_or_name: &str) -> Result<ExactResult, HttpError> {
     let (r, _) = get_run(server, id_or_name)?;
     let kept: Option<KeptResult> = fs::read(server.run_dir(&r.id).join("result.kept.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
-    let (result, problem) = match kept {
-        Some(k) => (k.result, k.problem),
-        None if r.status.is_terminal() => (None, Some("the run wrote no result".to_owned())),
-        None => (None, Some("the run has not ended yet".to_owned())),
+    let (result, problem, text) = match kept {
+        Some(k) => {
+            // The text only beside an object, and only when it is still JSON (a damaged
+            // record falls back to the parsed object).
+            let text = k
+                .text
+                .filter(|_| k.result.is_some())
+                .filter(|t| t.trim_start().starts_with('{'))
+                .and_then(|t| serde_json::value::RawValue::from_string(t).ok());
+            (k.result, k.problem, text)
+        }
+        None if r.status.is_terminal() => (None, Some("the run wrote no result".to_owned()), None),
+        None => (None, Some("the run has not ended yet".to_owned()), None),
     };
-    Ok(RunResult {
-        run: r.id,
-        result,
-        problem,
-        verdicts: r.verdicts,
-        extra: Default::default(),
+    Ok(ExactResult {
+        result: RunResult {
+            run: r.id,
+            result,
+            problem,
+            verdicts: r.verdicts,
+            extra: Default::default(),
+        },
+        text,
     })
+}
+
+/// A run's result as `GET /v1/runs/{run}/result` sends it: `result` is the object's text as
+/// the run wrote it where it is kept.
+pub(crate) struct ExactResult {
+    pub(crate) result: RunResult,
+    text: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl serde::Serialize for ExactResult {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Sent<'a> {
+            run: &'a str,
+            result: &'a serde_json::value::RawValue,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            problem: Option<&'a str>,
+            verdicts: &'a [div_api::CheckVerdict],
+            #[serde(flatten)]
+            extra: &'a div_api::Extra,
+        }
+        let r = &self.result;
+        match &self.text {
+            Some(text) => Sent {
+                run: &r.run,
+                result: text,
+                problem: r.problem.as_deref(),
+                verdicts: &r.verdicts,
+                extra: &r.extra,
+            }
+            .serialize(serializer),
+            None => r.serialize(serializer),
+        }
+    }
 }
 
 /// `GET /v1/runs/{run}/telemetry?after=N`: the points and bad lines after line `after`;

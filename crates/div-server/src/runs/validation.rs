@@ -79,10 +79,13 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         .map(|c| rules::parse_check(c))
         .collect::<Result<Vec<_>, _>>()
         .map_err(HttpError::invalid)?;
-    if let Some(bad) = request.env.iter().find(|e| !div_spec::is_env_key(&e.key)) {
+    if let Some(e) = request
+        .env
+        .iter()
+        .find_map(|e| div_spec::check_env_name(&e.key).err())
+    {
         return Err(HttpError::invalid(format!(
-            "`{}` is not an environment variable name",
-            bad.key
+            "an environment variable is refused: {e}"
         )));
     }
     if let Some(problem) = request
@@ -100,6 +103,19 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
     {
         rules::parse_stop_grace(&e.value).map_err(HttpError::invalid)?;
     }
+    // The run's own variables and every secret go into its environment together (an
+    // `--env` of a secret's name replaces it).
+    let secrets = server.store.secret_values()?;
+    div_spec::check_env_total(
+        "the run's --env variables and the secrets",
+        secrets.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(
+            request
+                .env
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str())),
+        ),
+    )
+    .map_err(|e| HttpError::invalid(e.to_string()))?;
     if request.project.trim().is_empty() {
         return Err(HttpError::invalid("the run has no project"));
     }

@@ -4,6 +4,7 @@
 mod api;
 mod conformance;
 mod diskfull;
+mod env_bounds;
 mod escape;
 mod example;
 mod faults;

@@ -146,6 +146,47 @@ proptest! {
         let _ = div_spec::volumes_named(&typed);
     }
 
+    /// `KEY=value` never panics on any text (names of any length, `=`, NULs, any Unicode),
+    /// and what it accepts is within the bounds and round-trips.
+    #[test]
+    fn proptest_env_pairs_stay_within_their_bounds(
+        key in "[A-Za-z_0-9=\0é-]{0,300}",
+        value in "[a-z=\0é]{0,40}",
+    ) {
+        let typed = format!("{key}={value}");
+        match typed.parse::<EnvPair>() {
+            Ok(p) => {
+                prop_assert!(p.key.len() <= div_spec::MAX_ENV_NAME_BYTES, "{}", p.key.len());
+                prop_assert!(div_spec::is_env_key(&p.key));
+                prop_assert!(!p.value.contains('\0'));
+                prop_assert!(p.value.len() <= div_spec::MAX_ENV_VALUE_BYTES);
+                prop_assert_eq!(p.to_string().parse::<EnvPair>(), Ok(p));
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+        prop_assert_eq!(div_spec::check_env_name(&key).is_ok(), div_spec::is_env_key(&key));
+    }
+
+    /// The total never panics nor overflows, and refuses exactly past 1 MiB of `KEY=value\0`
+    /// (the last value of a name counting).
+    #[test]
+    fn proptest_env_totals_are_counted_as_the_kernel_counts(
+        vars in prop::collection::vec(("[A-C]{1,2}", 0usize..400_000), 0..8),
+    ) {
+        let values: Vec<(String, String)> =
+            vars.iter().map(|(k, n)| (k.clone(), "x".repeat(*n))).collect();
+        let mut last = std::collections::BTreeMap::new();
+        for (k, v) in &values {
+            last.insert(k.as_str(), v.len());
+        }
+        let bytes: usize = last.iter().map(|(k, n)| k.len() + n + 2).sum();
+        let judged = div_spec::check_env_total(
+            "--env",
+            values.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        prop_assert_eq!(judged.is_ok(), bytes <= div_spec::MAX_ENV_TOTAL_BYTES, "{}", bytes);
+    }
+
     /// Parsers never panic on strings made of the characters they care about.
     #[test]
     fn proptest_parsers_never_panic_on_near_misses(typed in "[0-9a-zA-Z.:$,+\\-=<>!'\" /_eEGM]{0,16}") {

@@ -1,4 +1,7 @@
-use div_spec::{EnvPair, MAX_ENV_VALUE_BYTES, Slug, VolumeName, check_env_value, volumes_named};
+use div_spec::{
+    EnvPair, MAX_ENV_NAME_BYTES, MAX_ENV_TOTAL_BYTES, MAX_ENV_VALUE_BYTES, Slug, VolumeName,
+    check_env_name, check_env_total, check_env_value, is_env_key, volumes_named,
+};
 use insta::assert_snapshot;
 
 use crate::refused;
@@ -70,6 +73,42 @@ fn env_values_with_a_nul_or_too_long_are_refused() {
     assert_snapshot!(refused::<EnvPair>(&past), @"the value of `BIG` is 200000 bytes; an environment variable holds at most 130816 bytes (128 KiB less 256); put larger data in a file or a volume");
     assert_eq!(check_env_value("TOKEN", "secret"), Ok(()));
     assert!(check_env_value("TOKEN", "se\0cret").is_err());
+}
+
+/// A name is at most 255 bytes: refused past it when typed, with its start, its length and
+/// the bound; 255 is a name like any other.
+#[test]
+fn env_names_past_255_bytes_are_refused() {
+    let edge = "K".repeat(MAX_ENV_NAME_BYTES);
+    assert_eq!(check_env_name(&edge), Ok(()));
+    assert!(is_env_key(&edge));
+    assert_eq!(
+        format!("{edge}=v").parse::<EnvPair>().map(|p| p.key.len()),
+        Ok(255)
+    );
+    let past = format!("{edge}K");
+    assert!(!is_env_key(&past));
+    assert_snapshot!(refused::<EnvPair>(&format!("{past}=v")), @"the variable name `KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK…` is 256 bytes; a name holds at most 255 bytes");
+    // A long name that is not a name at all is said to be that, shortened.
+    assert_snapshot!(refused::<EnvPair>(&format!("{}é-{}=v", "a".repeat(39), "b".repeat(300))), @"`aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa…` is not a variable name: letters, digits and `_`, not starting with a digit");
+}
+
+/// A run's own variables together are at most 1 MiB, each counted as `KEY=value` and a NUL;
+/// a name given twice counts once, with its last value.
+#[test]
+fn env_totals_past_1_mib_are_refused() {
+    let value = "v".repeat(MAX_ENV_TOTAL_BYTES - 3);
+    assert_eq!(check_env_total("--env", [("K", value.as_str())]), Ok(()));
+    let over = format!("{value}v");
+    assert_snapshot!(
+        check_env_total("the run's --env variables", [("A", "1"), ("K", over.as_str())]).expect_err("over").to_string(),
+        @"the run's --env variables hold 1048581 bytes together (`KEY=value` and a NUL each, the largest `K`); a run's environment holds at most 1048576 bytes (1 MiB); put larger data in a file or a volume"
+    );
+    assert_eq!(
+        check_env_total("--env", [("K", over.as_str()), ("K", "small")]),
+        Ok(())
+    );
+    assert_eq!(check_env_total("--env", []), Ok(()));
 }
 
 #[test]
