@@ -2,38 +2,26 @@
 //! restarted: every run ends with its true status, log and result; none is lost, none stays
 //! `running`.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::DIV;
-
-fn div(tmp: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(DIV);
-    c.args(args)
-        .current_dir(tmp.join("project"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", tmp.join("home"))
-        .env("DIVERGENT_HOME", tmp.join("div-home"))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
+use crate::support::Local;
 
 /// `div server run` in the foreground, as its own process; returns once it answers.
 #[allow(clippy::zombie_processes)] // returned: `kill` waits on it
-fn start_server(tmp: &Path) -> Child {
-    let mut child = div(tmp, &["server", "run"])
+fn start_server(local: &Local) -> Child {
+    let mut child = local
+        .command(&["server", "run"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("div server run starts");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let out = div(tmp, &["server", "status"])
+        let out = local
+            .command(&["server", "status"])
             .output()
             .expect("div server status");
         let said = format!(
@@ -59,8 +47,9 @@ fn kill(mut child: Child) {
     let _ = child.wait();
 }
 
-fn runs(tmp: &Path) -> Vec<Value> {
-    let out = div(tmp, &["runs", "--all", "--limit", "100", "--json"])
+fn runs(local: &Local) -> Vec<Value> {
+    let out = local
+        .command(&["runs", "--all", "--limit", "100", "--json"])
         .output()
         .expect("div runs");
     serde_json::from_slice(&out.stdout).expect("div runs --json is JSON")
@@ -77,10 +66,7 @@ fn command(i: usize) -> String {
 
 #[test]
 fn server_killed_at_random_moments_loses_no_run() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let tmp = dir.path();
-    std::fs::create_dir_all(tmp.join("project")).expect("mkdir");
-    std::fs::write(tmp.join("project/train.py"), "print(1)\n").expect("write");
+    let local = Local::new("project", &[("train.py", "print(1)\n")]);
 
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let mut random = move |below: u64| {
@@ -89,12 +75,13 @@ fn server_killed_at_random_moments_loses_no_run() {
         seed ^= seed << 17;
         seed % below
     };
-    let mut server = start_server(tmp);
+    let mut server = start_server(&local);
     let mut names = Vec::new();
     for round in 0..4 {
         for k in 0..3 {
             let i = round * 3 + k;
-            let out = div(tmp, &["run", "--detach", "--gpu", "cpu", "--", &command(i)])
+            let out = local
+                .command(&["run", "--detach", "--gpu", "cpu", "--", &command(i)])
                 .output()
                 .expect("div run --detach");
             assert!(
@@ -107,12 +94,12 @@ fn server_killed_at_random_moments_loses_no_run() {
         // The fault: a kill at a random moment while the runs go on.
         std::thread::sleep(Duration::from_millis(50 + random(400)));
         kill(server);
-        server = start_server(tmp);
+        server = start_server(&local);
     }
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let all = loop {
-        let all = runs(tmp);
+        let all = runs(&local);
         let going = all
             .iter()
             .filter(|r| matches!(r["status"].as_str(), Some("queued" | "running")))
@@ -138,15 +125,13 @@ fn server_killed_at_random_moments_loses_no_run() {
         let status = if code == 0 { "succeeded" } else { "failed" };
         assert_eq!(run["status"], status, "{run}");
 
-        let log = div(tmp, &["logs", name]).output().expect("div logs");
+        let log = local.div(&["logs", name]);
         let log = String::from_utf8_lossy(&log.stdout);
         for n in 1..=5 {
             let line = format!("run {i} line {n}\n");
             assert_eq!(log.matches(&line).count(), 1, "{line:?} in {log:?}");
         }
-        let result = div(tmp, &["result", "--json", name])
-            .output()
-            .expect("div result");
+        let result = local.div(&["result", "--json", name]);
         let result: Value = serde_json::from_slice(&result.stdout).expect("div result --json");
         assert_eq!(result["result"]["metrics"]["i"], *i as i64, "{result}");
     }

@@ -6,13 +6,13 @@
 //! screenshots they take are written to `docs/dashboard/*.png`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-use crate::support::DIV;
+use crate::support::{DIV, Local};
 
 /// One browser at a time: the machines running these are small.
 static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -76,39 +76,22 @@ json.dump({"html": "<script>window.__pwned = 3</script>", "metrics": {"accuracy"
           open(os.environ["DIVERGENT_RESULT_PATH"], "w"))
 "#;
 
-/// A temp home and project with the local control plane started on demand; stopped when
-/// dropped.
-struct Local {
-    tmp: tempfile::TempDir,
+/// The project `vision` on the local control plane, with two emulated H100s.
+fn vision() -> Local {
+    Local::new(
+        "vision",
+        &[
+            ("ticker.py", TICKER),
+            ("train.py", TRAIN),
+            ("evil.py", EVIL),
+            ("big.py", BIG),
+            ("telemetry.toml", LAYOUT),
+        ],
+    )
+    .emulating("h100:2")
 }
 
 impl Local {
-    fn new() -> Local {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        let project = tmp.path().join("vision");
-        std::fs::create_dir_all(&project).expect("mkdir");
-        std::fs::write(project.join("ticker.py"), TICKER).expect("write");
-        std::fs::write(project.join("train.py"), TRAIN).expect("write");
-        std::fs::write(project.join("evil.py"), EVIL).expect("write");
-        std::fs::write(project.join("big.py"), BIG).expect("write");
-        std::fs::write(project.join("telemetry.toml"), LAYOUT).expect("write");
-        Local { tmp }
-    }
-
-    fn div(&self, args: &[&str]) -> Output {
-        Command::new(DIV)
-            .args(args)
-            .current_dir(self.tmp.path().join("vision"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.tmp.path().join("home"))
-            .env("DIVERGENT_HOME", self.tmp.path().join("div-home"))
-            .env("DIVERGENT_EMULATE_GPUS", "h100:2")
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("div runs")
-    }
-
     /// `div args…`, which must succeed; its stdout.
     fn ok(&self, args: &[&str]) -> String {
         let out = self.div(args);
@@ -127,12 +110,6 @@ impl Local {
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         assert!(url.contains("/?token="), "{url}");
         url
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.div(&["server", "stop"]);
     }
 }
 
@@ -303,7 +280,7 @@ where
 
 #[test]
 fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
-    let local = Local::new();
+    let local = vision();
     // One check passed and one missed.
     let out = local.div(&[
         "run",
@@ -413,7 +390,7 @@ fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
 
 #[test]
 fn the_list_pages_through_runs_with_the_servers_cursor() {
-    let local = Local::new();
+    let local = vision();
     // 52 runs: a page holds 50.
     for _ in 0..52 {
         local.ok(&[
@@ -468,7 +445,7 @@ fn the_list_pages_through_runs_with_the_servers_cursor() {
 
 #[test]
 fn the_run_page_log_grows_while_the_run_prints_in_colour() {
-    let local = Local::new();
+    let local = vision();
     let name = local.ok(&[
         "run",
         "--detach",
@@ -577,7 +554,7 @@ const LINES_FN: &str = "function lines() { return [...document.getElementById('l
 
 #[test]
 fn a_large_log_shows_its_tail_and_loads_earlier_parts_on_demand() {
-    let local = Local::new();
+    let local = vision();
     local.ok(&["run", "--gpu", "cpu", "--name", "big", "big.py::main"]);
     let url = local.dashboard();
     with_browser(|b| async move {
@@ -655,7 +632,7 @@ fn a_large_log_shows_its_tail_and_loads_earlier_parts_on_demand() {
 
 #[test]
 fn stop_asks_for_a_confirmation_and_the_status_changes() {
-    let local = Local::new();
+    let local = vision();
     let name = local.ok(&[
         "run",
         "--detach",
@@ -810,7 +787,7 @@ fn stop_asks_for_a_confirmation_and_the_status_changes() {
 
 #[test]
 fn the_telemetry_tab_draws_the_layouts_series() {
-    let local = Local::new();
+    let local = vision();
     local.ok(&[
         "run",
         "--gpu",
@@ -890,7 +867,7 @@ fn the_telemetry_tab_draws_the_layouts_series() {
 
 #[test]
 fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {
-    let local = Local::new();
+    let local = vision();
     let secret = "s3cr3t-value-that-must-not-show";
     let file = local.tmp.path().join("secret");
     std::fs::write(&file, secret).expect("write");
@@ -1011,7 +988,7 @@ fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {
 
 #[test]
 fn a_wrong_token_is_refused_and_stop_needs_the_dashboards_own_origin() {
-    let local = Local::new();
+    let local = vision();
     local.ok(&[
         "run",
         "--detach",
@@ -1164,7 +1141,7 @@ fn bench_the_list_with_many_runs_stored() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(100_000);
-    let local = Local::new();
+    let local = vision();
     local.ok(&["run", "--gpu", "cpu", "--no-upload", "--", "sleep", "0"]);
     local.ok(&["server", "stop"]);
     // One real run, copied straight into the store while the server is stopped.
@@ -1350,7 +1327,7 @@ def main():
 
 #[test]
 fn div_dashboard_prints_a_fresh_link_each_time_and_says_when_no_browser_can_open() {
-    let local = Local::new();
+    let local = vision();
     let first = local.dashboard();
     let second = local.dashboard();
     // The same listener, a fresh token each time; stdout holds the URL alone.

@@ -2,11 +2,10 @@
 //! pushed to Debian's `docker-registry` on loopback (div-image's test helpers).
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use div_image::{Credentials, Digest};
 
-use crate::support::DIV;
+use crate::support::{Local, text};
 
 #[allow(dead_code)] // div-image's helpers; these tests use some of them
 #[path = "../../../div-image/tests/it/support.rs"]
@@ -129,40 +128,15 @@ fn registry() -> Option<Registry> {
     Some(reg)
 }
 
-/// A temp home and project; stops the local control plane when dropped.
-struct Local {
-    tmp: tempfile::TempDir,
+/// The project `project` on the local control plane.
+fn project() -> Local {
+    Local::new(
+        "project",
+        &[("train.py", "def main():\n    print('trained')\n")],
+    )
 }
 
 impl Local {
-    fn new() -> Local {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir_all(tmp.path().join("project")).expect("mkdir");
-        std::fs::write(
-            tmp.path().join("project/train.py"),
-            "def main():\n    print('trained')\n",
-        )
-        .expect("write");
-        Local { tmp }
-    }
-
-    fn home(&self) -> PathBuf {
-        self.tmp.path().join("div-home")
-    }
-
-    fn div(&self, args: &[&str]) -> Output {
-        std::process::Command::new(DIV)
-            .args(args)
-            .current_dir(self.tmp.path().join("project"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.tmp.path().join("home"))
-            .env("DIVERGENT_HOME", self.home())
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("div runs")
-    }
-
     /// The unpacked trees in the image cache.
     fn rootfs(&self) -> Vec<PathBuf> {
         let dir = self.home().join("images/images/sha256");
@@ -172,16 +146,6 @@ impl Local {
         v.sort();
         v
     }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.div(&["server", "stop"]);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Every path under `root`, with its size, to compare a tree before and after a run.
@@ -204,7 +168,7 @@ fn listing(root: &Path) -> Vec<(PathBuf, u64)> {
 #[test]
 fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
     let out = local.div(&[
         "run",
@@ -267,7 +231,7 @@ fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root()
 #[test]
 fn the_image_s_user_is_who_the_command_runs_as() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:user", reg.addr);
     let out = local.div(&[
         "run",
@@ -289,7 +253,7 @@ fn the_image_s_user_is_who_the_command_runs_as() {
 #[test]
 fn an_image_that_does_not_exist_is_refused_and_no_run_is_created() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/nothing:1", reg.addr);
     let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "echo ran"]);
     let stdout = text(&out.stdout);
@@ -316,7 +280,7 @@ fn an_image_that_does_not_exist_is_refused_and_no_run_is_created() {
 #[test]
 fn a_py_entrypoint_in_an_image_without_python_says_so_last() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
     let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "train.py::main"]);
     let stdout = text(&out.stdout);
@@ -334,7 +298,7 @@ fn a_py_entrypoint_in_an_image_without_python_says_so_last() {
 #[test]
 fn a_hostile_run_cannot_write_its_image_or_the_cache() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
     // Pull it (a first run), then take the cache's listing.
     let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
@@ -369,7 +333,7 @@ fn a_hostile_run_cannot_write_its_image_or_the_cache() {
 #[test]
 fn div_image_lists_the_cache_and_prunes_it() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
     let out = local.div(&["image", "ls"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -561,7 +525,7 @@ fn a_train_py_run_with_checks_in_a_python_image() {
             &image,
             &Credentials::none(),
         ));
-    let local = Local::new();
+    let local = project();
     std::fs::write(
         local.tmp.path().join("project/train.py"),
         "import json, os, sys\n\ndef main():\n    print('python', sys.version.split()[0], 'at', sys.executable)\n    print('usr' in os.listdir('/'), os.path.exists('/var'))\n    json.dump({'metrics': {'accuracy': 0.93}}, open(os.environ['DIVERGENT_RESULT_PATH'], 'w'))\n",
@@ -602,7 +566,7 @@ fn a_train_py_run_with_checks_in_a_python_image() {
 #[ignore]
 fn image_run_bench() {
     let Some(reg) = registry() else { return };
-    let local = Local::new();
+    let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
     let run = |args: &[&str]| {
         let started = std::time::Instant::now();

@@ -1,9 +1,8 @@
 //! End to end: the real `div` on the local control plane, started on demand.
 
-use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::support::DIV;
+use crate::support::{Local, text};
 
 const TRAIN: &str = r#"import json, os, sys
 
@@ -17,57 +16,14 @@ def crash():
     sys.exit(3)
 "#;
 
-/// A temp home and project; stops the background server it started when dropped.
-struct Local {
-    tmp: tempfile::TempDir,
-}
-
-impl Local {
-    fn new() -> Local {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        let project = tmp.path().join("quickstart");
-        std::fs::create_dir_all(&project).expect("mkdir");
-        std::fs::write(project.join("train.py"), TRAIN).expect("write");
-        Local { tmp }
-    }
-
-    fn project(&self) -> PathBuf {
-        self.tmp.path().join("quickstart")
-    }
-
-    fn div(&self, args: &[&str]) -> Output {
-        command(self.tmp.path(), &self.project(), args)
-            .output()
-            .expect("div runs")
-    }
-}
-
-fn command(tmp: &Path, project: &Path, args: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new(DIV);
-    c.args(args)
-        .current_dir(project)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", tmp.join("home"))
-        .env("DIVERGENT_HOME", tmp.join("div-home"))
-        .env("DIVERGENT_EMULATE_GPUS", "h100:2")
-        .env("NO_COLOR", "1");
-    c
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.div(&["server", "stop"]);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The project `quickstart` on the local control plane, with two emulated H100s.
+fn quickstart() -> Local {
+    Local::new("quickstart", &[("train.py", TRAIN)]).emulating("h100:2")
 }
 
 #[test]
 fn a_run_with_a_passing_and_a_missed_check() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&[
         "run",
         "--gpu",
@@ -105,7 +61,7 @@ fn a_run_with_a_passing_and_a_missed_check() {
 
 #[test]
 fn a_run_that_exits_3_makes_div_exit_3() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&["run", "--gpu", "cpu", "train.py::crash"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
@@ -120,7 +76,7 @@ fn a_run_that_exits_3_makes_div_exit_3() {
 /// has none, and says so.
 #[test]
 fn a_run_on_this_machine_has_no_node_logs() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&["run", "--gpu", "cpu", "--name", "solo", "--", "echo", "hi"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = local.div(&["logs", "solo", "--node", "1"]);
@@ -139,15 +95,12 @@ fn a_run_on_this_machine_has_no_node_logs() {
 /// without it there is no such line.
 #[test]
 fn timings_name_each_step_of_a_run_in_order() {
-    let local = Local::new();
-    let out = command(
-        local.tmp.path(),
-        &local.project(),
-        &["run", "--gpu", "cpu", "train.py::main"],
-    )
-    .env("DIVERGENT_TIMINGS", "1")
-    .output()
-    .expect("div runs");
+    let local = quickstart();
+    let out = local
+        .command(&["run", "--gpu", "cpu", "train.py::main"])
+        .env("DIVERGENT_TIMINGS", "1")
+        .output()
+        .expect("div runs");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
@@ -191,7 +144,7 @@ fn timings_name_each_step_of_a_run_in_order() {
 
 #[test]
 fn detach_then_follow_then_stop() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&["run", "-d", "--gpu", "cpu", "--", "echo started; sleep 30"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let name = text(&out.stdout).trim().to_string();
@@ -227,7 +180,8 @@ json.dump({"metrics": {"accuracy": 0.91}}, open(os.environ["DIVERGENT_RESULT_PAT
 impl Local {
     fn div_stdin(&self, args: &[&str], input: &str) -> Output {
         use std::io::Write;
-        let mut child = command(self.tmp.path(), &self.project(), args)
+        let mut child = self
+            .command(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -245,7 +199,7 @@ impl Local {
 
 #[test]
 fn the_commands_around_a_run() {
-    let local = Local::new();
+    let local = quickstart();
     std::fs::write(local.project().join("around.py"), AROUND).expect("write");
     let data = local.tmp.path().join("data");
     std::fs::create_dir_all(&data).expect("mkdir");
@@ -369,7 +323,7 @@ fn the_commands_around_a_run() {
 
 #[test]
 fn detach_with_json_prints_the_run_as_placed_with_its_env_shown_back() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&[
         "run",
         "-d",
@@ -399,7 +353,7 @@ fn detach_with_json_prints_the_run_as_placed_with_its_env_shown_back() {
 
 #[test]
 fn a_failed_run_keeps_its_exit_code_and_its_checks_are_still_judged() {
-    let local = Local::new();
+    let local = quickstart();
     std::fs::write(
         local.project().join("half.py"),
         "import json, os, sys\n\

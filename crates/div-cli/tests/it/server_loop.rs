@@ -5,66 +5,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::support::DIV;
+use crate::support::{Local, text};
 
-/// A temp home and a project `loop` on the local control plane; stops the server it started
-/// when dropped.
-struct Local {
-    tmp: tempfile::TempDir,
-}
-
-impl Local {
-    fn new() -> Local {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir_all(tmp.path().join("loop")).expect("mkdir");
-        std::fs::write(tmp.path().join("loop/hello.py"), "print('hello')\n").expect("write");
-        Local { tmp }
-    }
-
-    fn project(&self) -> PathBuf {
-        self.tmp.path().join("loop")
-    }
-
-    fn home(&self) -> PathBuf {
-        self.tmp.path().join("div-home")
-    }
-
-    fn command(&self, args: &[&str]) -> std::process::Command {
-        command(self.tmp.path(), &self.project(), args)
-    }
-
-    fn div(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("div runs")
-    }
-}
-
-fn command(tmp: &Path, project: &Path, args: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new(DIV);
-    c.args(args)
-        .current_dir(project)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", tmp.join("home"))
-        .env("DIVERGENT_HOME", tmp.join("div-home"))
-        .env("NO_COLOR", "1");
-    c
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.div(&["server", "stop"]);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The project `loop` on the local control plane.
+fn project() -> Local {
+    Local::new("loop", &[("hello.py", "print('hello')\n")])
 }
 
 /// Every run gets `PYTHONUNBUFFERED=1`, which `--env` overrides; pip's and uv's caches point
 /// at one directory every run shares, so what one run downloads the next finds.
 #[test]
 fn python_is_unbuffered_and_every_run_shares_one_download_cache() {
-    let local = Local::new();
+    let local = project();
     let out = local.div(&[
         "run",
         "--gpu",
@@ -132,7 +84,7 @@ fn lines_until(
 #[test]
 fn a_queued_run_says_why_it_waits_and_when_it_starts() {
     use std::io::BufRead;
-    let local = Local::new();
+    let local = project();
     let div = |args: &[&str]| {
         local
             .command(args)
@@ -203,7 +155,7 @@ fn a_queued_run_says_why_it_waits_and_when_it_starts() {
 /// the month's spend. On an emulated H100, with a limit of one cent.
 #[test]
 fn the_org_usage_limit_stops_runs_going_and_refuses_new_ones() {
-    let local = Local::new();
+    let local = project();
     let div = |args: &[&str]| {
         local
             .command(args)
@@ -313,7 +265,7 @@ fn host_memory_gib() -> u64 {
 /// memory past the machine is refused, as cores are.
 #[test]
 fn emulated_containers_past_the_machine_run_and_say_so_and_real_ones_are_refused() {
-    let local = Local::new();
+    let local = project();
     let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let host_gib = host_memory_gib();
     let div = |args: &[&str]| {
@@ -364,7 +316,7 @@ fn emulated_containers_past_the_machine_run_and_say_so_and_real_ones_are_refused
             "{stderr}"
         );
         // Without emulation, refused before anything is shipped, from the catalogue.
-        let real = Local::new();
+        let real = project();
         let out = real.div(&["run", "--gpu", "cpu", "--memory", "336G", "hello.py"]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(200), "{stderr}");
@@ -381,7 +333,7 @@ fn emulated_containers_past_the_machine_run_and_say_so_and_real_ones_are_refused
 /// why not when one is.
 #[test]
 fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
-    let local = Local::new();
+    let local = project();
     let with = |gpus: &str, args: &[&str]| {
         local
             .command(args)

@@ -191,3 +191,78 @@ pub(crate) fn filter(text: &str, tmp: &Path, uri: &str) -> String {
     text.replace(&*tmp.to_string_lossy(), "[TMP]")
         .replace(uri, "[API]")
 }
+
+/// A temp home and one project on the real local control plane (no mock): `div` started
+/// with a clean environment in the project's folder; the server it starts in the background
+/// is stopped when this is dropped. One harness for every test file that runs the real thing.
+pub(crate) struct Local {
+    pub(crate) tmp: tempfile::TempDir,
+    name: &'static str,
+    gpus: Option<&'static str>,
+}
+
+impl Local {
+    /// The project `name` holding `files` (`(path, text)`).
+    pub(crate) fn new(name: &'static str, files: &[(&str, &str)]) -> Local {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let project = tmp.path().join(name);
+        std::fs::create_dir_all(&project).expect("mkdir");
+        for (path, text) in files {
+            let file = project.join(path);
+            std::fs::create_dir_all(file.parent().expect("a folder")).expect("mkdir");
+            std::fs::write(file, text).expect("write");
+        }
+        Local {
+            tmp,
+            name,
+            gpus: None,
+        }
+    }
+
+    /// Every `div` of this project asks for emulated GPUs (`DIVERGENT_EMULATE_GPUS`).
+    pub(crate) fn emulating(mut self, gpus: &'static str) -> Local {
+        self.gpus = Some(gpus);
+        self
+    }
+
+    pub(crate) fn project(&self) -> PathBuf {
+        self.tmp.path().join(self.name)
+    }
+
+    /// The state directory (`DIVERGENT_HOME`).
+    pub(crate) fn home(&self) -> PathBuf {
+        self.tmp.path().join("div-home")
+    }
+
+    /// `div args…` in the project, with only `PATH`, `HOME`, `DIVERGENT_HOME`, `NO_COLOR`
+    /// (and the emulated GPUs) set.
+    pub(crate) fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(DIV);
+        c.args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.home())
+            .env("NO_COLOR", "1");
+        if let Some(gpus) = self.gpus {
+            c.env("DIVERGENT_EMULATE_GPUS", gpus);
+        }
+        c
+    }
+
+    pub(crate) fn div(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("div runs")
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+/// Bytes as text, for messages.
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -2,12 +2,9 @@
 //! is billed, and coming back to a run later is as good as staying attached. End to end on the
 //! local control plane, and against wiremock where only the requests matter.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
-
 use insta::assert_snapshot;
 
-use crate::support::{DIV, World};
+use crate::support::{DIV, Local, World, text};
 
 const TRAIN: &str = r#"import json, os, sys
 
@@ -23,51 +20,9 @@ if __name__ == "__main__":
     print("file argv", json.dumps(sys.argv[1:]))
 "#;
 
-/// A temp home and a project `quickstart` on the local control plane; stops the server it
-/// started when dropped.
-struct Local {
-    tmp: tempfile::TempDir,
-}
-
-impl Local {
-    fn new() -> Local {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir_all(tmp.path().join("quickstart")).expect("mkdir");
-        std::fs::write(tmp.path().join("quickstart/train.py"), TRAIN).expect("write");
-        Local { tmp }
-    }
-
-    fn project(&self) -> PathBuf {
-        self.tmp.path().join("quickstart")
-    }
-
-    fn div(&self, args: &[&str]) -> Output {
-        command(self.tmp.path(), &self.project(), args)
-            .output()
-            .expect("div runs")
-    }
-}
-
-fn command(tmp: &Path, project: &Path, args: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new(DIV);
-    c.args(args)
-        .current_dir(project)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", tmp.join("home"))
-        .env("DIVERGENT_HOME", tmp.join("div-home"))
-        .env("NO_COLOR", "1");
-    c
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.div(&["server", "stop"]);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The project `quickstart` on the local control plane.
+fn quickstart() -> Local {
+    Local::new("quickstart", &[("train.py", TRAIN)])
 }
 
 /// What a shell would make of them, spaces, quotes, `$` and `;` included.
@@ -90,7 +45,7 @@ fn awkward_json() -> String {
 
 #[test]
 fn arguments_after_dashes_reach_the_file_exactly() {
-    let local = Local::new();
+    let local = quickstart();
     let mut args = vec!["run", "--gpu", "cpu", "train.py", "--"];
     args.extend(AWKWARD);
     let out = local.div(&args);
@@ -116,7 +71,7 @@ fn arguments_after_dashes_reach_the_file_exactly() {
 
 #[test]
 fn arguments_after_dashes_reach_the_function_as_sys_argv() {
-    let local = Local::new();
+    let local = quickstart();
     let mut args = vec!["run", "--gpu", "cpu", "train.py::main", "--"];
     args.extend(AWKWARD);
     let out = local.div(&args);
@@ -136,7 +91,7 @@ fn arguments_after_dashes_reach_the_function_as_sys_argv() {
 
 #[test]
 fn an_own_command_after_dashes_is_unchanged() {
-    let local = Local::new();
+    let local = quickstart();
     let out = local.div(&[
         "run",
         "--gpu",
@@ -258,7 +213,7 @@ async fn a_file_the_scan_cannot_read_is_given_the_benefit_of_the_doubt() {
 #[test]
 fn an_executable_script_runs_as_its_own_command() {
     use std::os::unix::fs::PermissionsExt;
-    let local = Local::new();
+    let local = quickstart();
     let script = local.project().join("go.py");
     std::fs::write(
         &script,
@@ -280,7 +235,7 @@ fn an_executable_script_runs_as_its_own_command() {
 /// project's latest run and say which.
 #[test]
 fn coming_back_is_as_good_as_staying_attached() {
-    let local = Local::new();
+    let local = quickstart();
     let attached = local.div(&["run", "--gpu", "cpu", "train.py::crash"]);
     assert_eq!(
         attached.status.code(),
@@ -361,7 +316,7 @@ async fn no_runs_yet_is_said_plainly() {
 /// install the module into the run. `div logs --follow` ends the same way.
 #[test]
 fn a_missing_module_ends_with_how_to_install_it() {
-    let local = Local::new();
+    let local = quickstart();
     std::fs::write(
         local.project().join("fit.py"),
         // Through importlib, so the traceback shows the Python's own files.
@@ -397,7 +352,7 @@ fn a_missing_module_ends_with_how_to_install_it() {
 /// arrives whole on the local control plane (which checks its hash).
 #[test]
 fn a_large_file_is_sent_in_pieces_and_arrives_whole() {
-    let local = Local::new();
+    let local = quickstart();
     let size = 70_000_000usize;
     let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
     std::fs::write(local.project().join("big.bin"), &bytes).expect("write");
@@ -513,7 +468,8 @@ impl Local {
     fn on_terminal(&self, line: &str) -> String {
         let mut script = std::process::Command::new("script");
         script.env_clear();
-        for (key, value) in command(self.tmp.path(), &self.project(), &[])
+        for (key, value) in self
+            .command(&[])
             .get_envs()
             .filter(|(k, _)| *k != "NO_COLOR")
         {
@@ -547,7 +503,7 @@ json.dump({"metrics": {"accuracy": 0.5}}, open(os.environ["DIVERGENT_RESULT_PATH
 /// `NO_COLOR`.
 #[test]
 fn charts_fill_the_terminal_and_missed_checks_are_red() {
-    let local = Local::new();
+    let local = quickstart();
     std::fs::write(local.project().join("charted.py"), CHARTED).expect("write");
     let out = local.div(&[
         "run",
@@ -609,7 +565,7 @@ fn charts_fill_the_terminal_and_missed_checks_are_red() {
 /// The cpu SKU has no GPUs: `--dry-run --json` and `div runs --json` both say 0.
 #[test]
 fn the_cpu_sku_has_no_gpus_before_and_after() {
-    let local = Local::new();
+    let local = quickstart();
     let dry = local.div(&["run", "--gpu", "cpu", "--dry-run", "--json", "train.py"]);
     let dry: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
     assert_eq!(dry["gpus"], 0, "{dry}");
