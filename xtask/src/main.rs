@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+mod bench_cache;
 mod bench_dashboard;
 mod bench_run;
 mod bench_ship;
@@ -75,6 +76,7 @@ fn bench(rest: &[String]) -> Result<()> {
         "ship" => bench_ship::run(flags),
         "dashboard" => bench_dashboard::run(flags),
         "slurm" => bench_slurm::run(flags),
+        "cache" => bench_cache::run(flags),
         "all" => {
             bench_ship::run(&[])?;
             bench_run::run("all", flags)
