@@ -533,7 +533,6 @@ pub(crate) async fn upload(
     sink: &mut dyn EventSink,
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
-    cp.create_volume(volume).await.map_err(api(words.make))?;
     let tree = CommitTree {
         path: path.to_string(),
         entries: shipment
@@ -558,7 +557,8 @@ pub(crate) async fn upload(
             .collect(),
     };
     // The same tree already committed there (the project is unchanged since its last run):
-    // one short question, and neither the hashes nor the tree are sent.
+    // one short question, and neither the hashes nor the tree are sent, and the volume is
+    // not even made again (its answer carries the volume's size, which walks it).
     if !path.is_empty()
         && cp
             .tree_held(volume, path, &div_api::tree_digest(&tree.entries))
@@ -570,6 +570,7 @@ pub(crate) async fn upload(
         sink.event(Event::UploadFinished);
         return Ok(());
     }
+    cp.create_volume(volume).await.map_err(api(words.make))?;
     let mut hashes: Vec<String> = shipment
         .manifest
         .entries
