@@ -96,7 +96,10 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             other => bail!("unknown flag `{other}`; expected --mib, --mib-per-second or --div"),
         }
     }
-    ensure!(mib > 0 && rate_mib > 0, "--mib and --mib-per-second are at least 1");
+    ensure!(
+        mib > 0 && rate_mib > 0,
+        "--mib and --mib-per-second are at least 1"
+    );
     let div = crate::bench_run::div_binary(div.as_deref())?;
     eprintln!("div: {}", div.display());
     let tmp = tempfile::tempdir().context("creating a temporary folder")?;
@@ -141,7 +144,10 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
     };
     local.div(&["server", "start"])?;
     let mut rows = Vec::new();
-    for which in ["first install (empty cache)", "second install (same requirements)"] {
+    for which in [
+        "first install (empty cache)",
+        "second install (same requirements)",
+    ] {
         let started = Instant::now();
         let out = local.div(&["run", "--gpu", "cpu", "--", &install])?;
         let took = started.elapsed();

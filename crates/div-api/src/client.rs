@@ -78,6 +78,8 @@ pub(crate) enum CallBody {
     Empty,
     Json(Bytes),
     Blob(BlobSource),
+    /// Bytes already in memory, sent as `application/octet-stream` (a pack of small blobs).
+    Bytes(Bytes),
 }
 
 impl<'a> Call<'a> {
@@ -220,6 +222,10 @@ impl HttpControlPlane {
             CallBody::Blob(source) => {
                 builder = builder.header(CONTENT_TYPE, "application/octet-stream");
                 transport::blob(source).await?
+            }
+            CallBody::Bytes(bytes) => {
+                builder = builder.header(CONTENT_TYPE, "application/octet-stream");
+                transport::full(bytes.clone())
             }
         };
         builder.body(body).map_err(|e| {

@@ -506,6 +506,10 @@ pub(crate) struct UploadWords {
     commit: &'static str,
 }
 
+/// How many bytes of small files one pack carries (at most), and how many files.
+const PACK_BYTES: u64 = 8 << 20;
+const PACK_BLOBS: usize = 4096;
+
 /// `div run`'s code upload.
 pub(crate) const CODE_UPLOAD: UploadWords = UploadWords {
     make: "make the code volume",
@@ -589,7 +593,35 @@ pub(crate) async fn upload(
         blobs: plan.blobs.len() as u64,
     });
     let mut sent = 0;
-    for blob in &plan.blobs {
+    // Small whole files go together, in packs of up to PACK_BYTES: a project of many small
+    // files does not cost a request each. The rest go one by one, resumably.
+    let (small, large): (Vec<_>, Vec<_>) = plan
+        .blobs
+        .iter()
+        .partition(|b| b.offset == 0 && b.size <= div_api::PACK_BLOB_MAX_BYTES);
+    let mut pack: Vec<div_api::PackBlob> = Vec::new();
+    let mut pack_bytes = 0u64;
+    for (i, blob) in small.iter().enumerate() {
+        let data = std::fs::read(&blob.path).map_err(|e| RunError::Read {
+            path: blob.path.clone(),
+            source: e,
+        })?;
+        pack_bytes += data.len() as u64;
+        pack.push(div_api::PackBlob {
+            hash: blob.hash.clone(),
+            data,
+        });
+        if pack_bytes >= PACK_BYTES || pack.len() >= PACK_BLOBS || i + 1 == small.len() {
+            cp.upload_pack(volume, &pack)
+                .await
+                .map_err(api(words.send))?;
+            sent += pack_bytes;
+            sink.event(Event::UploadProgress { sent });
+            pack.clear();
+            pack_bytes = 0;
+        }
+    }
+    for blob in large {
         // A large file goes in pieces, so progress shows while it is sent; the client resumes
         // a cut piece itself (div-api's `upload.rs`): one loop, one budget.
         let end = blob.offset + blob.len;

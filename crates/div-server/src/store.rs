@@ -391,6 +391,22 @@ impl Store {
         Ok(())
     }
 
+    /// Records verified blobs, all in one transaction.
+    pub(crate) fn add_blobs(&self, volume: &str, blobs: &[(&str, u64)]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR REPLACE INTO blobs (volume, hash, size) VALUES (?1, ?2, ?3)",
+            )?;
+            for (hash, size) in blobs {
+                insert.execute(params![volume, hash, *size as i64])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Whether the volume holds this blob.
     pub(crate) fn has_blob(&self, volume: &str, hash: &str) -> Result<bool, StoreError> {
         let n: i64 = self.conn().query_row(

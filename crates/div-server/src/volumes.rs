@@ -157,6 +157,62 @@ pub(crate) fn finish_upload(
     Ok(201)
 }
 
+/// `POST /v1/volumes/{name}/blobs/pack`: several small whole blobs in one body
+/// (`div_api::parse_pack`). Every blob is checked first (its form, its size, its bytes
+/// against its hash), so a pack with one bad blob stores none; then each one the volume
+/// lacks is written beside its place and renamed into it, and all are recorded in one
+/// transaction. Answers how many were stored and how many the volume already held.
+pub(crate) fn store_pack(
+    server: &Server,
+    volume: &str,
+    body: &[u8],
+) -> Result<serde_json::Value, HttpError> {
+    require_volume(server, volume)?;
+    let blobs = div_api::parse_pack(body).map_err(HttpError::malformed)?;
+    for (hash, data) in &blobs {
+        if data.len() as u64 > div_api::PACK_BLOB_MAX_BYTES {
+            return Err(HttpError::invalid(format!(
+                "the blob `{hash}` is {} bytes; a pack carries blobs of at most {} bytes (send a larger one by itself)",
+                data.len(),
+                div_api::PACK_BLOB_MAX_BYTES
+            )));
+        }
+        let got = blake3::hash(data).to_hex().to_string();
+        if got != *hash {
+            return Err(HttpError::new(
+                ErrorCode::HashMismatch,
+                format!(
+                    "the bytes sent for `{hash}` hash to `{got}`; nothing of the pack was kept"
+                ),
+            )
+            .with_details(json!({ "expected": hash, "actual": got })));
+        }
+    }
+    let partial = blob_dir(server, volume).join("partial");
+    fs::create_dir_all(&partial)?;
+    let full = |e: std::io::Error| {
+        if crate::error::io_full(&e) {
+            HttpError::disk_full("storing a pack of blobs")
+        } else {
+            HttpError::from(e)
+        }
+    };
+    let mut stored: Vec<(&str, u64)> = Vec::new();
+    let mut held = 0usize;
+    for (hash, data) in &blobs {
+        if stored.iter().any(|(h, _)| h == hash) || server.store.has_blob(volume, hash)? {
+            held += 1;
+            continue;
+        }
+        let tmp = partial.join(format!("{hash}.pack"));
+        fs::write(&tmp, data).map_err(full)?;
+        fs::rename(&tmp, blob_path(server, volume, hash)).map_err(full)?;
+        stored.push((hash, data.len() as u64));
+    }
+    server.store.add_blobs(volume, &stored)?;
+    Ok(json!({ "stored": stored.len(), "held": held }))
+}
+
 /// Commits of one volume take turns (one lock per volume name, for the life of the process):
 /// two clients committing the same new tree at the same `code/<id>` at the same instant used
 /// to both pass the "not there yet" checks, both write the tree, and the second rename onto

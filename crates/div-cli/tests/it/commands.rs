@@ -51,6 +51,18 @@ impl World {
             .map(|r| serde_json::from_slice(&r.body).unwrap_or_default())
             .collect()
     }
+
+    /// The bodies of the requests `verb at`, as bytes.
+    async fn bodies_raw(&self, verb: &str, at: &str) -> Vec<Vec<u8>> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r: &&Request| r.method.as_str() == verb && r.url.path() == at)
+            .map(|r| r.body.clone())
+            .collect()
+    }
 }
 
 /// Ages depend on today: `12d ago` becomes `[AGE]`.
@@ -971,4 +983,76 @@ async fn a_control_plane_that_does_not_hold_the_tree_gets_it_the_whole_way() {
                 .any(|r| r.starts_with("POST /v1/volumes/very-cool-classifier-code/trees")),
         "{requests:?}"
     );
+}
+
+#[tokio::test]
+async fn small_files_go_together_in_one_pack_when_the_control_plane_takes_packs() {
+    let world = World::new().await;
+    let data = world.project().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let mut hashes = Vec::new();
+    for i in 0..50 {
+        let text = format!("file {i}\n");
+        std::fs::write(data.join(format!("f{i}.txt")), &text).expect("write");
+        hashes.push(blake3::hash(text.as_bytes()).to_hex().to_string());
+    }
+    world
+        .mount(
+            "GET",
+            "/v1/volumes",
+            json_response(200, &json!({"volumes": []})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes",
+            json_response(
+                201,
+                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
+            ),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/missing",
+            json_response(200, &json!({"missing": hashes})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/pack",
+            json_response(200, &json!({"stored": 50, "held": 0})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/trees",
+            json_response(
+                201,
+                &json!({"volume": "ds", "path": "", "files": 50, "bytes": 390}),
+            ),
+        )
+        .await;
+    let done = world.div(&["storage", "put", "ds", "data"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let requests = world.requests().await;
+    assert!(
+        !requests.iter().any(|r| r.starts_with("PUT")),
+        "a file went by itself: {requests:?}"
+    );
+    let packs = world.bodies_raw("POST", "/v1/volumes/ds/blobs/pack").await;
+    assert_eq!(packs.len(), 1, "{requests:?}");
+    let blobs = div_api::parse_pack(&packs[0]).expect("a pack");
+    let mut sent: Vec<&str> = blobs.iter().map(|(h, _)| *h).collect();
+    sent.sort_unstable();
+    let mut wanted: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    wanted.sort_unstable();
+    assert_eq!(sent, wanted);
+    for (hash, bytes) in blobs {
+        assert_eq!(blake3::hash(bytes).to_hex().as_str(), hash);
+    }
 }

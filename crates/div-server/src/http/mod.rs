@@ -127,6 +127,12 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             .await?;
             Ok(wire::json(200, &m))
         }
+        (&Method::POST, ["v1", "volumes", name, "blobs", "pack"]) => {
+            let name = name.to_string();
+            let body = read_body(req).await?;
+            let answer = blocking(server, move |s| volumes::store_pack(s, &name, &body)).await?;
+            Ok(wire::json(200, &answer))
+        }
         (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
             let (name, hash) = (name.to_string(), hash.to_string());
             upload::upload(Arc::clone(server), &shared.uploads, name, hash, &q, req).await

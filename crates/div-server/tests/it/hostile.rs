@@ -287,3 +287,116 @@ async fn the_server_says_whether_it_holds_a_tree_only_for_its_exact_digest() {
         assert_eq!(status, status_wanted, "{path}: {body}");
     }
 }
+
+/// `POST /v1/volumes/vol/blobs/pack` with `body`: the status and the answer.
+async fn pack(server: &Server, volume: &str, body: Vec<u8>) -> (u16, Value) {
+    let (status, bytes) = server
+        .try_request(
+            "POST",
+            &format!("/v1/volumes/{volume}/blobs/pack"),
+            Some(body),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await
+        .expect("an answer");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn packed(data: &[u8]) -> div_api::PackBlob {
+    div_api::PackBlob {
+        hash: blake3::hash(data).to_hex().to_string(),
+        data: data.to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pack_stores_each_blob_verified_and_a_bad_one_stores_none() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let (a, b) = (packed(b"alpha\n"), packed(&vec![7u8; 300_000]));
+    // One blob lies about its bytes: the whole pack is refused, nothing of it kept.
+    let mut lying = packed(b"gamma\n");
+    lying.data = b"other\n".to_vec();
+    let (status, body) = pack(&server, "vol", div_api::pack_frame(&[a.clone(), lying])).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "hash_mismatch", "{body}");
+    let ask = json!({"hashes": [a.hash, b.hash]});
+    let (_, missing) = server
+        .request("POST", "/v1/volumes/vol/blobs/missing", Some(ask.clone()))
+        .await;
+    assert_eq!(
+        missing["missing"].as_array().map(Vec::len),
+        Some(2),
+        "{missing}"
+    );
+    // A good pack, with one blob twice and one the volume has: stored once each.
+    let empty = packed(b"");
+    let body = div_api::pack_frame(&[a.clone(), b.clone(), a.clone(), empty]);
+    let (status, answer) = pack(&server, "vol", body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, json!({"stored": 2, "held": 2}));
+    let (_, missing) = server
+        .request("POST", "/v1/volumes/vol/blobs/missing", Some(ask))
+        .await;
+    assert_eq!(missing["missing"], json!([]), "{missing}");
+    // And a tree of them commits and reads back.
+    let (status, message) = commit(
+        &server,
+        "code/p",
+        json!([
+            {"path": "a", "kind": "file", "size": 6, "hash": a.hash},
+            {"path": "b", "kind": "file", "size": 300_000, "hash": b.hash},
+        ]),
+    )
+    .await;
+    assert_eq!(status, 201, "{message}");
+    let committed = server.home.join("volumes/vol/code/p");
+    assert_eq!(std::fs::read(committed.join("a")).expect("a"), b"alpha\n");
+    assert_eq!(
+        std::fs::read(committed.join("b")).expect("b").len(),
+        300_000
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pack_that_is_not_one_is_refused_with_what_is_wrong() {
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let h = "a".repeat(64);
+    for (body, status_wanted, says) in [
+        (
+            b"garbage without a header".to_vec(),
+            400,
+            "has no `HASH LENGTH` line",
+        ),
+        (
+            format!("{h} 10\nshort").into_bytes(),
+            400,
+            "says 10 bytes, but only 5 follow",
+        ),
+        (
+            format!("XYZ 1\na").into_bytes(),
+            400,
+            "is not a blake3 hash",
+        ),
+    ] {
+        let (status, answer) = pack(&server, "vol", body).await;
+        assert_eq!(status, status_wanted, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{message}");
+    }
+    let big = packed(&vec![1u8; (div_api::PACK_BLOB_MAX_BYTES + 1) as usize]);
+    let (status, answer) = pack(&server, "vol", div_api::pack_frame(&[big])).await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("send a larger one by itself")
+    );
+    let (status, _) = pack(&server, "none", div_api::pack_frame(&[packed(b"x")])).await;
+    assert_eq!(status, 404);
+}
