@@ -377,11 +377,7 @@ async fn a_pack_that_is_not_one_is_refused_with_what_is_wrong() {
             400,
             "says 10 bytes, but only 5 follow",
         ),
-        (
-            format!("XYZ 1\na").into_bytes(),
-            400,
-            "is not a blake3 hash",
-        ),
+        (b"XYZ 1\na".to_vec(), 400, "is not a blake3 hash"),
     ] {
         let (status, answer) = pack(&server, "vol", body).await;
         assert_eq!(status, status_wanted, "{answer}");
