@@ -122,9 +122,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) name: Option<String>,
 
-    /// The container image to run in
-    #[arg(long, value_name = "REF", default_value = div_core::DEFAULT_IMAGE)]
-    pub(crate) image: String,
+    /// The container image to run in (default: pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime,
+    /// or what the control plane lets stand in for it)
+    #[arg(long, value_name = "REF")]
+    pub(crate) image: Option<String>,
 
     /// An environment variable for the run; repeatable. Kept with the run and shown back: put
     /// credentials in a secret

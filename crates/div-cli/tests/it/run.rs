@@ -645,7 +645,6 @@ async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
       "command": "python -u train.py",
       "sku": "h100",
       "gpus": 1,
-      "image": "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
       "env": [],
       "checks": [],
       "code": {

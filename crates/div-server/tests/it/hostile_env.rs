@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runs_environment_never_changes_how_the_sandbox_is_started() {
@@ -109,5 +109,8 @@ async fn values_no_process_could_hold_are_refused_when_set() {
     let id = run["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&id).await.trim(), "130816");
+    assert_eq!(
+        server.log_text(&id).await.trim(),
+        format!("{HOST_LINE}130816")
+    );
 }
