@@ -5,6 +5,7 @@
 use std::process::Command;
 
 mod bench_dashboard;
+mod bench_image;
 mod bench_run;
 mod bench_ship;
 mod bench_slurm;
@@ -75,6 +76,7 @@ fn bench(rest: &[String]) -> Result<()> {
         "ship" => bench_ship::run(flags),
         "dashboard" => bench_dashboard::run(flags),
         "slurm" => bench_slurm::run(flags),
+        "image" => bench_image::run(flags),
         "all" => {
             bench_ship::run(&[])?;
             bench_run::run("all", flags)

@@ -720,39 +720,3 @@ fn a_train_py_run_with_checks_in_a_python_image() {
     );
     assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
 }
-
-/// `div run --image X -- true` with X cached against `div run -- true` on this machine's
-/// system, five rounds interleaved; prints the times and their ratio (a measurement, not a
-/// test: `cargo test -p div-cli --test it -- --ignored image_run_bench --nocapture`).
-#[test]
-#[ignore]
-fn image_run_bench() {
-    let Some(reg) = registry() else { return };
-    let local = Local::new();
-    let image = format!("{}/tools/busybox:1", reg.addr);
-    let run = |args: &[&str]| {
-        let started = std::time::Instant::now();
-        let out = local.div(args);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        started.elapsed().as_secs_f64()
-    };
-    // The pull, and the server's start, out of the way.
-    run(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
-    run(&["run", "--gpu", "cpu", "--", "true"]);
-    let (mut in_image, mut on_host) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        in_image.push(run(&[
-            "run", "--gpu", "cpu", "--image", &image, "--", "true",
-        ]));
-        on_host.push(run(&["run", "--gpu", "cpu", "--", "true"]));
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (i, h) = (median(&mut in_image), median(&mut on_host));
-    println!(
-        "image (cached) {in_image:?}\nhost {on_host:?}\nmedian image {i:.3} s, host {h:.3} s, ratio {:.2}",
-        i / h
-    );
-}
