@@ -214,7 +214,7 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         // A GPU run's driver, from this machine, as nvidia-container-toolkit, enroot and
         // apptainer `--nv` give it (the device nodes are bound above, as for any run).
         if !input.devices.is_empty() {
-            argv.extend(driver_binds(driver_files()));
+            argv.extend(driver_binds(&driver_files()));
         }
         // The root (a tmpfs holding the mount points) read-only too, once they are made.
         argv.extend(["--remount-ro", "/"].map(str::to_owned));
@@ -330,22 +330,20 @@ pub(crate) fn driver_programs(dirs: &[&Path]) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// This machine's driver files, found once (`ldconfig -p`; none when it cannot run).
-fn driver_files() -> &'static DriverFiles {
-    static FILES: std::sync::OnceLock<DriverFiles> = std::sync::OnceLock::new();
-    FILES.get_or_init(|| {
-        let listing = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig"]
-            .iter()
-            .find(|p| Path::new(p).is_file())
-            .and_then(|p| std::process::Command::new(p).arg("-p").output().ok())
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let dirs: Vec<&Path> = DRIVER_PROGRAM_DIRS.iter().map(Path::new).collect();
-        DriverFiles {
-            libraries: driver_libraries(&listing, LDCONFIG_ARCH),
-            programs: driver_programs(&dirs),
-        }
-    })
+/// This machine's driver files (`ldconfig -p`; none when it cannot run), found at each GPU
+/// run's launch, so a driver updated under a running server is the one bound.
+fn driver_files() -> DriverFiles {
+    let listing = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig"]
+        .iter()
+        .find(|p| Path::new(p).is_file())
+        .and_then(|p| std::process::Command::new(p).arg("-p").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let dirs: Vec<&Path> = DRIVER_PROGRAM_DIRS.iter().map(Path::new).collect();
+    DriverFiles {
+        libraries: driver_libraries(&listing, LDCONFIG_ARCH),
+        programs: driver_programs(&dirs),
+    }
 }
 
 /// bubblewrap's `--ro-bind` of each driver file under [`GPU_DRIVER_DIR`].
