@@ -4,8 +4,18 @@ use std::path::{Path, PathBuf};
 
 use crate::images::RunImage;
 
-/// The top-level host directories a run never sees from the host.
-const SKIPPED: [&str; 7] = ["proc", "dev", "sys", "tmp", "mnt", "workspace", "cache"];
+/// The top-level directories a run never sees from the host or its image (`.div`: where a
+/// GPU run in an image finds the driver, [`GPU_DRIVER_DIR`]; an image's own is not bound).
+const SKIPPED: [&str; 8] = [
+    "proc",
+    "dev",
+    "sys",
+    "tmp",
+    "mnt",
+    "workspace",
+    "cache",
+    ".div",
+];
 
 /// What of a run's `/proc` is read-only: each is the host's own, bound read-only.
 const PROC_COVERS: [&str; 5] = [
@@ -581,6 +591,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let rootfs = tmp.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("bin")).unwrap();
+        // An image of its own `/.div/nvidia/lib` (read-only, it would stop the binds below).
+        std::fs::create_dir_all(rootfs.join(".div/nvidia/lib")).unwrap();
         let image = RunImage {
             reference: "127.0.0.1:5000/cuda:1".to_owned(),
             digest: "sha256:00".to_owned(),
@@ -610,6 +622,14 @@ mod tests {
             &format!(
                 "export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\nnvidia-smi"
             )
+        );
+        assert!(
+            gpu.iter()
+                .any(|a| a == &format!("{}", image.rootfs.join("bin").display()))
+                && !gpu
+                    .iter()
+                    .any(|a| a.ends_with(".div") || a.contains("rootfs/.div")),
+            "the image's own /.div is not bound: {gpu:?}"
         );
         // Every driver bind is made before the root turns read-only.
         let remount = gpu.iter().position(|a| a == "--remount-ro").unwrap();
