@@ -6,6 +6,7 @@ use std::process::Command;
 
 mod bench_cache;
 mod bench_dashboard;
+mod bench_image;
 mod bench_run;
 mod bench_ship;
 mod bench_slurm;
@@ -77,6 +78,7 @@ fn bench(rest: &[String]) -> Result<()> {
         "dashboard" => bench_dashboard::run(flags),
         "slurm" => bench_slurm::run(flags),
         "cache" => bench_cache::run(flags),
+        "image" => bench_image::run(flags),
         "all" => {
             bench_ship::run(&[])?;
             bench_run::run("all", flags)

@@ -122,9 +122,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) name: Option<String>,
 
-    /// The container image to run in
-    #[arg(long, value_name = "REF", default_value = div_core::DEFAULT_IMAGE)]
-    pub(crate) image: String,
+    /// The container image to run in (default: pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime,
+    /// or what the control plane lets stand in for it)
+    #[arg(long, value_name = "REF")]
+    pub(crate) image: Option<String>,
 
     /// An environment variable for the run; repeatable. Kept with the run and shown back: put
     /// credentials in a secret
@@ -471,4 +472,27 @@ fn arguments_moved(argv: &[std::ffi::OsString], unknown: &str) -> Option<String>
             .collect::<Vec<_>>()
             .join(" "),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    /// `--image`'s help names the default image by hand (a doc comment cannot use the
+    /// constant): it must be div-spec's.
+    #[test]
+    fn the_image_flag_names_the_default_image() {
+        let mut cli = Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("the run command");
+        let image = run
+            .get_arguments()
+            .find(|a| a.get_id() == "image")
+            .expect("--image");
+        let help = image.get_help().map(|h| h.to_string()).unwrap_or_default();
+        assert!(help.contains(div_core::DEFAULT_IMAGE), "{help}");
+        // Not a clap default: an untyped `--image` sends no image.
+        assert!(image.get_default_values().is_empty());
+    }
 }

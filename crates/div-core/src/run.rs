@@ -49,7 +49,10 @@ pub struct RunOptions {
     /// `DIVERGENT_PROJECT`, read by the caller.
     pub project_env: Option<String>,
     pub name: Option<String>,
-    pub image: String,
+    /// `--image`, when typed: `None` sends no image, and the control plane runs the run in its
+    /// default image (`DEFAULT_IMAGE`, or what its settings let stand in for it). A named
+    /// image, the default one included, is pulled and never replaced.
+    pub image: Option<String>,
     pub env: Vec<EnvPair>,
     pub checks: Vec<Check>,
     /// `--telemetry`: a layout file, read before anything is created.
@@ -85,7 +88,7 @@ impl RunOptions {
             project: None,
             project_env: None,
             name: None,
-            image: DEFAULT_IMAGE.into(),
+            image: None,
             env: Vec::new(),
             checks: Vec::new(),
             telemetry: None,
@@ -170,7 +173,7 @@ pub async fn run(
     let mut request = plan.request;
     // The image first, before anything is shipped: one that cannot be used is refused now,
     // and a pull's progress shows before the header.
-    if let Some(image) = request.image.clone().filter(|i| i != DEFAULT_IMAGE) {
+    if let Some(image) = request.image.clone() {
         // The control plane's callback may come from any thread; the sink is ours: events go
         // through a channel and are handed on here, as they come.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -393,7 +396,7 @@ async fn prepare(
         cpu: options.cpu,
         memory_gib: options.memory.map(|m| m.gib()),
         max_spend_cents: options.max_spend.map(|m| m.cents()),
-        image: Some(options.image.clone()),
+        image: options.image.clone(),
         env: options
             .env
             .iter()

@@ -3,10 +3,11 @@
 //! the run is created, so an image that does not exist or cannot be reached is refused with
 //! the registry's answer and no run exists.
 //!
-//! The default image (`--image` not named, or naming `div_spec::DEFAULT_IMAGE`) follows the
-//! server's [`DefaultImage`] setting: this machine's own system stands in for it (out of the
-//! box, so the quickstart runs offline), or it is pulled like any other. Any other image is
-//! always pulled and used, never replaced.
+//! The default image, when a run names no image, follows the server's [`DefaultImage`]
+//! setting: this machine's own system stands in for it (out of the box, so the quickstart
+//! runs offline, and the run's first log line says so: [`host_stands_in_line`]), or it is
+//! pulled like any other. An image a run names, `div_spec::DEFAULT_IMAGE` included, is always
+//! pulled and used, never replaced.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -92,18 +93,17 @@ impl Images {
         Ok(Images { store, settings })
     }
 
-    /// The image a run naming `requested` runs in: `None` for this machine's own system (the
-    /// default image, when the setting says so), else the image, pulled if it is not cached.
+    /// The image a run naming `requested` runs in: `None` for this machine's own system (a
+    /// run that names no image, when the setting says so), else the image, pulled if it is
+    /// not cached. A named image is never replaced, even when it is the default one.
     pub(crate) async fn resolve(
         &self,
         requested: Option<&str>,
         progress: &dyn ProgressSink,
     ) -> Result<Option<RunImage>, HttpError> {
-        let requested = requested.unwrap_or(div_spec::DEFAULT_IMAGE);
-        if requested == div_spec::DEFAULT_IMAGE && self.settings.default_image == DefaultImage::Host
-        {
+        let Some(requested) = to_pull(requested, self.settings.default_image) else {
             return Ok(None);
-        }
+        };
         let reference: ImageRef = requested.parse().map_err(|e| {
             HttpError::invalid(format!(
                 "`{requested}` is not an image reference ({}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`",
@@ -147,6 +147,25 @@ impl Images {
             name_resolution,
         }))
     }
+}
+
+/// The image to pull for a run naming `requested` (`None`: it names none); `None` when this
+/// machine's own system stands in. Only an unnamed default is ever stood in for.
+fn to_pull(requested: Option<&str>, default_image: DefaultImage) -> Option<&str> {
+    match (requested, default_image) {
+        (Some(named), _) => Some(named),
+        (None, DefaultImage::Host) => None,
+        (None, DefaultImage::Pull) => Some(div_spec::DEFAULT_IMAGE),
+    }
+}
+
+/// The first log line of a run that names no image when this machine's own system stands in
+/// for the default one (`image` is the run's `image`, the default image's name).
+pub(crate) fn host_stands_in_line(image: &str) -> String {
+    format!(
+        "div: no image pulled: this machine's own system stands in for {} (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)",
+        image.escape_debug()
+    )
 }
 
 /// `POST /v1/images/pull`'s body, `application/x-ndjson`: one JSON object a line, in order:
@@ -248,7 +267,27 @@ pub(crate) fn read_run_image(run_dir: &Path) -> Result<Option<RunImage>, String>
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use super::name_resolution_mount_points;
+    use super::{DefaultImage, host_stands_in_line, name_resolution_mount_points, to_pull};
+
+    #[test]
+    fn only_an_unnamed_default_image_is_stood_in_for() {
+        let default = div_spec::DEFAULT_IMAGE;
+        assert_eq!(to_pull(None, DefaultImage::Host), None);
+        assert_eq!(to_pull(None, DefaultImage::Pull), Some(default));
+        // Named, the default image is pulled whatever the setting: never replaced.
+        assert_eq!(to_pull(Some(default), DefaultImage::Host), Some(default));
+        assert_eq!(to_pull(Some(default), DefaultImage::Pull), Some(default));
+        assert_eq!(
+            to_pull(Some("busybox"), DefaultImage::Host),
+            Some("busybox")
+        );
+        assert_eq!(
+            host_stands_in_line(default),
+            "div: no image pulled: this machine's own system stands in for pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)"
+        );
+        // A name read back from a record is never more than one line.
+        assert!(!host_stands_in_line("a\nb").contains('\n'));
+    }
 
     #[test]
     fn mount_points_for_name_resolution_are_made_and_never_through_a_link() {

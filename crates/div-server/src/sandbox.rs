@@ -4,8 +4,18 @@ use std::path::{Path, PathBuf};
 
 use crate::images::RunImage;
 
-/// The top-level host directories a run never sees from the host.
-const SKIPPED: [&str; 7] = ["proc", "dev", "sys", "tmp", "mnt", "workspace", "cache"];
+/// The top-level directories a run never sees from the host or its image (`.div`: where a
+/// GPU run in an image finds the driver, [`GPU_DRIVER_DIR`]; an image's own is not bound).
+const SKIPPED: [&str; 8] = [
+    "proc",
+    "dev",
+    "sys",
+    "tmp",
+    "mnt",
+    "workspace",
+    "cache",
+    ".div",
+];
 
 /// What of a run's `/proc` is read-only: each is the host's own, bound read-only.
 const PROC_COVERS: [&str; 5] = [
@@ -225,12 +235,153 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
                 }
             }
         }
+        // A GPU run's driver, from this machine, as nvidia-container-toolkit, enroot and
+        // apptainer `--nv` give it (the device nodes are bound above, as for any run).
+        if !input.devices.is_empty() {
+            argv.extend(driver_binds(&driver_files()));
+        }
         // The root (a tmpfs holding the mount points) read-only too, once they are made.
         argv.extend(["--remount-ro", "/"].map(str::to_owned));
     }
     // By absolute path: the run's own PATH is already set when bwrap looks for it.
     argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
-    argv.push(input.command.to_owned());
+    if input.image.is_some() && !input.devices.is_empty() {
+        // Found after the image's own and the run's: appended, never set over them.
+        argv.push(format!(
+            "export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\n{}",
+            input.command
+        ));
+    } else {
+        argv.push(input.command.to_owned());
+    }
+    argv
+}
+
+/// Where a GPU run in an image finds this machine's NVIDIA driver: its libraries in `lib/`
+/// (appended to `LD_LIBRARY_PATH`) and its programs in `bin/` (appended to `PATH`), bound
+/// read-only on the image's tmpfs root, as apptainer `--nv` binds them at
+/// `/.singularity.d/libs`. Untested on a GPU (docs/local-control-plane.md, Images).
+pub(crate) const GPU_DRIVER_DIR: &str = "/.div/nvidia";
+
+/// The driver's user-space libraries a CUDA or NVML program loads (nvidia-container-toolkit's
+/// `compute` and `utility` sets): a name matches itself or itself with a version after it
+/// (`libcuda.so`, `libcuda.so.1`).
+const DRIVER_LIBRARIES: [&str; 13] = [
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvidia-ml.so",
+    "libnvidia-cfg.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-allocator.so",
+    "libnvidia-opencl.so",
+    "libnvidia-compiler.so",
+    "libnvidia-fatbinaryloader.so",
+    "libnvidia-pkcs11.so",
+    "libnvidia-pkcs11-openssl3.so",
+];
+
+/// The driver's programs (the same sets), looked for where the driver installs them.
+const DRIVER_PROGRAMS: [&str; 5] = [
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// Where [`DRIVER_PROGRAMS`] are looked for.
+const DRIVER_PROGRAM_DIRS: [&str; 5] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin", "/sbin"];
+
+/// This machine's driver files: each by the name it gets under [`GPU_DRIVER_DIR`] and the
+/// real file it is.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct DriverFiles {
+    pub(crate) libraries: Vec<(String, PathBuf)>,
+    pub(crate) programs: Vec<(String, PathBuf)>,
+}
+
+/// `ldconfig -p`'s tag for this machine's own libraries (not the 32-bit ones beside them).
+const LDCONFIG_ARCH: &str = if cfg!(target_arch = "aarch64") {
+    "AArch64"
+} else {
+    "x86-64"
+};
+
+/// The driver's libraries in `ldconfig -p`'s listing (`\tlibcuda.so.1 (libc6,x86-64) =>
+/// /usr/lib/x86_64-linux-gnu/libcuda.so.1`), this machine's architecture only, the first of
+/// each name (the loader's choice), each resolved to the regular file it is.
+pub(crate) fn driver_libraries(ldconfig: &str, arch: &str) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for line in ldconfig.lines() {
+        let Some((left, path)) = line.trim().split_once(" => ") else {
+            continue;
+        };
+        let Some((name, flags)) = left.split_once(' ') else {
+            continue;
+        };
+        let matches = DRIVER_LIBRARIES.iter().any(|lib| {
+            name.strip_prefix(lib)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        });
+        if !matches || !flags.contains(arch) || out.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        // A name is one path component: nothing is bound anywhere but `lib/`.
+        if name.contains('/') || name.starts_with('.') {
+            continue;
+        }
+        if let Ok(real) = Path::new(path).canonicalize()
+            && real.is_file()
+        {
+            out.push((name.to_owned(), real));
+        }
+    }
+    out
+}
+
+/// The driver's programs found in `dirs`, the first of each name, resolved.
+pub(crate) fn driver_programs(dirs: &[&Path]) -> Vec<(String, PathBuf)> {
+    DRIVER_PROGRAMS
+        .iter()
+        .filter_map(|name| {
+            dirs.iter()
+                .filter_map(|d| d.join(name).canonicalize().ok())
+                .find(|p| p.is_file())
+                .map(|p| ((*name).to_owned(), p))
+        })
+        .collect()
+}
+
+/// This machine's driver files (`ldconfig -p`; none when it cannot run), found at each GPU
+/// run's launch, so a driver updated under a running server is the one bound.
+fn driver_files() -> DriverFiles {
+    let listing = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig"]
+        .iter()
+        .find(|p| Path::new(p).is_file())
+        .and_then(|p| std::process::Command::new(p).arg("-p").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let dirs: Vec<&Path> = DRIVER_PROGRAM_DIRS.iter().map(Path::new).collect();
+    DriverFiles {
+        libraries: driver_libraries(&listing, LDCONFIG_ARCH),
+        programs: driver_programs(&dirs),
+    }
+}
+
+/// bubblewrap's `--ro-bind` of each driver file under [`GPU_DRIVER_DIR`].
+pub(crate) fn driver_binds(files: &DriverFiles) -> Vec<String> {
+    let mut argv = Vec::new();
+    for (sub, list) in [("lib", &files.libraries), ("bin", &files.programs)] {
+        for (name, real) in list {
+            argv.extend([
+                "--ro-bind".to_owned(),
+                s(real),
+                format!("{GPU_DRIVER_DIR}/{sub}/{name}"),
+            ]);
+        }
+    }
     argv
 }
 
@@ -353,4 +504,168 @@ pub(crate) fn gpu_devices(indices: &[u32]) -> Vec<PathBuf> {
         devices.push(Path::new("/dev").join(name));
     }
     devices
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+    use std::path::{Path, PathBuf};
+
+    use super::{
+        DriverFiles, GPU_DRIVER_DIR, SandboxInput, bwrap_argv, driver_binds, driver_libraries,
+        driver_programs,
+    };
+    use crate::images::RunImage;
+
+    /// A fake driver: libraries as the NVIDIA installer leaves them (a versioned file, its
+    /// soname a link to it), ldconfig's listing of them among others, and `nvidia-smi`.
+    #[test]
+    fn the_drivers_libraries_and_programs_are_bound_read_only_under_one_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("lib64");
+        let lib32 = tmp.path().join("lib32");
+        let bin = tmp.path().join("bin");
+        for d in [&lib, &lib32, &bin] {
+            std::fs::create_dir(d).unwrap();
+        }
+        for f in [
+            "libcuda.so.550.54.15",
+            "libnvidia-ml.so.550.54.15",
+            "libcudart.so.12",
+            "libc.so.6",
+        ] {
+            std::fs::write(lib.join(f), "elf").unwrap();
+        }
+        symlink("libcuda.so.550.54.15", lib.join("libcuda.so.1")).unwrap();
+        symlink("libcuda.so.1", lib.join("libcuda.so")).unwrap();
+        symlink("libnvidia-ml.so.550.54.15", lib.join("libnvidia-ml.so.1")).unwrap();
+        std::fs::write(lib32.join("libcuda.so.1"), "elf32").unwrap();
+        std::fs::write(bin.join("nvidia-smi"), "#!/bin/sh\n").unwrap();
+        let l = lib.display();
+        let listing = format!(
+            "9 libs found in cache `/etc/ld.so.cache'\n\
+             \tlibnvidia-ml.so.1 (libc6,x86-64) => {l}/libnvidia-ml.so.1\n\
+             \tlibcudart.so.12 (libc6,x86-64) => {l}/libcudart.so.12\n\
+             \tlibcuda.so.1 (libc6,x86-64) => {l}/libcuda.so.1\n\
+             \tlibcuda.so.1 (libc6) => {}/libcuda.so.1\n\
+             \tlibcuda.so.1 (libc6,x86-64) => /elsewhere/libcuda.so.1\n\
+             \tlibcuda.so (libc6,x86-64) => {l}/libcuda.so\n\
+             \tlibnvidia-cfg.so.1 (libc6,x86-64) => {l}/libnvidia-cfg.so.1\n\
+             \tlibc.so.6 (libc6,x86-64, OS ABI: Linux 3.2.0) => {l}/libc.so.6\n",
+            lib32.display()
+        );
+        let real_cuda = lib.join("libcuda.so.550.54.15").canonicalize().unwrap();
+        let real_ml = lib
+            .join("libnvidia-ml.so.550.54.15")
+            .canonicalize()
+            .unwrap();
+        let libraries = driver_libraries(&listing, "x86-64");
+        // This architecture's only, the first of each name, links resolved; the CUDA runtime
+        // (the image's own business), libc and a library whose file is missing left out.
+        assert_eq!(
+            libraries,
+            vec![
+                ("libnvidia-ml.so.1".to_owned(), real_ml.clone()),
+                ("libcuda.so.1".to_owned(), real_cuda.clone()),
+                ("libcuda.so".to_owned(), real_cuda.clone()),
+            ]
+        );
+        let programs = driver_programs(&[Path::new("/nonexistent"), &bin]);
+        let smi = bin.join("nvidia-smi").canonicalize().unwrap();
+        assert_eq!(programs, vec![("nvidia-smi".to_owned(), smi.clone())]);
+        let argv = driver_binds(&DriverFiles {
+            libraries,
+            programs,
+        });
+        let d = |p: &PathBuf| p.display().to_string();
+        assert_eq!(
+            argv,
+            [
+                "--ro-bind".to_owned(),
+                d(&real_ml),
+                format!("{GPU_DRIVER_DIR}/lib/libnvidia-ml.so.1"),
+                "--ro-bind".to_owned(),
+                d(&real_cuda),
+                format!("{GPU_DRIVER_DIR}/lib/libcuda.so.1"),
+                "--ro-bind".to_owned(),
+                d(&real_cuda),
+                format!("{GPU_DRIVER_DIR}/lib/libcuda.so"),
+                "--ro-bind".to_owned(),
+                d(&smi),
+                format!("{GPU_DRIVER_DIR}/bin/nvidia-smi"),
+            ]
+        );
+        // A name that is not one path component never reaches an argument.
+        let hostile = format!("\tlibcuda.so.1/../../etc (libc6,x86-64) => {l}/libcuda.so.1\n");
+        assert_eq!(driver_libraries(&hostile, "x86-64"), vec![]);
+    }
+
+    #[test]
+    fn a_gpu_run_in_an_image_finds_the_driver_after_its_own_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rootfs = tmp.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("bin")).unwrap();
+        // An image of its own `/.div/nvidia/lib` (read-only, it would stop the binds below).
+        std::fs::create_dir_all(rootfs.join(".div/nvidia/lib")).unwrap();
+        let image = RunImage {
+            reference: "127.0.0.1:5000/cuda:1".to_owned(),
+            digest: "sha256:00".to_owned(),
+            rootfs,
+            env: Vec::new(),
+            working_dir: None,
+            user: None,
+            name_resolution: false,
+        };
+        let devices = [PathBuf::from("/dev/nvidia0")];
+        let dir = tmp.path();
+        let input = |image, devices| SandboxInput {
+            home: dir,
+            workspace: dir,
+            tmp: dir,
+            mnt: dir,
+            volumes: &[],
+            cache: dir,
+            devices,
+            command: "nvidia-smi",
+            chdir: "/",
+            image,
+        };
+        let gpu = bwrap_argv(&input(Some(&image), &devices));
+        assert_eq!(
+            gpu.last().unwrap(),
+            &format!(
+                "export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\nnvidia-smi"
+            )
+        );
+        assert!(
+            gpu.iter()
+                .any(|a| a == &format!("{}", image.rootfs.join("bin").display()))
+                && !gpu
+                    .iter()
+                    .any(|a| a.ends_with(".div") || a.contains("rootfs/.div")),
+            "the image's own /.div is not bound: {gpu:?}"
+        );
+        // Every driver bind is made before the root turns read-only.
+        let remount = gpu.iter().position(|a| a == "--remount-ro").unwrap();
+        assert!(
+            gpu.iter()
+                .enumerate()
+                .filter(|(_, a)| a.starts_with(GPU_DRIVER_DIR))
+                .all(|(i, _)| i < remount),
+            "{gpu:?}"
+        );
+        // No GPU, or this machine's own system (the driver is already there): unchanged.
+        let cpu = bwrap_argv(&input(Some(&image), &[]));
+        assert_eq!(cpu.last().unwrap(), "nvidia-smi");
+        assert!(
+            !cpu.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
+            "{cpu:?}"
+        );
+        let host = bwrap_argv(&input(None, &devices));
+        assert_eq!(host.last().unwrap(), "nvidia-smi");
+        assert!(
+            !host.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
+            "{host:?}"
+        );
+    }
 }

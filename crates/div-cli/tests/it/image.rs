@@ -137,6 +137,14 @@ fn project() -> Local {
 }
 
 impl Local {
+    /// `div` with more environment (the local control plane it starts inherits it).
+    fn div_with(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        self.command(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("div runs")
+    }
+
     /// The unpacked trees in the image cache.
     fn rootfs(&self) -> Vec<PathBuf> {
         let dir = self.home().join("images/images/sha256");
@@ -274,6 +282,126 @@ fn an_image_that_does_not_exist_is_refused_and_no_run_is_created() {
     assert!(
         !runs.exists() || std::fs::read_dir(&runs).expect("runs").next().is_none(),
         "a run directory was left"
+    );
+}
+
+/// An HTTPS proxy on loopback that records the first line of each request (`CONNECT
+/// host:port HTTP/1.1`) and refuses it, so nothing leaves this machine.
+fn refusing_proxy() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let addr = format!("http://{}", listener.local_addr().expect("local addr"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(&stream);
+            let mut first = String::new();
+            if reader.read_line(&mut first).is_err() {
+                continue;
+            }
+            record
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(first.trim_end().to_owned());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = (&stream).write_all(
+                b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn an_explicitly_named_default_image_is_pulled_never_replaced() {
+    // Every HTTPS request the control plane makes goes to a proxy that records and refuses
+    // it: a pull of the default image reaches for Docker Hub, and fails, offline.
+    let (proxy, seen) = refusing_proxy();
+    let env = [
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("https_proxy", proxy.as_str()),
+        ("NO_PROXY", "127.0.0.1,localhost"),
+    ];
+    let local = project();
+    let image = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";
+
+    // Named, the default image is pulled like any other (the server's setting is `host`,
+    // out of the box): it cannot be reached, so the run is refused before it exists.
+    let out = local.div_with(
+        &[
+            "run",
+            "--gpu",
+            "cpu",
+            "--image",
+            image,
+            "--no-upload",
+            "--",
+            "echo ran",
+        ],
+        &env,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("ran"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach the registry `docker.io` for `docker.io/{image}`"
+        )),
+        "{stderr}"
+    );
+    let asked = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(
+        !asked.is_empty()
+            && asked
+                .iter()
+                .all(|l| l.starts_with("CONNECT ") && l.contains("docker.io:443")),
+        "the pull went to Docker Hub, through the proxy: {asked:?}"
+    );
+    let ls = local.div_with(&["ls", "--json"], &env);
+    assert!(
+        !text(&ls.stdout).contains("\"id\""),
+        "no run: {}",
+        text(&ls.stdout)
+    );
+    let runs = local.home().join("runs");
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).expect("runs").next().is_none(),
+        "a run directory was left"
+    );
+
+    // Unnamed, this machine's own system stands in for it, offline, and the run's first log
+    // line (which `div run` prints) says so; the run's record names the default image.
+    let before = seen.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let out = local.div_with(
+        &[
+            "run",
+            "--gpu",
+            "cpu",
+            "--no-upload",
+            "--json",
+            "--",
+            "echo ran",
+        ],
+        &env,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "\ndiv: no image pulled: this machine's own system stands in for {image} (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)\nran\n"
+        )),
+        "{stderr}"
+    );
+    let run: serde_json::Value = serde_json::from_str(&stdout).expect("the run as JSON");
+    assert_eq!(run["image"], image, "{run}");
+    assert_eq!(
+        seen.lock().unwrap_or_else(|e| e.into_inner()).len(),
+        before,
+        "nothing was pulled"
     );
 }
 
@@ -557,40 +685,4 @@ fn a_train_py_run_with_checks_in_a_python_image() {
         "the check's verdict: {stdout}"
     );
     assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
-}
-
-/// `div run --image X -- true` with X cached against `div run -- true` on this machine's
-/// system, five rounds interleaved; prints the times and their ratio (a measurement, not a
-/// test: `cargo test -p div-cli --test it -- --ignored image_run_bench --nocapture`).
-#[test]
-#[ignore]
-fn image_run_bench() {
-    let Some(reg) = registry() else { return };
-    let local = project();
-    let image = format!("{}/tools/busybox:1", reg.addr);
-    let run = |args: &[&str]| {
-        let started = std::time::Instant::now();
-        let out = local.div(args);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        started.elapsed().as_secs_f64()
-    };
-    // The pull, and the server's start, out of the way.
-    run(&["run", "--gpu", "cpu", "--image", &image, "--", "true"]);
-    run(&["run", "--gpu", "cpu", "--", "true"]);
-    let (mut in_image, mut on_host) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        in_image.push(run(&[
-            "run", "--gpu", "cpu", "--image", &image, "--", "true",
-        ]));
-        on_host.push(run(&["run", "--gpu", "cpu", "--", "true"]));
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (i, h) = (median(&mut in_image), median(&mut on_host));
-    println!(
-        "image (cached) {in_image:?}\nhost {on_host:?}\nmedian image {i:.3} s, host {h:.3} s, ratio {:.2}",
-        i / h
-    );
 }

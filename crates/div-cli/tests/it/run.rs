@@ -645,7 +645,6 @@ async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
       "command": "python -u train.py",
       "sku": "h100",
       "gpus": 1,
-      "image": "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
       "env": [],
       "checks": [],
       "code": {
@@ -655,6 +654,45 @@ async fn defaults_reach_the_request_and_telemetry_names_another_layout() {
       "telemetry_layout": "[[chart]]\nseries = [\"named\"]\n"
     }
     "#);
+}
+
+#[tokio::test]
+async fn a_typed_default_image_is_sent_and_pulled_like_any_other() {
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let image = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";
+    let done = world
+        .div(&["run", "--detach", "--image", image, "train.py"])
+        .await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    // Typed, it is named in the request (the control plane never stands in for a named
+    // image), and the pull is asked for before the run is placed.
+    assert_eq!(world.placed_body().await["image"], image);
+    let requests = world.requests().await;
+    let pull = requests.iter().position(|r| r.ends_with("/v1/images/pull"));
+    let place = requests.iter().position(|r| r.ends_with("/v1/runs"));
+    assert!(
+        matches!((pull, place), (Some(p), Some(c)) if p < c),
+        "{requests:?}"
+    );
+
+    // Not typed: no image is sent and nothing is pulled; the control plane's default applies.
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    let done = world.div(&["run", "--detach", "train.py"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let body = world.placed_body().await;
+    assert!(body.get("image").is_none(), "{body}");
+    let requests = world.requests().await;
+    assert!(
+        requests.iter().any(|r| r.ends_with("/v1/runs"))
+            && !requests.iter().any(|r| r.ends_with("/v1/images/pull")),
+        "{requests:?}"
+    );
 }
 
 #[tokio::test]

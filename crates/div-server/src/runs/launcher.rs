@@ -145,8 +145,11 @@ fn prepare(
         first_lines.push(line);
     }
     let image = images::read_run_image(dir)?;
-    // No image: the default one, which this machine's system stands in for (the server's
-    // setting); that says nothing, as it always has.
+    // No image: the default one, unnamed, which this machine's system stands in for (the
+    // server's setting `DIVERGENT_DEFAULT_IMAGE=host`); the first line says so.
+    if image.is_none() {
+        first_lines.push(images::host_stands_in_line(&run.image));
+    }
     if let Some(image) = &image {
         if !server.sandboxed {
             return Err(format!(

@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 #[tokio::test]
 async fn a_name_past_255_bytes_is_refused_when_set_and_255_reaches_the_run() {
@@ -65,7 +65,10 @@ async fn a_name_past_255_bytes_is_refused_when_set_and_255_reaches_the_run() {
     let id = run["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&id).await, "from --env\nfrom the secret\n");
+    assert_eq!(
+        server.log_text(&id).await,
+        format!("{HOST_LINE}from --env\nfrom the secret\n")
+    );
 }
 
 #[tokio::test]
@@ -131,6 +134,7 @@ async fn a_runs_variables_past_1_mib_together_are_refused_when_set() {
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     let log = server.log_text(&id).await;
+    let log = log.strip_prefix(HOST_LINE).expect("the log's first line");
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 8, "{}", &log[..log.len().min(200)]);
     assert_eq!(lines[0], "m".repeat(9_000));

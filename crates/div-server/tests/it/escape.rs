@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Server, options};
+use crate::harness::{HOST_LINE, Server, options};
 use crate::unprivileged::{as_root, serve_as_user};
 
 /// The run's command: each attempt, then whether it worked. `home` is the server's state
@@ -182,7 +182,10 @@ echo done"#;
     let again = again["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&again).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&again).await, "print('original')\n");
+    assert_eq!(
+        server.log_text(&again).await,
+        format!("{HOST_LINE}print('original')\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -217,7 +220,7 @@ async fn a_link_a_run_leaves_in_a_volume_never_carries_a_commit_out_of_it() {
     let id = run["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&id).await, "planted\n");
+    assert_eq!(server.log_text(&id).await, format!("{HOST_LINE}planted\n"));
     // The next `div run` commits its code at code/<id>.
     let (status, body) = server
         .request(

@@ -15,6 +15,10 @@ pub(crate) struct Server {
     task: Option<tokio::task::JoinHandle<Result<(), div_server::ServerError>>>,
 }
 
+/// The first log line of a run that names no image: this machine's own system stands in for
+/// the default image (the server's `DIVERGENT_DEFAULT_IMAGE=host`, out of the box).
+pub(crate) const HOST_LINE: &str = "div: no image pulled: this machine's own system stands in for pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)\n";
+
 pub(crate) fn options(home: &Path, gpus: Option<&str>, sandbox: SandboxMode) -> ServerOptions {
     ServerOptions {
         home: home.to_path_buf(),

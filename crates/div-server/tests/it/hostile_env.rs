@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runs_environment_never_changes_how_the_sandbox_is_started() {
@@ -109,7 +109,10 @@ async fn values_no_process_could_hold_are_refused_when_set() {
     let id = run["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&id).await.trim(), "130816");
+    assert_eq!(
+        server.log_text(&id).await.trim(),
+        format!("{HOST_LINE}130816")
+    );
 }
 
 /// Every file under `dir` (links not followed) whose bytes hold `needle`, but the secret
@@ -164,7 +167,10 @@ async fn a_secrets_value_is_in_no_file_and_on_no_command_line_while_the_run_goes
     server.wait_log(&id, "has-it\n").await;
     let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
     assert!(
-        server.log_text(&id).await.starts_with(&format!("{hex}\n")),
+        server
+            .log_text(&id)
+            .await
+            .starts_with(&format!("{HOST_LINE}{hex}\n")),
         "the run did not get the secret: {}",
         server.log_text(&id).await
     );

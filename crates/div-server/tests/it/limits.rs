@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 /// Sets its affinity to every core, then keeps two processes busy for 3 s each, and prints
 /// the CPU time they got and the wall time it took.
@@ -119,16 +119,18 @@ async fn a_run_naming_an_image_that_cannot_be_reached_is_refused_and_nothing_is_
             .starts_with("`Not A Ref` is not an image reference"),
         "{body}"
     );
-    // The default image (named or not) says nothing: this machine's system stands in for it.
-    let (_, run) = server
-        .create_run(
-            "echo hi",
-            json!({"image": "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"}),
-        )
-        .await;
+    // A run that names no image runs on this machine's system, standing in for the default
+    // image, and its first line says so; its record names the default image. (One naming the
+    // default image is pulled like any other: div-cli's
+    // `an_explicitly_named_default_image_is_pulled_never_replaced`.)
+    let (_, run) = server.create_run("echo hi", json!({})).await;
+    assert_eq!(
+        run["image"], "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
+        "{run}"
+    );
     let id = run["id"].as_str().expect("an id");
     server.wait_end(id).await;
-    assert_eq!(server.log_text(id).await, "hi\n");
+    assert_eq!(server.log_text(id).await, format!("{HOST_LINE}hi\n"));
 }
 
 /// The pid of the process whose arguments include `arg` exactly.

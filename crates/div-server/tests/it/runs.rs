@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_runs_and_passes_its_checks() {
@@ -93,7 +93,10 @@ async fn a_run_outlives_a_killed_server_and_is_followed_to_its_end() {
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 4);
-    assert_eq!(server.log_text(&id).await, "first\nsecond\n");
+    assert_eq!(
+        server.log_text(&id).await,
+        format!("{HOST_LINE}first\nsecond\n")
+    );
     drop(server);
     drop(dir);
 }
@@ -158,7 +161,10 @@ async fn a_supervisor_the_server_did_not_record_is_found_and_its_run_ends_once()
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 5, "{ended}");
-    assert_eq!(server.log_text(&id).await, "started\ndone\n");
+    assert_eq!(
+        server.log_text(&id).await,
+        format!("{HOST_LINE}started\ndone\n")
+    );
     drop(server);
     drop(dir);
 }
@@ -195,7 +201,7 @@ async fn a_run_recorded_as_lost_is_never_started_afterwards() {
         .status()
         .expect("a late supervisor runs");
     assert!(second.success(), "{second:?}");
-    assert_eq!(server.log_text(&id).await, "started\n");
+    assert_eq!(server.log_text(&id).await, format!("{HOST_LINE}started\n"));
     assert!(!run_dir.join("end.json").exists());
     drop(server);
     drop(dir);
@@ -223,7 +229,7 @@ async fn the_ceiling_stops_the_run_and_spends_exactly_it() {
     let log = server.log_text(id).await;
     assert!(
         log.starts_with(
-            "div: emulated H100 ×1 (DIVERGENT_EMULATE_GPUS): this run has no GPU\nstart\n"
+            &format!("div: emulated H100 ×1 (DIVERGENT_EMULATE_GPUS): this run has no GPU\n{HOST_LINE}start\n")
         ),
         "{log}"
     );
@@ -321,7 +327,7 @@ async fn the_environment_follows_the_runtime_table() {
     assert_eq!(
         server.log_text(id).await,
         format!(
-            "0 from-env s {name} /tmp/divergent/result.json /tmp/divergent/telemetry.jsonl /workspace\n0\n"
+            "{HOST_LINE}0 from-env s {name} /tmp/divergent/result.json /tmp/divergent/telemetry.jsonl /workspace\n0\n"
         )
     );
     let (_, secrets) = server.request("GET", "/v1/secrets", None).await;
@@ -342,7 +348,7 @@ async fn the_sandbox_keeps_writes_off_the_host() {
     assert_eq!(ended["status"], "succeeded", "{ended}");
     assert_eq!(
         server.log_text(id).await,
-        "root-is-private\nworkspace\ntmp\n"
+        format!("{HOST_LINE}root-is-private\nworkspace\ntmp\n")
     );
     assert!(!std::path::Path::new(&host_marker).exists());
     assert!(!std::path::Path::new("/etc/div-x").exists());
@@ -367,7 +373,7 @@ async fn without_a_sandbox_the_log_says_so_and_paths_are_real() {
     assert_eq!(
         log,
         format!(
-            "div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt\n{}\ncheck passed: ok == true (found true)\n",
+            "{HOST_LINE}div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt\n{}\ncheck passed: ok == true (found true)\n",
             run_dir.join("workspace").display()
         )
     );
@@ -390,7 +396,9 @@ async fn what_a_run_leaves_under_mnt_outside_a_volume_is_named() {
     server.wait_end(id).await;
     assert_eq!(
         server.log_text(id).await,
-        "/mnt/mask-models is not a volume, so the 1.1M the run wrote there went with the container. Volumes are mounted when a run starts: make mask-models first with div storage put mask-models <path>, or name /mnt/mask-models in the command.\n"
+        format!(
+            "{HOST_LINE}/mnt/mask-models is not a volume, so the 1.1M the run wrote there went with the container. Volumes are mounted when a run starts: make mask-models first with div storage put mask-models <path>, or name /mnt/mask-models in the command.\n"
+        )
     );
     assert_eq!(
         std::fs::read_to_string(server.home.join("volumes/kept/note")).expect("kept"),
@@ -478,7 +486,10 @@ async fn placing_a_run_and_following_it_to_its_end_wake_the_scheduler() {
         stream.lines().any(|l| l.starts_with("end ")),
         "an end frame: {stream}"
     );
-    assert_eq!(crate::harness::decode_chunks(&followed.1), "woken\n");
+    assert_eq!(
+        crate::harness::decode_chunks(&followed.1),
+        format!("{HOST_LINE}woken\n")
+    );
     let (_, ended) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
 }
@@ -502,9 +513,9 @@ async fn a_run_without_code_starts_in_the_images_working_directory() {
         let ended = server.wait_end(id).await;
         assert_eq!(ended["status"], "succeeded", "{ended}");
     }
-    assert_eq!(server.log_text(&bare).await, "/\n0\n");
+    assert_eq!(server.log_text(&bare).await, format!("{HOST_LINE}/\n0\n"));
     assert_eq!(
         server.log_text(&shipped).await,
-        "/workspace\ndata\ntrain.py\n"
+        format!("{HOST_LINE}/workspace\ndata\ntrain.py\n")
     );
 }

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::harness::Server;
+use crate::harness::{HOST_LINE, Server};
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
@@ -105,7 +105,8 @@ async fn what_a_run_does_to_its_workspace_never_reaches_the_committed_code() {
     assert_eq!(ended["status"], "succeeded", "{ended}");
     let log = server.log_text(&again).await;
     assert!(
-        log.starts_with("print('original')\nkeep\n100000\n") && log.ends_with("no-new\n"),
+        log.starts_with(&format!("{HOST_LINE}print('original')\nkeep\n100000\n"))
+            && log.ends_with("no-new\n"),
         "{log}"
     );
 }
@@ -138,6 +139,9 @@ async fn two_runs_of_one_snapshot_at_once_each_see_only_their_own_writes() {
     for (id, me) in ids.iter().zip(["a", "b"]) {
         let ended = server.wait_end(id).await;
         assert_eq!(ended["status"], "succeeded", "{ended}");
-        assert_eq!(server.log_text(id).await, format!("base\n{me}\nf\nmine\n"));
+        assert_eq!(
+            server.log_text(id).await,
+            format!("{HOST_LINE}base\n{me}\nf\nmine\n")
+        );
     }
 }
