@@ -263,6 +263,15 @@ async fn prepare(
             .iter()
             .map(|p| (p.key.as_str(), p.value.as_str())),
     )?;
+    // The grace the run sets for itself, refused here as the control plane would.
+    if let Some(grace) = options
+        .env
+        .iter()
+        .rev()
+        .find(|p| p.key == div_spec::STOP_GRACE_ENV)
+    {
+        div_spec::parse_stop_grace(&grace.value)?;
+    }
     let mut telemetry_layout = match &options.telemetry {
         Some(path) => Some(layout_text(path, read_bytes(path)?)?),
         None => None,

@@ -98,27 +98,12 @@ pub(crate) fn ceiling_reached_at(cents_per_hour: i64, ceiling: i64) -> Option<u6
     Rate::from_cents_per_hour(cents_per_hour).ceiling_reached_at(Money::from_cents(ceiling))
 }
 
-/// How long a run told to stop has between SIGTERM and SIGKILL, unless the server's settings
-/// or the run's `DIVERGENT_STOP_GRACE` say otherwise.
-pub(crate) const DEFAULT_STOP_GRACE_SECONDS: u64 = 10;
-/// The longest grace a run or the server may set.
-pub(crate) const MAX_STOP_GRACE_SECONDS: u64 = 600;
+pub(crate) use div_spec::{DEFAULT_STOP_GRACE_SECONDS, MAX_STOP_GRACE_SECONDS, STOP_GRACE_ENV};
 
-/// The run's own variable for its grace, in whole seconds.
-pub(crate) const STOP_GRACE_ENV: &str = "DIVERGENT_STOP_GRACE";
-
-/// A run's `DIVERGENT_STOP_GRACE`, or why it is not one.
+/// A run's `DIVERGENT_STOP_GRACE`, or why it is not one (div-spec's, which the client checks
+/// too).
 pub(crate) fn parse_stop_grace(value: &str) -> Result<u64, String> {
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|g| *g <= MAX_STOP_GRACE_SECONDS && value.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| {
-            format!(
-                "{STOP_GRACE_ENV} is `{}`; it is whole seconds between SIGTERM and SIGKILL when the run is told to stop, 0 to {MAX_STOP_GRACE_SECONDS} (e.g. --env {STOP_GRACE_ENV}=30)",
-                value.escape_debug()
-            )
-        })
+    div_spec::parse_stop_grace(value).map_err(|e| e.to_string())
 }
 
 /// A check in its canonical form, or why it is not one.

@@ -89,6 +89,32 @@ pub enum EnvError {
         /// The name of the largest of them.
         largest: String,
     },
+    /// A `DIVERGENT_STOP_GRACE` that is not whole seconds up to [`MAX_STOP_GRACE_SECONDS`].
+    #[error(
+        "{STOP_GRACE_ENV} is `{}`; it is whole seconds between SIGTERM and SIGKILL when the run is told to stop, 0 to {MAX_STOP_GRACE_SECONDS} (e.g. --env {STOP_GRACE_ENV}=30)",
+        typed.escape_debug()
+    )]
+    BadStopGrace { typed: String },
+}
+
+/// The run's own variable for its grace: how long it has between SIGTERM and SIGKILL when it
+/// is told to stop (stopped, near its ceiling or its time limit).
+pub const STOP_GRACE_ENV: &str = "DIVERGENT_STOP_GRACE";
+/// The grace of a run that does not set its own (and whose control plane says nothing).
+pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 10;
+/// The longest grace a run or a control plane may set.
+pub const MAX_STOP_GRACE_SECONDS: u64 = 600;
+
+/// A `DIVERGENT_STOP_GRACE` value: whole seconds, digits only, at most
+/// [`MAX_STOP_GRACE_SECONDS`].
+pub fn parse_stop_grace(value: &str) -> Result<u64, EnvError> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|g| *g <= MAX_STOP_GRACE_SECONDS && value.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| EnvError::BadStopGrace {
+            typed: value.to_owned(),
+        })
 }
 
 /// A name as a message shows it: whole when short, else its start and how long it is.
@@ -213,5 +239,31 @@ impl FromStr for EnvPair {
 impl fmt::Display for EnvPair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}={}", self.key, self.value)
+    }
+}
+
+#[cfg(test)]
+mod stop_grace_tests {
+    use super::{EnvError, parse_stop_grace};
+
+    #[test]
+    fn a_stop_grace_is_whole_seconds_up_to_600() {
+        assert_eq!(parse_stop_grace("0"), Ok(0));
+        assert_eq!(parse_stop_grace("600"), Ok(600));
+        for bad in [
+            "",
+            "601",
+            "-1",
+            "+3",
+            "1.5",
+            "ten",
+            " 3",
+            "99999999999999999999999",
+        ] {
+            assert!(
+                matches!(parse_stop_grace(bad), Err(EnvError::BadStopGrace { .. })),
+                "{bad:?}"
+            );
+        }
     }
 }

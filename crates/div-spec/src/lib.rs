@@ -42,8 +42,9 @@ mod volume;
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
 pub use entrypoint::{Entrypoint, EntrypointError, EntrypointKind, shell_quote};
 pub use env::{
-    EnvError, EnvPair, MAX_ENV_NAME_BYTES, MAX_ENV_TOTAL_BYTES, MAX_ENV_VALUE_BYTES,
-    check_env_name, check_env_total, check_env_value, is_env_key,
+    DEFAULT_STOP_GRACE_SECONDS, EnvError, EnvPair, MAX_ENV_NAME_BYTES, MAX_ENV_TOTAL_BYTES,
+    MAX_ENV_VALUE_BYTES, MAX_STOP_GRACE_SECONDS, STOP_GRACE_ENV, check_env_name, check_env_total,
+    check_env_value, is_env_key, parse_stop_grace,
 };
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};

@@ -1056,3 +1056,21 @@ async fn small_files_go_together_in_one_pack_when_the_control_plane_takes_packs(
         assert_eq!(blake3::hash(bytes).to_hex().as_str(), hash);
     }
 }
+
+#[tokio::test]
+async fn a_stop_grace_that_is_not_seconds_up_to_600_is_refused_before_anything_is_created() {
+    let world = World::new().await;
+    for bad in ["ten", "601", "-1", "1.5"] {
+        let env = format!("DIVERGENT_STOP_GRACE={bad}");
+        let done = world.div(&["run", "--env", &env, "--", "true"]).await;
+        assert_eq!(done.code, 200, "{}", done.stderr);
+        assert!(
+            done.stderr.contains(&format!(
+                "DIVERGENT_STOP_GRACE is `{bad}`; it is whole seconds between SIGTERM and SIGKILL when the run is told to stop, 0 to 600 (e.g. --env DIVERGENT_STOP_GRACE=30)"
+            )),
+            "{}",
+            done.stderr
+        );
+    }
+    world.assert_nothing_created().await;
+}

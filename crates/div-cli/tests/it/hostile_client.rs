@@ -900,7 +900,10 @@ fn a_put_never_changes_a_committed_code_snapshot() {
     assert_ne!(add.status.code(), Some(0), "{}", text(&add.stderr));
     let again = local.div(&["run", "--gpu", "cpu", "--", "python3 train.py; ls"]);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
-    assert_eq!(text(&again.stdout), "hi\ntrain.py\n");
+    assert_eq!(
+        text(&again.stdout),
+        format!("{}hi\ntrain.py\n", crate::support::HOST_LINE)
+    );
 }
 
 /// Whether `div storage ls`'s output `ls` has a line of `size` and `name`, however the

@@ -13,6 +13,10 @@ use wiremock::{Mock, MockServer};
 
 pub(crate) const DIV: &str = env!("CARGO_BIN_EXE_div");
 
+/// The first line of the log of a run that names no image, on a local control plane where
+/// this machine's system stands in for the default image (out of the box).
+pub(crate) const HOST_LINE: &str = "div: no image pulled: this machine's own system stands in for pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)\n";
+
 /// div-run.md's catalogue.
 pub(crate) fn catalogue() -> Catalogue {
     let sku = |name: &str, cents, gib| SkuOffer {
