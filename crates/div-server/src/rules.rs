@@ -166,6 +166,17 @@ pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
     div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| div_api::error_chain(&e))
 }
 
+/// Writes a committed code tree into `dest`, all or nothing, each file that is not executable
+/// a hard link to its blob (div-ship's `materialise_linked`): nothing ever writes to either.
+pub(crate) fn materialise_linked(
+    entries: &[TreeEntry],
+    blob_path: impl Fn(&str) -> PathBuf,
+    dest: &Path,
+) -> Result<(), String> {
+    div_ship::materialise_linked(&manifest_entries(entries)?, blob_path, dest)
+        .map_err(|e| div_api::error_chain(&e))
+}
+
 /// Writes the tree into `dest`, all or nothing (div-ship's `materialise`).
 pub(crate) fn materialise(
     entries: &[TreeEntry],

@@ -320,7 +320,10 @@ pub(crate) fn commit_tree(
     // swaps for a link meanwhile refuses the commit instead of carrying it out of the volume.
     let root = server.volume_dir(volume);
     let tmp = staging(server, volume, &root)?;
-    let placed = rules::materialise(&entries, |h| blob_path(server, volume, h), &tmp)
+    // A tree committed at a path is never written again (a run sees it read-only, a put into
+    // it is refused): its files are its blobs, linked, so a file is stored once however many
+    // trees hold it.
+    let placed = rules::materialise_linked(&entries, |h| blob_path(server, volume, h), &tmp)
         .map_err(HttpError::invalid)
         .and_then(|()| {
             let rel = on_disk(&tree.path)?;

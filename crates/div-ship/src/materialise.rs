@@ -193,6 +193,35 @@ pub fn materialise(
     blob_path: impl Fn(&str) -> PathBuf,
     dest: &Path,
 ) -> Result<(), MaterialiseError> {
+    materialise_with(entries, &blob_path, dest, Files::Copied)
+}
+
+/// [`materialise`], but each file that is not executable is a hard link to its blob rather
+/// than a copy, so a content shipped in many trees is stored once. Only for trees that nothing
+/// ever writes to (committed code: the blob and every tree holding it are one file); an
+/// executable file, whose mode its blob cannot also have for others, and a link that cannot
+/// be made (another filesystem) are copied.
+pub fn materialise_linked(
+    entries: &[ManifestEntry],
+    blob_path: impl Fn(&str) -> PathBuf,
+    dest: &Path,
+) -> Result<(), MaterialiseError> {
+    materialise_with(entries, &blob_path, dest, Files::Linked)
+}
+
+/// How files get into a materialised tree.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Files {
+    Copied,
+    Linked,
+}
+
+fn materialise_with(
+    entries: &[ManifestEntry],
+    blob_path: &dyn Fn(&str) -> PathBuf,
+    dest: &Path,
+    files: Files,
+) -> Result<(), MaterialiseError> {
     validate_entries(entries)?;
     if fs::symlink_metadata(dest).is_ok() {
         return Err(MaterialiseError::DestinationExists {
@@ -204,7 +233,7 @@ pub fn materialise(
         path: tmp.clone(),
         source,
     })?;
-    match write_tree(entries, &blob_path, &tmp) {
+    match write_tree(entries, blob_path, &tmp, files) {
         Ok(()) => fs::rename(&tmp, dest).map_err(|source| {
             let _ = fs::remove_dir_all(&tmp);
             MaterialiseError::Io {
@@ -237,6 +266,7 @@ fn write_tree(
     entries: &[ManifestEntry],
     blob_path: &dyn Fn(&str) -> PathBuf,
     root: &Path,
+    how: Files,
 ) -> Result<(), MaterialiseError> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
@@ -252,7 +282,13 @@ fn write_tree(
         }
         let hash = entry.hash.as_deref().expect("validated: a file has a hash");
         let blob = blob_path(hash);
-        let copied = fs::copy(&blob, &path).map_err(io_err(&blob))?;
+        let linked =
+            how == Files::Linked && !entry.executable && fs::hard_link(&blob, &path).is_ok();
+        let copied = if linked {
+            fs::metadata(&path).map_err(io_err(&path))?.len()
+        } else {
+            fs::copy(&blob, &path).map_err(io_err(&blob))?
+        };
         if copied != entry.size {
             return Err(MaterialiseError::BlobSize {
                 path: entry.path.clone(),

@@ -396,3 +396,50 @@ async fn a_pack_that_is_not_one_is_refused_with_what_is_wrong() {
     let (status, _) = pack(&server, "none", div_api::pack_frame(&[packed(b"x")])).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_shipped_in_many_snapshots_is_stored_once() {
+    use std::os::unix::fs::MetadataExt;
+    let server = Server::start().await;
+    volume_with_empty_blob(&server).await;
+    let big = packed(&vec![42u8; 900_000]);
+    let (one, two) = (packed(b"version 1\n"), packed(b"version 2\n"));
+    let (status, answer) = pack(
+        &server,
+        "vol",
+        div_api::pack_frame(&[big.clone(), one.clone(), two.clone()]),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    for (at, small) in [("code/1", &one), ("code/2", &two)] {
+        let (status, message) = commit(
+            &server,
+            at,
+            json!([
+                {"path": "weights.bin", "kind": "file", "size": 900_000, "hash": big.hash},
+                {"path": "train.py", "kind": "file", "size": 10, "hash": small.hash},
+            ]),
+        )
+        .await;
+        assert_eq!(status, 201, "{message}");
+    }
+    let volume = server.home.join("volumes/vol");
+    let meta = |p: std::path::PathBuf| std::fs::metadata(p).expect("a file");
+    let (a, b) = (
+        meta(volume.join("code/1/weights.bin")),
+        meta(volume.join("code/2/weights.bin")),
+    );
+    // One file on disk: the blob and both snapshots' copies are the same inode.
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 3, "the blob and two snapshots");
+    assert_eq!(
+        std::fs::read(volume.join("code/2/weights.bin"))
+            .expect("read")
+            .len(),
+        900_000
+    );
+    assert_eq!(
+        std::fs::read_to_string(volume.join("code/2/train.py")).expect("read"),
+        "version 2\n"
+    );
+}

@@ -277,3 +277,48 @@ fn escaped_names_are_taken_only_in_their_one_spelling() {
         ),
     );
 }
+
+#[test]
+fn a_linked_tree_shares_its_plain_files_with_their_blobs_and_copies_executables() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &["print(1)\n", "#!/bin/sh\n"]);
+    let blob_of = |text: &str| {
+        tmp.path()
+            .join("blobs")
+            .join(blake3::hash(text.as_bytes()).to_hex().as_str())
+    };
+    let mut run = file("bin/run.sh", "#!/bin/sh\n");
+    run.executable = true;
+    let entries = [
+        file("a/train.py", "print(1)\n"),
+        file("b/same.py", "print(1)\n"),
+        run,
+    ];
+    let (one, two) = (tmp.path().join("code/1"), tmp.path().join("code/2"));
+    fs::create_dir_all(tmp.path().join("code")).unwrap();
+    div_ship::materialise_linked(&entries, &blob_path, &one).unwrap();
+    div_ship::materialise_linked(&entries, &blob_path, &two).unwrap();
+    let inode = |p: PathBuf| fs::metadata(p).unwrap().ino();
+    // One file on disk for the blob and its four places in two trees.
+    let blob = inode(blob_of("print(1)\n"));
+    for tree in [&one, &two] {
+        assert_eq!(inode(tree.join("a/train.py")), blob);
+        assert_eq!(inode(tree.join("b/same.py")), blob);
+        assert_eq!(
+            fs::read_to_string(tree.join("a/train.py")).unwrap(),
+            "print(1)\n"
+        );
+    }
+    assert_eq!(fs::metadata(blob_of("print(1)\n")).unwrap().nlink(), 5);
+    // An executable is a copy with its own mode; its blob keeps its own.
+    assert_ne!(inode(one.join("bin/run.sh")), inode(blob_of("#!/bin/sh\n")));
+    assert_eq!(
+        fs::metadata(one.join("bin/run.sh")).unwrap().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        fs::metadata(blob_of("#!/bin/sh\n")).unwrap().mode() & 0o111,
+        0
+    );
+}
