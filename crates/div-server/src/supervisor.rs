@@ -43,8 +43,8 @@ const TELEMETRY_SHOWN: &str = "/tmp/divergent/telemetry.jsonl";
 /// The most entries counted under one leftover folder in the run's `/mnt`.
 const LEFTOVER_MAX_ENTRIES: usize = 100_000;
 /// The environment the supervisor starts the sandbox (and its cgroup shell) with: fixed,
-/// never the run's. The run's own variables reach it through bwrap's `--setenv`, read from
-/// `run-dir/launch.args` (mode 0600) by `--args 3`, inside the sandbox.
+/// never the run's. The run's own variables reach it through bwrap's `--setenv`, read by
+/// `--args 3` from a pipe the supervisor writes (never a file), inside the sandbox.
 const LAUNCH_ENV: [(&str, &str); 2] = [
     (
         "PATH",
