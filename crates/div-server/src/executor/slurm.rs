@@ -564,7 +564,13 @@ impl Executor for SlurmExecutor {
         }
         // Pending, nothing of it runs yet: cancel it now. Running: each node's supervisor
         // stops its run and writes its end; past the grace period, Slurm stops the rest.
-        let pending = matches!(self.job_state(job), Ok(Some(s)) if s.state == "PENDING");
+        // A node that wrote its `node.env` has started, whatever a `squeue` read up to half a
+        // second ago still says: cancelling it now would have Slurm signal the sandbox itself
+        // and end the run with no grace (seen once in CI).
+        let started = run_dir.join("slurm.exit").exists()
+            || run_dir.join("nodes").join("0").join("node.env").exists();
+        let pending =
+            !started && matches!(self.job_state(job), Ok(Some(s)) if s.state == "PENDING");
         // Running: the nodes' supervisors give the run its own grace (SIGTERM, then SIGKILL),
         // and `scancel` comes the configured grace after that.
         let grace = if pending {
