@@ -392,7 +392,10 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
         let elapsed = now_ms().saturating_sub(spec.started_ms);
         // Stopped by the org: the server wrote why (`org::STOP_FILE`) before asking the stop.
-        if let Ok(reason) = fs::read_to_string(run_dir.join(crate::org::STOP_FILE)) {
+        // (An empty one is still being written by an older server: the next look reads it.)
+        if let Ok(reason) = fs::read_to_string(run_dir.join(crate::org::STOP_FILE))
+            && !reason.trim().is_empty()
+        {
             break Stopped::Org(reason.trim().chars().take(200).collect());
         }
         if sys::stop_requested() || stop_file.exists() {
@@ -1203,6 +1206,29 @@ mod tests {
             "{log}"
         );
         assert!(log.contains("\nsaved\n"), "{log}");
+    }
+
+    #[test]
+    fn an_org_stop_file_still_empty_is_not_taken_for_a_stop_with_no_reason() {
+        // What a supervisor met when the server wrote the file in place: it exists, empty,
+        // for a moment. The run goes on until the reason is there, then stops with it.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let said = dir.path().join(crate::org::STOP_FILE);
+        fs::write(&said, b"").expect("an empty stop file");
+        let writer = {
+            let said = said.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                fs::write(&said, "org usage limit of $0.01 reached\n").expect("the reason");
+            })
+        };
+        let end = run(dir.path(), &spec(dir.path(), "echo going; sleep 30", 60));
+        writer.join().expect("the writer");
+        assert_eq!(end.status, RunStatus::StoppedByOrg, "{end:?}");
+        assert_eq!(
+            end.reason.as_deref(),
+            Some("org usage limit of $0.01 reached")
+        );
     }
 
     #[test]

@@ -60,7 +60,13 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
 fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
     let dir = server.run_dir(&record.run.id);
     let said = dir.join(org::STOP_FILE);
-    if fs::write(&said, reason).is_err() {
+    // Written whole, then renamed into place: a supervisor reading it as it was being written
+    // would have found it empty and said the org stopped the run for no reason.
+    let partial = dir.join(format!("{}.partial", org::STOP_FILE));
+    if fs::write(&partial, reason)
+        .and_then(|()| fs::rename(&partial, &said))
+        .is_err()
+    {
         return;
     }
     let _ = server.executor.stop(&dir, record.internal.handle.as_ref());
