@@ -204,9 +204,18 @@ pub(crate) fn store_pack(
             held += 1;
             continue;
         }
-        let tmp = partial.join(format!("{hash}.pack"));
+        // Its own name: two packs holding one new blob are written at once by two clients,
+        // and one writer truncating the file the other has just renamed into place would
+        // leave the blob empty while a tree links it (seen under load, hostile_client::
+        // two_div_runs_at_once_shipping_new_code_both_succeed).
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = partial.join(format!("{hash}.pack-{}-{n}", std::process::id()));
         fs::write(&tmp, data).map_err(full)?;
-        fs::rename(&tmp, blob_path(server, volume, hash)).map_err(full)?;
+        fs::rename(&tmp, blob_path(server, volume, hash)).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            full(e)
+        })?;
         stored.push((hash, data.len() as u64));
     }
     server.store.add_blobs(volume, &stored)?;

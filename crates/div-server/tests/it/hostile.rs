@@ -443,3 +443,42 @@ async fn a_file_shipped_in_many_snapshots_is_stored_once() {
         "version 2\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn packs_of_one_new_blob_sent_at_once_leave_it_whole() {
+    let server = std::sync::Arc::new(Server::start().await);
+    volume_with_empty_blob(&server).await;
+    for round in 0..12u8 {
+        let blob = packed(&vec![round; 700_000]);
+        let body = div_api::pack_frame(std::slice::from_ref(&blob));
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (server, body) = (std::sync::Arc::clone(&server), body.clone());
+                tokio::spawn(async move { pack(&server, "vol", body).await })
+            })
+            .collect();
+        // While they go, whatever is at the blob's place is whole whenever it is there.
+        let place = server.home.join("blobs/vol").join(&blob.hash);
+        for _ in 0..200 {
+            if let Ok(meta) = std::fs::metadata(&place) {
+                assert_eq!(
+                    meta.len(),
+                    700_000,
+                    "round {round}: a blob seen part-written"
+                );
+            }
+            tokio::task::yield_now().await;
+        }
+        for task in tasks {
+            let (status, answer) = task.await.expect("the pack");
+            assert_eq!(status, 200, "{answer}");
+        }
+        let (status, message) = commit(
+            &server,
+            &format!("code/r{round}"),
+            json!([{"path": "w.bin", "kind": "file", "size": 700_000, "hash": blob.hash}]),
+        )
+        .await;
+        assert_eq!(status, 201, "round {round}: {message}");
+    }
+}
