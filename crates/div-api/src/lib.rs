@@ -102,6 +102,21 @@ pub enum UploadOutcome {
     Sent { from: u64 },
 }
 
+/// The blobs of a pack sent one request each, by [`ControlPlane::upload_blob`]: what a
+/// control plane without packs gets.
+pub(crate) async fn upload_one_by_one<C: ControlPlane + ?Sized>(
+    cp: &C,
+    volume: &str,
+    blobs: &[PackBlob],
+) -> Result<(), ApiError> {
+    for blob in blobs {
+        let data = BlobSource::Bytes(Bytes::from(blob.data.clone()));
+        cp.upload_blob(volume, &blob.hash, 0, blob.data.len() as u64, data)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Send a whole blob to `volume`, from where an earlier partial upload stopped: asks
 /// [`ControlPlane::missing_blobs`] how much already arrived, then sends the rest with one
 /// [`ControlPlane::upload_blob`]. `blob` holds the whole blob.
@@ -198,12 +213,7 @@ pub trait ControlPlane: Send + Sync {
     /// request each. The server verifies each blob's hash. A control plane without this
     /// route (the default here) gets each blob by [`ControlPlane::upload_blob`].
     async fn upload_pack(&self, volume: &str, blobs: &[PackBlob]) -> Result<(), ApiError> {
-        for blob in blobs {
-            let data = BlobSource::Bytes(bytes::Bytes::from(blob.data.clone()));
-            self.upload_blob(volume, &blob.hash, 0, blob.data.len() as u64, data)
-                .await?;
-        }
-        Ok(())
+        upload_one_by_one(self, volume, blobs).await
     }
     /// Commit a tree of sent blobs at a path in the volume.
     async fn commit_tree(&self, volume: &str, tree: &CommitTree)

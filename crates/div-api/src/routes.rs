@@ -174,14 +174,7 @@ impl ControlPlane for HttpControlPlane {
             Ok(_) => Ok(()),
             // A control plane without packs (the route is unknown to it): one blob at a time.
             // (A volume that is not there fails again there, and says so.)
-            Err(e) if e.is_not_found() => {
-                for blob in blobs {
-                    let data = BlobSource::Bytes(bytes::Bytes::from(blob.data.clone()));
-                    self.upload_blob(volume, &blob.hash, 0, blob.data.len() as u64, data)
-                        .await?;
-                }
-                Ok(())
-            }
+            Err(e) if e.is_not_found() => crate::upload_one_by_one(self, volume, blobs).await,
             Err(e) => Err(e),
         }
     }

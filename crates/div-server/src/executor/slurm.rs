@@ -567,8 +567,7 @@ impl Executor for SlurmExecutor {
         // A node that wrote its `node.env` has started, whatever a `squeue` read up to half a
         // second ago still says: cancelling it now would have Slurm signal the sandbox itself
         // and end the run with no grace (seen once in CI).
-        let started = run_dir.join("slurm.exit").exists()
-            || run_dir.join("nodes").join("0").join("node.env").exists();
+        let started = node_started(run_dir);
         let pending =
             !started && matches!(self.job_state(job), Ok(Some(s)) if s.state == "PENDING");
         // Running: the nodes' supervisors give the run its own grace (SIGTERM, then SIGKILL),
@@ -602,8 +601,7 @@ impl Executor for SlurmExecutor {
                 // Gone before its batch script ran (scancel while it waited): nothing of it
                 // ran and nothing will gather it, so its end is gathered here, the same way:
                 // canceled, nothing spent.
-                let started = run_dir.join("slurm.exit").exists()
-                    || run_dir.join("nodes").join("0").join("node.env").exists();
+                let started = node_started(run_dir);
                 if !started && !run_dir.join("end.json").exists() {
                     let _ = fs::write(run_dir.join("slurm.signaled"), b"");
                     let _ = node_or_gather(run_dir);
@@ -1000,6 +998,12 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     } else {
         1
     })
+}
+
+/// Whether the job's batch script has run: rank 0 wrote its `node.env`, or srun's exit
+/// is recorded.
+fn node_started(run_dir: &Path) -> bool {
+    run_dir.join("slurm.exit").exists() || run_dir.join("nodes").join("0").join("node.env").exists()
 }
 
 /// The supervisor's spec the launcher wrote in `run_dir`.
