@@ -7,7 +7,9 @@
 //! - [`filter_snapshot`]: ports, temp dirs and durations out of a snapshot;
 //! - [`conformance`]: named checks any [`ControlPlane`] must pass, with a
 //!   [`ConformanceContext`] saying what runs quickly and whether runs really execute;
-//! - [`FakeControlPlane`]: an in-memory control plane that passes the suite.
+//! - [`FakeControlPlane`]: an in-memory control plane that passes the suite;
+//! - `image` (feature `image`): a real registry on loopback, images built in memory, and a
+//!   tree's contents to compare.
 //!
 //! ```
 //! use div_test_support::{ConformanceContext, FakeControlPlane, conformance};
@@ -23,6 +25,8 @@
 mod conformance;
 mod fake;
 mod filters;
+#[cfg(feature = "image")]
+pub mod image;
 pub mod mock;
 pub mod proxy;
 

@@ -1,5 +1,5 @@
 //! End to end: `div run --image` on the local control plane, with images built here and
-//! pushed to Debian's `docker-registry` on loopback (div-image's test helpers).
+//! pushed to Debian's `docker-registry` on loopback (div-test-support's image helpers).
 
 use std::path::{Path, PathBuf};
 
@@ -7,10 +7,7 @@ use div_image::{Credentials, Digest};
 
 use crate::support::{Local, text};
 
-#[allow(dead_code)] // div-image's helpers; these tests use some of them
-#[path = "../../../div-image/tests/it/support.rs"]
-mod image_support;
-
+use div_test_support::image as image_support;
 use image_support::{Built, E, OCI_MANIFEST, Registry, file, gzip, push, tar};
 
 /// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…), gzip layers.
