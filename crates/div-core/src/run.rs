@@ -587,6 +587,40 @@ pub(crate) async fn upload(
         return Ok(());
     }
     cp.create_volume(volume).await.map_err(api(words.make))?;
+    let mut asked_again = false;
+    loop {
+        send_missing(cp, shipment, volume, words, sink).await?;
+        match cp.commit_tree(volume, &tree).await {
+            Ok(_) => break,
+            // Blobs the volume held when asked were let go before the commit (the server's
+            // retention of code snapshots freed the last snapshot holding them): asked again
+            // and sent, once.
+            Err(e) if !asked_again && names_missing_blobs(&e) => asked_again = true,
+            Err(e) => return Err(api(words.commit)(e)),
+        }
+    }
+    sink.event(Event::UploadFinished);
+    Ok(())
+}
+
+/// A commit refused because blobs of its tree are not in the volume.
+fn names_missing_blobs(e: &div_api::ApiError) -> bool {
+    e.details()
+        .get("missing")
+        .and_then(|m| m.as_array())
+        .is_some_and(|m| !m.is_empty())
+}
+
+/// Sends what `volume` lacks of `shipment`: small whole files in packs, the rest one by one,
+/// resuming partial blobs.
+async fn send_missing(
+    cp: &dyn ControlPlane,
+    shipment: &Shipment,
+    volume: &str,
+    words: &UploadWords,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    let api = |during: &'static str| move |e| RunError::api(during, e);
     let mut hashes: Vec<String> = shipment
         .manifest
         .entries
@@ -689,10 +723,6 @@ pub(crate) async fn upload(
             sink.event(Event::UploadProgress { sent });
         }
     }
-    cp.commit_tree(volume, &tree)
-        .await
-        .map_err(api(words.commit))?;
-    sink.event(Event::UploadFinished);
     Ok(())
 }
 

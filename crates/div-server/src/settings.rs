@@ -4,7 +4,8 @@
 //! is said rather than ignored.
 //!
 //! ```json
-//! {"org_usage_limit_cents": 50000, "stop_grace_seconds": 30, "max_run_seconds": 3600}
+//! {"org_usage_limit_cents": 50000, "stop_grace_seconds": 30, "max_run_seconds": 3600,
+//!  "keep_code_snapshots": 10}
 //! ```
 
 use std::path::Path;
@@ -27,7 +28,16 @@ pub(crate) struct Settings {
     pub(crate) stop_grace_seconds: Option<u64>,
     /// The longest a run is given on this machine, at most 24 hours (the default).
     pub(crate) max_run_seconds: Option<u64>,
+    /// How many code snapshots a project keeps, the most recently used (see
+    /// `volumes::retention`), 1 to [`MAX_KEEP_CODE_SNAPSHOTS`]; 10 by default.
+    pub(crate) keep_code_snapshots: Option<u64>,
 }
+
+/// The most code snapshots a setting may keep.
+pub(crate) const MAX_KEEP_CODE_SNAPSHOTS: u64 = 100_000;
+
+/// How many code snapshots a project keeps when the settings do not say.
+pub(crate) const DEFAULT_KEEP_CODE_SNAPSHOTS: u64 = 10;
 
 impl Settings {
     /// The settings in `home/settings.json`; an error says what is wrong with the file and
@@ -78,7 +88,22 @@ impl Settings {
                 format!("seconds, 1 to {} (24 hours)", rules::MAX_RUN_SECONDS),
             );
         }
+        if let Some(k) = settings.keep_code_snapshots
+            && !(1..=MAX_KEEP_CODE_SNAPSHOTS).contains(&k)
+        {
+            return bad(
+                "keep_code_snapshots",
+                k.to_string(),
+                format!("a count of snapshots, 1 to {MAX_KEEP_CODE_SNAPSHOTS}"),
+            );
+        }
         Ok(settings)
+    }
+
+    /// How many code snapshots each project keeps.
+    pub(crate) fn keep_code_snapshots(&self) -> usize {
+        self.keep_code_snapshots
+            .unwrap_or(DEFAULT_KEEP_CODE_SNAPSHOTS) as usize
     }
 
     /// The grace the server gives a run that does not set its own.
@@ -110,6 +135,7 @@ mod tests {
         assert_eq!(settings, Settings::default());
         assert_eq!(settings.stop_grace_seconds(), 10);
         assert_eq!(settings.max_run_seconds(), 86_400);
+        assert_eq!(settings.keep_code_snapshots(), 10);
     }
 
     #[test]
@@ -139,5 +165,16 @@ mod tests {
         let err = with(r#"{"max_run_seconds": 90000}"#).unwrap_err();
         assert!(err.contains("`max_run_seconds`"), "{err}");
         assert!(with(r#"{"stop_grace_seconds": -3}"#).is_err());
+        assert_eq!(
+            with(r#"{"keep_code_snapshots": 3}"#)
+                .unwrap()
+                .keep_code_snapshots(),
+            3
+        );
+        let err = with(r#"{"keep_code_snapshots": 0}"#).unwrap_err();
+        assert!(
+            err.contains("`keep_code_snapshots`") && err.contains("1 to 100000"),
+            "{err}"
+        );
     }
 }

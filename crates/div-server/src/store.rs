@@ -11,6 +11,7 @@ use div_api::{Run, RunStatus, SecretInfo, Volume};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use crate::clock::now_ms;
 use crate::executor::Handle;
 
 /// The error returned by every [`Store`] operation.
@@ -94,7 +95,7 @@ pub(crate) struct Store {
 /// Version 1 is the schema div had before it kept a version: its statements are all
 /// `IF NOT EXISTS`, so a state directory made then (at version 0, holding these tables)
 /// migrates to version 1 without change, as does a new, empty one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 /// The schema version this div writes.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -137,6 +138,13 @@ CREATE TABLE IF NOT EXISTS secrets (
     value TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
+";
+
+/// Version 2: when each committed tree was last committed or found held for a run
+/// (milliseconds since the epoch; 0 for a tree from before), which code snapshots' retention
+/// keeps by (`volumes::retention`).
+const SCHEMA_V2: &str = "
+ALTER TABLE trees ADD COLUMN used_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses one a newer div wrote.
@@ -439,7 +447,7 @@ impl Store {
             .optional()?)
     }
 
-    /// Records a committed tree.
+    /// Records a committed tree, used now.
     pub(crate) fn add_tree(
         &self,
         volume: &str,
@@ -449,8 +457,54 @@ impl Store {
         bytes: u64,
     ) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO trees (volume, path, digest, files, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![volume, path, digest, files as i64, bytes as i64],
+            "INSERT OR REPLACE INTO trees (volume, path, digest, files, bytes, used_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![volume, path, digest, files as i64, bytes as i64, now_ms() as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a committed tree used now (a run of it is about to be placed).
+    pub(crate) fn touch_tree(&self, volume: &str, path: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE trees SET used_ms = ?3 WHERE volume = ?1 AND path = ?2",
+            params![volume, path, now_ms() as i64],
+        )?;
+        Ok(())
+    }
+
+    /// The trees committed in `volume` at a path under `prefix`, and when each was last used
+    /// (ms), most recently used first.
+    pub(crate) fn trees_by_use(
+        &self,
+        volume: &str,
+        prefix: &str,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT path, used_ms FROM trees WHERE volume = ?1 AND substr(path, 1, length(?2)) = ?2 ORDER BY used_ms DESC, path ASC",
+        )?;
+        let rows = stmt
+            .query_map(params![volume, prefix], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })?
+            .collect::<Result<Vec<(String, u64)>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Forgets a committed tree (its folder is removed by the caller).
+    pub(crate) fn remove_tree(&self, volume: &str, path: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "DELETE FROM trees WHERE volume = ?1 AND path = ?2",
+            params![volume, path],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a blob (its file is removed by the caller, after).
+    pub(crate) fn remove_blob(&self, volume: &str, hash: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "DELETE FROM blobs WHERE volume = ?1 AND hash = ?2",
+            params![volume, hash],
         )?;
         Ok(())
     }
@@ -678,6 +732,11 @@ mod tests {
                 [],
             )
             .unwrap();
+            conn.execute(
+                "INSERT INTO trees (volume, path, digest, files, bytes) VALUES ('p-code', 'code/1', 'd', 1, 2)",
+                [],
+            )
+            .unwrap();
         }
         assert_eq!(user_version(&path), 0);
         let store = Store::open(&path).unwrap();
@@ -685,6 +744,17 @@ mod tests {
             store.volume("data").unwrap().map(|v| v.name),
             Some("data".to_owned())
         );
+        // Its trees are kept, never used as far as retention knows (version 2).
+        assert_eq!(
+            store.tree("p-code", "code/1").unwrap(),
+            Some(("d".to_owned(), 1, 2))
+        );
+        assert_eq!(
+            store.trees_by_use("p-code", "code/").unwrap(),
+            vec![("code/1".to_owned(), 0)]
+        );
+        store.touch_tree("p-code", "code/1").unwrap();
+        assert!(store.trees_by_use("p-code", "code/").unwrap()[0].1 > 0);
         assert_eq!(user_version(&path), SCHEMA_VERSION);
     }
 

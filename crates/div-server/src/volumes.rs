@@ -16,6 +16,7 @@ use crate::rules;
 use crate::server::Server;
 
 mod beneath;
+pub(crate) mod retention;
 
 use beneath::{folder_beneath, holds, open_in, place, split};
 
@@ -228,7 +229,7 @@ pub(crate) fn store_pack(
 /// the snapshot the first had just made failed with "Directory not empty" (issue 13). In turn,
 /// the second finds the first's record and answers 200; two root puts likewise never write
 /// one path together.
-fn commit_lock(volume: &str) -> std::sync::Arc<std::sync::Mutex<()>> {
+pub(crate) fn commit_lock(volume: &str) -> std::sync::Arc<std::sync::Mutex<()>> {
     static LOCKS: std::sync::OnceLock<
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<std::sync::Mutex<()>>>>,
     > = std::sync::OnceLock::new();
@@ -265,6 +266,7 @@ pub(crate) fn commit_tree(
         && let Some((existing, _, _)) = server.store.tree(volume, &tree.path)?
         && existing == *digest
     {
+        server.store.touch_tree(volume, &tree.path)?;
         return Ok((
             200,
             committed_tree(volume, &tree.path, &entries, Some(digest)),
@@ -634,14 +636,17 @@ pub(crate) fn tree_held(
         )));
     }
     match server.store.tree(volume, path)? {
-        Some((held, files, bytes)) if held == digest => Ok(CommittedTree {
-            volume: volume.to_owned(),
-            path: path.to_owned(),
-            files,
-            bytes,
-            digest: Some(held),
-            extra: Default::default(),
-        }),
+        Some((held, files, bytes)) if held == digest => {
+            server.store.touch_tree(volume, path)?;
+            Ok(CommittedTree {
+                volume: volume.to_owned(),
+                path: path.to_owned(),
+                files,
+                bytes,
+                digest: Some(held),
+                extra: Default::default(),
+            })
+        }
         Some(_) => Err(HttpError::not_found(format!(
             "`{path}` in volume `{volume}` holds another tree"
         ))),

@@ -1074,3 +1074,91 @@ async fn a_stop_grace_that_is_not_seconds_up_to_600_is_refused_before_anything_i
     }
     world.assert_nothing_created().await;
 }
+
+/// The server's retention of code snapshots can let go a blob between "which blobs do you
+/// lack" and the commit: the commit is refused naming it, and the client asks again, sends
+/// it and commits, once.
+#[tokio::test]
+async fn a_commit_refused_for_blobs_let_go_meanwhile_sends_them_again_and_commits() {
+    let world = World::new().await;
+    let data = world.project().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    std::fs::write(data.join("a.txt"), "alpha\n").expect("write");
+    let hash = blake3::hash(b"alpha\n").to_hex().to_string();
+    world
+        .mount(
+            "GET",
+            "/v1/volumes",
+            json_response(200, &json!({"volumes": []})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes",
+            json_response(
+                201,
+                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
+            ),
+        )
+        .await;
+    // First asked: the volume holds it. Asked again: it lacks it.
+    Mock::given(method("POST"))
+        .and(path("/v1/volumes/ds/blobs/missing"))
+        .respond_with(json_response(200, &json!({"missing": []})))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/missing",
+            json_response(200, &json!({"missing": [hash]})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/pack",
+            json_response(200, &json!({"stored": 1, "held": 0})),
+        )
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/volumes/ds/trees"))
+        .respond_with(error_response(
+            400,
+            "invalid_request",
+            "1 blob(s) of the tree were not sent",
+            json!({"missing": [hash]}),
+        ))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/trees",
+            json_response(
+                201,
+                &json!({"volume": "ds", "path": "", "files": 1, "bytes": 6}),
+            ),
+        )
+        .await;
+    let done = world.div(&["storage", "put", "ds", "data"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert_eq!(
+        world
+            .bodies("POST", "/v1/volumes/ds/blobs/missing")
+            .await
+            .len(),
+        2
+    );
+    let packs = world.bodies_raw("POST", "/v1/volumes/ds/blobs/pack").await;
+    assert_eq!(packs.len(), 1, "sent once, after the refusal");
+    let blobs = div_api::parse_pack(&packs[0]).expect("a pack");
+    assert_eq!(blobs.len(), 1);
+    assert_eq!(blobs[0].0, hash);
+    assert_eq!(world.bodies("POST", "/v1/volumes/ds/trees").await.len(), 2);
+}

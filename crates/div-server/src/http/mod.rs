@@ -140,8 +140,19 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         (&Method::POST, ["v1", "volumes", name, "trees"]) => {
             let name = name.to_string();
             let body: CommitTree = read_json(req).await?;
+            let volume = name.clone();
             let (status, t) =
                 blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
+            // A new code snapshot: the volume's old ones are let go by the retention rule,
+            // after the answer (removing a large tree takes a while).
+            if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
+                let server = Arc::clone(server);
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = volumes::retention::prune(&server, &volume) {
+                        tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
+                    }
+                });
+            }
             Ok(wire::json(status, &t))
         }
         (&Method::GET, ["v1", "volumes", name, "trees"]) => {

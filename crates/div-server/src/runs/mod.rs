@@ -76,6 +76,16 @@ pub(crate) fn create_run(
         .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))?;
     let canonical = serde_json::to_vec(&request).map_err(|e| HttpError::invalid(e.to_string()))?;
     let body_hash = blake3::hash(&canonical).to_hex().to_string();
+    // From the check that its code is there to its record, a run holds its code volume's
+    // commit lock, which retention holds while it removes snapshots: a snapshot is never
+    // removed between the two, so no run is placed from one that is gone.
+    let code_lock = request
+        .code
+        .as_ref()
+        .map(|c| crate::volumes::commit_lock(&c.volume));
+    let _code_turn = code_lock
+        .as_ref()
+        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
     let valid = validation::validate(server, &request)?;
     if let Some(usage) = crate::org::usage(server)?.filter(|u| u.reached) {
         return Err(

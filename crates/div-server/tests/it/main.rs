@@ -15,6 +15,7 @@ mod hostile_env;
 mod hostile_files;
 mod limits;
 mod races;
+mod retention;
 mod runs;
 mod state;
 mod unprivileged;

@@ -1,0 +1,185 @@
+//! Code snapshots' retention: each `div run` of changed code commits a new snapshot,
+//! `<project>-code/code/<id>`, so without a rule a project's code volume grows by one tree a
+//! change.
+//!
+//! **The rule.** After a new snapshot is committed in a volume, its snapshots are counted by
+//! when each was last used (committed, or found held by a run's `GET …/trees`). The
+//! `keep_code_snapshots` most recently used ones (`settings.json`, 10 by default) are kept,
+//! and so is every snapshot that a queued or running run names, or that was used in the last
+//! [`RECENT_MS`]. The rest are removed.
+//!
+//! **No run is placed from a removed snapshot.** Placing a run holds its code volume's commit
+//! lock from the check that its code is there to its record, and a pass holds it throughout:
+//! a pass sees every run placed before it, and a run placed after it is refused, saying its
+//! code is not in the volume. The short [`RECENT_MS`] keeps that refusal away from a client
+//! between its commit and its run while other clients commit more snapshots than are kept.
+//!
+//! **Removing one**, with the volume's commit lock held:
+//! - its record goes first, so no run is placed from it;
+//! - its folder is renamed beneath the volume (never through a link a run left on the way)
+//!   into the volume's blob folder, which no run sees;
+//! - it is deleted there;
+//! - then each blob that one of its files was a link to, and that no other tree now links
+//!   (one link left: the blob's own), is let go as well, record first.
+//!
+//! An executable's blob is never let go this way: a tree holds a copy of it, not a link (its
+//! mode), so nothing says which trees still need it. Neither is a blob that `div storage put`
+//! sent (puts copy). Both are rare and small next to the snapshots.
+
+use std::collections::HashSet;
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use div_api::RunStatus;
+
+use super::beneath::{folder_beneath, split};
+use super::{blob_dir, commit_lock, valid_hash};
+use crate::clock::now_ms;
+use crate::error::HttpError;
+use crate::server::Server;
+use crate::settings::Settings;
+
+/// The trees the rule counts: `div run`'s code snapshots.
+pub(crate) const SNAPSHOTS: &str = "code/";
+
+/// A snapshot used this recently (milliseconds) is kept whatever the count: a client may be
+/// between its commit (or its "is it held?") and placing its run.
+pub(crate) const RECENT_MS: u64 = 2_000;
+
+/// What one pass let go.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pruned {
+    /// Snapshots removed.
+    pub(crate) snapshots: Vec<String>,
+    /// Blobs let go.
+    pub(crate) blobs: usize,
+}
+
+/// The rule applied to `volume` (after a new snapshot was committed there), with its commit
+/// lock held for the whole pass.
+pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> {
+    let keep = Settings::read(&server.home)
+        .map_err(HttpError::internal)?
+        .keep_code_snapshots();
+    let lock = commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut going: HashSet<String> = HashSet::new();
+    for status in [RunStatus::Queued, RunStatus::Running] {
+        for record in server.store.runs_with_status(status)? {
+            if let Some(code) = record.run.code
+                && code.volume == volume
+            {
+                going.insert(code.path);
+            }
+        }
+    }
+    let now = now_ms();
+    let mut pruned = Pruned::default();
+    let mut freed: HashSet<(u64, u64)> = HashSet::new();
+    for (i, (path, used_ms)) in server
+        .store
+        .trees_by_use(volume, SNAPSHOTS)?
+        .into_iter()
+        .enumerate()
+    {
+        if i < keep || going.contains(&path) || now.saturating_sub(used_ms) < RECENT_MS {
+            continue;
+        }
+        server.store.remove_tree(volume, &path)?;
+        match take_away(server, volume, &path) {
+            Ok(Some(trash)) => {
+                links_in(&trash, &mut freed);
+                if let Err(e) = fs::remove_dir_all(&trash) {
+                    tracing::warn!(volume, path, "could not delete a removed snapshot: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(volume, path, "could not remove a snapshot: {e}"),
+        }
+        pruned.snapshots.push(path);
+    }
+    if !freed.is_empty() {
+        pruned.blobs = let_go(server, volume, &freed)?;
+    }
+    Ok(pruned)
+}
+
+/// Moves the snapshot at `path` out of the volume, opening each folder on the way without
+/// following a link: into the volume's blob folder where it is on the same filesystem, else
+/// beside it under a dot name. `None`: it was not there.
+fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Option<PathBuf>> {
+    static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let root = server.volume_dir(volume);
+    let Some(rel) = div_ship::fs_path(path) else {
+        return Ok(None);
+    };
+    let (parts, name) = split(&rel);
+    let Some(from) = folder_beneath(&root, &parts, false)? else {
+        return Ok(None);
+    };
+    let trash = format!(
+        "removed-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let blobs = blob_dir(server, volume);
+    fs::create_dir_all(&blobs)?;
+    let gone = |to: &Path, as_name: &str| -> std::io::Result<bool> {
+        let to_dir = folder_beneath(to, &[], false)?.ok_or(std::io::ErrorKind::NotFound)?;
+        match rustix::fs::renameat(&from, name, &to_dir, as_name) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    };
+    match gone(&blobs, &trash) {
+        Ok(true) => Ok(Some(blobs.join(trash))),
+        Ok(false) => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let beside = format!(".div-{trash}");
+            Ok(gone(&root, &beside)?.then(|| root.join(beside)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The (device, inode) of each plain file under `dir` that is a link (a snapshot's file
+/// linked to its blob).
+fn links_in(dir: &Path, out: &mut HashSet<(u64, u64)>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(m) = entry.metadata() else { continue };
+        if m.is_dir() {
+            links_in(&entry.path(), out);
+        } else if m.is_file() && m.nlink() > 1 {
+            out.insert((m.dev(), m.ino()));
+        }
+    }
+}
+
+/// Lets go each blob of `volume` that is one of `freed` and that no tree links any more.
+fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<usize, HttpError> {
+    let mut n = 0;
+    let Ok(entries) = fs::read_dir(blob_dir(server, volume)) else {
+        return Ok(0);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(hash) = name.to_str().filter(|h| valid_hash(h)) else {
+            continue;
+        };
+        let Ok(m) = entry.metadata() else { continue };
+        if m.is_file() && m.nlink() == 1 && freed.contains(&(m.dev(), m.ino())) {
+            server.store.remove_blob(volume, hash)?;
+            match fs::remove_file(entry.path()) {
+                Ok(()) => n += 1,
+                Err(e) => tracing::warn!(volume, hash, "could not delete a blob let go: {e}"),
+            }
+        }
+    }
+    Ok(n)
+}
