@@ -7,7 +7,10 @@
 //!   bytes; the time from a line written to the line printed (p50/p99);
 //! - `startup`: `div --version` and `div run --help` vs `git --version`;
 //! - `store`: `div runs` with N runs stored (inserted straight into the server's SQLite with
-//!   the `sqlite3` command), and N runs placed at once on emulated GPUs.
+//!   the `sqlite3` command), and N runs placed at once on emulated GPUs;
+//! - `disk`: bytes on disk after N runs of a project with one file that changes each run (the
+//!   code volume and its blobs, each inode once, as `du` counts), against the project's own
+//!   bytes and against a copy of it per run.
 //!
 //! Flags: `--div PATH` (default: build `div` in release), `--runs N`, `--log-mib N`
 //! (default 256; the figure is `--log-mib 1024`), `--stored N` (default 100000),
@@ -149,11 +152,13 @@ pub(crate) fn run(name: &str, rest: &[String]) -> Result<()> {
         "logs" => logs(&div, &args),
         "startup" => startup(&div, &args),
         "store" => store(&div, &args),
+        "disk" => disk(&div, &args),
         "all" => {
             startup(&div, &args)?;
             overhead(&div, &args)?;
             logs(&div, &args)?;
-            store(&div, &args)
+            store(&div, &args)?;
+            disk(&div, &args)
         }
         other => bail!("unknown benchmark `{other}`"),
     }
@@ -689,4 +694,90 @@ fn burst(div: &Path, args: &Args) -> Result<()> {
         verdict(ok)
     );
     Ok(())
+}
+
+/// `runs` runs of a 20 MiB project (1,000 files of 4 KiB and a 16 MiB `weights.bin`) whose
+/// `train.py` changes before each: what its code volume and blobs take on disk afterwards,
+/// with the server's retention (`keep_code_snapshots`, 10 by default).
+fn disk(div: &Path, args: &Args) -> Result<()> {
+    let local = Local::start(div, "")?;
+    let data = local.project.join("data");
+    fs::create_dir_all(&data)?;
+    for i in 0..1000u32 {
+        let mut bytes = vec![0u8; 4096];
+        bytes[..4].copy_from_slice(&i.to_le_bytes());
+        fs::write(data.join(format!("{i:04}.bin")), bytes)?;
+    }
+    fs::write(local.project.join("weights.bin"), vec![7u8; 16 << 20])?;
+    let project_bytes = du(&[&local.project])?;
+    let volume = local.home.join("volumes/bench-code");
+    let blobs = local.home.join("blobs/bench-code");
+    let started = Instant::now();
+    for i in 0..args.runs {
+        fs::write(
+            local.project.join("train.py"),
+            format!("print('run {i}')\n"),
+        )?;
+        local.ok(&["run", "--gpu", "cpu", "--", "true"])?;
+    }
+    let took = started.elapsed();
+    // The last commit's retention pass runs after its answer: wait until the count settles.
+    let snapshots = || fs::read_dir(volume.join("code")).map_or(0, |d| d.count());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = (snapshots(), du(&[&volume, &blobs])?);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = (snapshots(), du(&[&volume, &blobs])?);
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    let (kept, on_disk) = last;
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    println!(
+        "disk ({} runs of a {:.1} MiB project, train.py changed before each, in {:.1?}):",
+        args.runs,
+        mib(project_bytes),
+        took
+    );
+    println!(
+        "  code volume and blobs   {:8.1} MiB  ({:.2}× the project; {} snapshots kept)",
+        mib(on_disk),
+        on_disk as f64 / project_bytes as f64,
+        kept
+    );
+    println!(
+        "  a copy per run          {:8.1} MiB  ({} × the project)",
+        mib(project_bytes * args.runs as u64),
+        args.runs
+    );
+    Ok(())
+}
+
+/// Bytes `dirs` take on disk together, each inode counted once (`du`'s count): blocks,
+/// folders included.
+fn du(dirs: &[&Path]) -> Result<u64> {
+    use std::collections::HashSet;
+    use std::os::unix::fs::MetadataExt as _;
+    fn walk(p: &Path, seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> std::io::Result<()> {
+        let m = fs::symlink_metadata(p)?;
+        if seen.insert((m.dev(), m.ino())) {
+            *total += m.blocks() * 512;
+        }
+        if m.is_dir() {
+            for entry in fs::read_dir(p)? {
+                walk(&entry?.path(), seen, total)?;
+            }
+        }
+        Ok(())
+    }
+    let (mut seen, mut total) = (HashSet::new(), 0);
+    for dir in dirs {
+        match walk(dir, &mut seen, &mut total) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.with_context(|| format!("measuring `{}`", dir.display()))?,
+        }
+    }
+    Ok(total)
 }

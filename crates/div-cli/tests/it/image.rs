@@ -96,7 +96,7 @@ fn busybox_layer() -> Option<Vec<E>> {
 
 /// A registry holding `tools/busybox:1` (root, `WorkingDir` `/work`, an `Env`) and
 /// `tools/busybox:user` (`User` `runner`).
-fn registry() -> Option<Registry> {
+pub(crate) fn registry() -> Option<Registry> {
     let layer = busybox_layer()?;
     let reg = Registry::start(None)?;
     let rt = tokio::runtime::Runtime::new().expect("a runtime");

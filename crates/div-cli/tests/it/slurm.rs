@@ -203,6 +203,52 @@ fn a_run_that_exits_3_makes_div_exit_3() {
     assert!(text(&out.stdout).contains("bye"));
 }
 
+/// An image on Slurm: the node's supervisor runs the run in the image the server pulled and
+/// unpacked into its cache (on the shared directory), as it does locally.
+#[test]
+fn a_run_with_an_image_runs_in_that_image_on_the_node() {
+    if !cluster() {
+        return;
+    }
+    let Some(reg) = crate::image::registry() else {
+        return;
+    };
+    let c = Cluster::new();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    let out = c.div(&[
+        "run",
+        "--gpu",
+        "h100",
+        "--image",
+        &image,
+        "--no-upload",
+        "--",
+        "cat /etc/os-release; pwd; echo \"$GREETING\"; echo \"rank=$DIVERGENT_NODE_RANK\"",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("div: image {image} (sha256:")),
+        "{stdout}"
+    );
+    // `/` is the image's, on the node: its os-release, working directory and Env.
+    assert!(stdout.contains("ID=divtest"), "{stdout}");
+    assert!(stdout.contains("\n/work\n"), "{stdout}");
+    assert!(stdout.contains("hello from the image"), "{stdout}");
+    assert!(stdout.contains("rank=0"), "{stdout}");
+    // It ran as a Slurm job.
+    let runs: serde_json::Value =
+        serde_json::from_slice(&c.div(&["runs", "--json"]).stdout).expect("runs as JSON");
+    let name = runs[0]["name"].as_str().expect("the run").to_owned();
+    let dir = c.run_dir(&name);
+    assert!(
+        std::fs::read_to_string(dir.join("nodes/0/node.env"))
+            .is_ok_and(|t| t.lines().any(|l| l.starts_with("job="))),
+        "no Slurm job for {}",
+        dir.display()
+    );
+}
+
 #[test]
 fn thirty_two_gpus_are_four_whole_nodes_each_with_its_rank_and_they_rendezvous() {
     if !cluster() {
@@ -358,6 +404,36 @@ fn a_small_ceiling_is_hit_and_never_overspent() {
     let run = c.run_json("cap");
     assert_eq!(run["status"], "hit_ceiling");
     assert!(run["spent_cents"].as_i64().is_some_and(|s| s <= 1), "{run}");
+}
+
+/// The ceiling is also the job's own `--time` (what it buys, plus a minute so div's stop comes
+/// first): Slurm holds the limit itself, and enforces it even while div-server is down.
+#[test]
+fn the_jobs_time_limit_is_what_the_ceiling_buys_so_slurm_holds_it_too() {
+    if !cluster() {
+        return;
+    }
+    let c = Cluster::new();
+    let name = detach(
+        &c,
+        &["--gpu", "h100", "--max-spend", "1", "--", "sleep", "600"],
+    );
+    let job = c.job(&name);
+    let run = c.run_json(&name);
+    let cents_per_hour = run["cents_per_hour"].as_u64().expect("a rate");
+    let buys_seconds = (100 * 3600u64).div_ceil(cents_per_hour);
+    let minutes = buys_seconds.div_ceil(60) + 1;
+    assert!(minutes < 24 * 60, "{run}");
+    let shown = Command::new("scontrol")
+        .args(["show", "job", "-o", &job])
+        .output()
+        .expect("scontrol runs");
+    let shown = text(&shown.stdout);
+    let want = format!("TimeLimit={:02}:{:02}:00", minutes / 60, minutes % 60);
+    assert!(shown.contains(&want), "{want} in {shown}");
+    let out = c.div(&["stop", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    c.wait_for(&name, "ended canceled", |r| r["status"] == "canceled");
 }
 
 #[test]
