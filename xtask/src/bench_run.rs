@@ -757,7 +757,7 @@ fn disk(div: &Path, args: &Args) -> Result<()> {
 
 /// Bytes `dirs` take on disk together, each inode counted once (`du`'s count): blocks,
 /// folders included.
-fn du(dirs: &[&Path]) -> Result<u64> {
+pub(crate) fn du(dirs: &[&Path]) -> Result<u64> {
     use std::collections::HashSet;
     use std::os::unix::fs::MetadataExt as _;
     fn walk(p: &Path, seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> std::io::Result<()> {

@@ -1,8 +1,10 @@
 //! `cargo xtask bench ship [--repo PATH] [--files N] [--shape mixed|test262] [--mib N]
 //! [--runs N] [--div PATH]`: div-ship's listing against `git ls-files -co --exclude-standard`
-//! in the same run, `div run --dry-run` against `git status --porcelain -uall` (when a `div`
-//! binary is there: `--div`, or `target/release/div`), hashing a tree cold then unchanged, and
-//! what a second upload would send.
+//! in the same run; when a `div` binary is there (`--div`, or `target/release/div`), `div run
+//! --dry-run` against `git status --porcelain -uall`, and on a fresh local control plane the
+//! first ship of the repository against `git ls-files | tar | tar` into the same filesystem,
+//! then a run of the unchanged repository and the bytes the state directory takes; hashing a
+//! tree cold then unchanged, and what a second upload would send.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -99,7 +101,10 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         built.is_file().then_some(built)
     });
     match div {
-        Some(div) => dry_run(&repo, &div, args.runs)?,
+        Some(div) => {
+            dry_run(&repo, &div, args.runs)?;
+            ship(&repo, &div, args.runs)?;
+        }
         None => println!(
             "dry run: no `div` binary (`cargo build --release -p div-cli`, or --div PATH): skipped"
         ),
@@ -273,6 +278,91 @@ fn dry_run(repo: &Path, div: &Path, runs: usize) -> Result<()> {
         crate::timing::verdict(div_time <= git_time)
     );
     Ok(())
+}
+
+/// On a fresh local control plane: the first `div run --gpu cpu -- true` of the repository
+/// (hash cache cold, every file shipped) against `git ls-files -z -co --exclude-standard | tar
+/// --null -T - -c | tar -x` into a folder beside the state directory (the disk is synced
+/// before each); then runs of the unchanged repository, and what the state directory takes.
+fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
+    let tmp = tempfile::tempdir_in(repo.parent().unwrap_or(repo))
+        .context("creating a temporary folder beside the repository")?;
+    let home = tmp.path().join("div");
+    let div_cmd = |args: &[&str]| -> Result<()> {
+        let out = Command::new(div)
+            .args(args)
+            .current_dir(repo)
+            .env("DIVERGENT_HOME", &home)
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .env("XDG_CONFIG_HOME", tmp.path().join("config"))
+            .env_remove("DIVERGENT_API_URL")
+            .env_remove("DIVERGENT_TIMINGS")
+            .output()
+            .with_context(|| format!("running `{}`", div.display()))?;
+        ensure!(
+            out.status.success(),
+            "div {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let sync = || Command::new("sync").status().map(|_| ());
+    // A cache folder of its own (`XDG_CACHE_HOME`): the first ship hashes every file.
+    let result = (|| -> Result<()> {
+        div_cmd(&["server", "start"])?;
+        let copy = tmp.path().join("tar-copy");
+        fs::create_dir_all(&copy)?;
+        sync()?;
+        let started = Instant::now();
+        let status = Command::new("sh")
+            .args([
+                "-c",
+                "git ls-files -z -co --exclude-standard | tar --null -T - -c | tar -x -C \"$1\"",
+                "sh",
+            ])
+            .arg(&copy)
+            .current_dir(repo)
+            .status()
+            .context("running git ls-files | tar | tar")?;
+        ensure!(status.success(), "git ls-files | tar | tar failed");
+        let tar_time = started.elapsed();
+        sync()?;
+        let started = Instant::now();
+        div_cmd(&["run", "--gpu", "cpu", "--", "true"])?;
+        let first = started.elapsed();
+        let (unchanged, ()) = median(runs.min(5), || {
+            div_cmd(&["run", "--gpu", "cpu", "--", "true"])
+        })?;
+        let on_disk = crate::bench_run::du(&[&home])?;
+        println!(
+            "ship ({}, fresh local control plane; load average {})",
+            repo.display(),
+            load_average()
+        );
+        println!(
+            "  git ls-files | tar | tar             {:>8.1} ms",
+            ms(tar_time)
+        );
+        println!(
+            "  first div run --gpu cpu -- true      {:>8.1} ms  ({:.2}× tar; goal ≤ 1.0×: {})",
+            ms(first),
+            ratio(first, tar_time),
+            crate::timing::verdict(first <= tar_time)
+        );
+        println!(
+            "  unchanged, median of {}              {:>8.1} ms  (goal ≤ 500 ms: {})",
+            runs.min(5),
+            ms(unchanged),
+            crate::timing::verdict(unchanged.as_millis() <= 500)
+        );
+        println!(
+            "  state directory on disk              {:>8.1} MiB",
+            on_disk as f64 / f64::from(1u32 << 20)
+        );
+        Ok(())
+    })();
+    let _ = div_cmd(&["server", "stop"]);
+    result
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
