@@ -12,7 +12,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -129,27 +129,19 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
     });
     wait_for(port)?;
 
-    let project = tmp.path().join("project");
-    fs::create_dir_all(&project)?;
-    fs::write(project.join("requirements.txt"), "divbenchpkg==1.0\n")?;
-    let home = tmp.path().join("div-home");
+    let local = crate::bench_run::Local::start(&div, "")?;
+    fs::write(local.project.join("requirements.txt"), "divbenchpkg==1.0\n")?;
     let install = format!(
         "pip install -q --disable-pip-version-check --trusted-host 127.0.0.1 --index-url http://127.0.0.1:{port}/simple/ --target /tmp/site -r requirements.txt && python -c 'import sys; sys.path.insert(0, \"/tmp/site\"); import divbenchpkg; print(\"installed\", divbenchpkg.VALUE)'"
     );
-    let local = Local {
-        div: &div,
-        home: &home,
-        project: &project,
-        tmp: tmp.path(),
-    };
-    local.div(&["server", "start"])?;
     let mut rows = Vec::new();
     for which in [
         "first install (empty cache)",
         "second install (same requirements)",
     ] {
         let started = Instant::now();
-        let out = local.div(&["run", "--gpu", "cpu", "--", &install])?;
+        let out = String::from_utf8_lossy(&local.ok(&["run", "--gpu", "cpu", "--", &install])?)
+            .into_owned();
         let took = started.elapsed();
         ensure!(
             out.contains("installed 1"),
@@ -164,7 +156,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             .sum();
         rows.push((which, took, wheel_bytes, served.len()));
     }
-    let _ = local.div(&["server", "stop"]);
+    drop(local);
     println!(
         "pip install -r requirements.txt in `div run`: one {mib} MiB wheel from an index on loopback at {rate_mib} MiB/s"
     );
@@ -201,34 +193,4 @@ fn wait_for(port: u16) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
-}
-
-struct Local<'a> {
-    div: &'a Path,
-    home: &'a Path,
-    project: &'a Path,
-    tmp: &'a Path,
-}
-
-impl Local<'_> {
-    /// `div args…` in the project; its stdout, or why it failed.
-    fn div(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(self.div)
-            .args(args)
-            .current_dir(self.project)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.tmp.join("home"))
-            .env("DIVERGENT_HOME", self.home)
-            .env("NO_COLOR", "1")
-            .output()
-            .with_context(|| format!("running div {args:?}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        ensure!(
-            out.status.success(),
-            "div {args:?} failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
-    }
 }

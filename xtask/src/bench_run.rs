@@ -78,17 +78,19 @@ pub(crate) fn div_binary(div: Option<&Path>) -> Result<PathBuf> {
     Ok(div)
 }
 
-/// A local control plane on a temp home, stopped when dropped.
-struct Local {
+/// A local control plane on a temp home, with a project folder beside it (holding a
+/// `train.py`), stopped when dropped.
+pub(crate) struct Local {
     div: PathBuf,
     home: PathBuf,
-    project: PathBuf,
+    pub(crate) project: PathBuf,
     gpus: String,
     _tmp: tempfile::TempDir,
 }
 
 impl Local {
-    fn start(div: &Path, gpus: &str) -> Result<Local> {
+    /// Starts one with `gpus` emulated (`""`: none).
+    pub(crate) fn start(div: &Path, gpus: &str) -> Result<Local> {
         let tmp = tempfile::tempdir().context("creating a temporary folder")?;
         let project = tmp.path().join("bench");
         fs::create_dir_all(&project)?;
@@ -121,7 +123,7 @@ impl Local {
     }
 
     /// Runs `div args…`, quietly; fails unless it exits 0. Returns stdout.
-    fn ok(&self, args: &[&str]) -> Result<Vec<u8>> {
+    pub(crate) fn ok(&self, args: &[&str]) -> Result<Vec<u8>> {
         let out = self
             .cmd(args)
             .stdin(Stdio::null())
