@@ -57,7 +57,14 @@ fn parse(rest: &[String]) -> Result<Args> {
                     other => bail!("--shape is `mixed` or `test262`, not `{other}`"),
                 }
             }
-            "--div" => args.div = Some(PathBuf::from(value()?)),
+            // Absolute: div runs in the repository's folder.
+            "--div" => {
+                let div = PathBuf::from(value()?);
+                args.div = Some(
+                    div.canonicalize()
+                        .with_context(|| format!("`{}`", div.display()))?,
+                )
+            }
             "--mib" => args.mib = value()?.parse().context("--mib is a count of MiB")?,
             "--runs" => args.runs = value()?.parse().context("--runs is a count")?,
             other => bail!(
@@ -417,6 +424,12 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
         div_set.len(),
         load_average()
     );
+    if cfg!(debug_assertions) {
+        println!(
+            "  (div-ship runs here inside xtask, built without optimisation: for its real speed, \
+             `cargo run --release -p xtask -- bench ship …`; the dry run below is the `div` binary)"
+        );
+    }
     println!(
         "  git ls-files -co --exclude-standard  {:>8.1} ms",
         ms(git_time)
