@@ -275,8 +275,25 @@ fn sha256_hex(b: &[u8]) -> String {
     Digest::sha256_of(b).to_string()
 }
 
-/// An image of `layers` for `arch`, with `env` and `workdir` in its config.
+/// An image of `layers` for `arch`, with `env` and `workdir` in its config (gzip layers).
 pub fn build(layers: &[Vec<E>], arch: &str, env: &[&str], workdir: &str) -> Built {
+    build_image(
+        layers,
+        arch,
+        serde_json::json!({"Env": env, "WorkingDir": workdir, "Cmd": ["sh"]}),
+        true,
+    )
+}
+
+/// An image of `layers` for `arch` whose config carries `config` (its `Env`, `WorkingDir`,
+/// `User`…): gzip layers, or plain tar ones when `compress` is false (fast for a large tree
+/// in a debug build).
+pub fn build_image(
+    layers: &[Vec<E>],
+    arch: &str,
+    config: serde_json::Value,
+    compress: bool,
+) -> Built {
     let mut blobs = Vec::new();
     let mut diff_ids = Vec::new();
     let mut descs = Vec::new();
@@ -284,20 +301,24 @@ pub fn build(layers: &[Vec<E>], arch: &str, env: &[&str], workdir: &str) -> Buil
     for l in layers {
         let raw = tar(l);
         diff_ids.push(sha256_hex(&raw));
-        let gz = gzip(&raw);
-        let d = Digest::sha256_of(&gz);
+        let (data, media_type) = if compress {
+            (gzip(&raw), "application/vnd.oci.image.layer.v1.tar+gzip")
+        } else {
+            (raw, "application/vnd.oci.image.layer.v1.tar")
+        };
+        let d = Digest::sha256_of(&data);
         descs.push(serde_json::json!({
-            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "mediaType": media_type,
             "digest": d.to_string(),
-            "size": gz.len(),
+            "size": data.len(),
         }));
         layer_digests.push(d.clone());
-        blobs.push((d, gz));
+        blobs.push((d, data));
     }
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": arch,
         "os": "linux",
-        "config": {"Env": env, "WorkingDir": workdir, "Cmd": ["sh"]},
+        "config": config,
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }))
     .expect("config json");
@@ -315,6 +336,15 @@ pub fn build(layers: &[Vec<E>], arch: &str, env: &[&str], workdir: &str) -> Buil
         config: (cd, config),
         manifest,
         layers: layer_digests,
+    }
+}
+
+/// This machine's architecture as OCI names it (`amd64`, `arm64`).
+pub fn this_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
     }
 }
 

@@ -3,69 +3,22 @@
 
 use std::path::{Path, PathBuf};
 
-use div_image::{Credentials, Digest};
+use div_image::Credentials;
 
 use crate::support::{Local, text};
 
 use div_test_support::image as image_support;
-use image_support::{Built, E, OCI_MANIFEST, Registry, file, gzip, push, tar};
+use image_support::{Built, E, Registry, file, push};
 
 /// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…), gzip layers.
 fn build(layers: &[Vec<E>], config: serde_json::Value) -> Built {
     build_with(layers, config, true)
 }
 
-/// The same, with plain tar layers when `gzip` is false (fast for a large tree in a debug
+/// The same, with plain tar layers when `compress` is false (fast for a large tree in a debug
 /// build).
 fn build_with(layers: &[Vec<E>], config: serde_json::Value, compress: bool) -> Built {
-    let mut blobs = Vec::new();
-    let mut diff_ids = Vec::new();
-    let mut descs = Vec::new();
-    let mut layer_digests = Vec::new();
-    for l in layers {
-        let raw = tar(l);
-        diff_ids.push(Digest::sha256_of(&raw).to_string());
-        let (gz, media_type) = if compress {
-            (gzip(&raw), "application/vnd.oci.image.layer.v1.tar+gzip")
-        } else {
-            (raw, "application/vnd.oci.image.layer.v1.tar")
-        };
-        let d = Digest::sha256_of(&gz);
-        descs.push(serde_json::json!({
-            "mediaType": media_type,
-            "digest": d.to_string(),
-            "size": gz.len(),
-        }));
-        layer_digests.push(d.clone());
-        blobs.push((d, gz));
-    }
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": arch,
-        "os": "linux",
-        "config": config,
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-    }))
-    .expect("config json");
-    let cd = Digest::sha256_of(&config);
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config.len()},
-        "layers": descs,
-    }))
-    .expect("manifest json");
-    Built {
-        manifest_digest: Digest::sha256_of(&manifest),
-        blobs,
-        config: (cd, config),
-        manifest,
-        layers: layer_digests,
-    }
+    image_support::build_image(layers, image_support::this_arch(), config, compress)
 }
 
 /// A busybox-static tree: `/bin` with the applets the tests use, an `/etc/os-release` that
