@@ -218,23 +218,13 @@ fn js_body(i: usize) -> String {
 /// machine's load weighs on both alike.
 fn dry_run(repo: &Path, div: &Path, runs: usize) -> Result<()> {
     let home = tempfile::tempdir().context("creating a temporary folder")?;
-    let run_div = || -> Result<Vec<u8>> {
-        let out = Command::new(div)
-            .args(["run", "--dry-run", "--gpu", "cpu", "--", "true"])
-            .current_dir(repo)
-            .env("DIVERGENT_HOME", home.path().join("div"))
-            .env("XDG_CACHE_HOME", home.path().join("cache"))
-            .env("XDG_CONFIG_HOME", home.path().join("config"))
-            .env_remove("DIVERGENT_API_URL")
-            .env_remove("DIVERGENT_TIMINGS")
-            .output()
-            .with_context(|| format!("running `{}`", div.display()))?;
-        ensure!(
-            out.status.success(),
-            "div run --dry-run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(out.stderr)
+    let run_div = || {
+        div_in(
+            repo,
+            div,
+            home.path(),
+            &["run", "--dry-run", "--gpu", "cpu", "--", "true"],
+        )
     };
     let run_git = || {
         git(
@@ -295,24 +285,7 @@ fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
     let tmp = tempfile::tempdir_in(repo.parent().unwrap_or(repo))
         .context("creating a temporary folder beside the repository")?;
     let home = tmp.path().join("div");
-    let div_cmd = |args: &[&str]| -> Result<()> {
-        let out = Command::new(div)
-            .args(args)
-            .current_dir(repo)
-            .env("DIVERGENT_HOME", &home)
-            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
-            .env("XDG_CONFIG_HOME", tmp.path().join("config"))
-            .env_remove("DIVERGENT_API_URL")
-            .env_remove("DIVERGENT_TIMINGS")
-            .output()
-            .with_context(|| format!("running `{}`", div.display()))?;
-        ensure!(
-            out.status.success(),
-            "div {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
+    let div_cmd = |args: &[&str]| div_in(repo, div, tmp.path(), args).map(|_| ());
     let sync = || Command::new("sync").status().map(|_| ());
     // A cache folder of its own (`XDG_CACHE_HOME`): the first ship hashes every file.
     let result = (|| -> Result<()> {
@@ -370,6 +343,27 @@ fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
     })();
     let _ = div_cmd(&["server", "stop"]);
     result
+}
+
+/// `div args…` in `repo`, its state directory, cache and config under `scratch`; its stderr,
+/// or why it failed.
+fn div_in(repo: &Path, div: &Path, scratch: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    let out = Command::new(div)
+        .args(args)
+        .current_dir(repo)
+        .env("DIVERGENT_HOME", scratch.join("div"))
+        .env("XDG_CACHE_HOME", scratch.join("cache"))
+        .env("XDG_CONFIG_HOME", scratch.join("config"))
+        .env_remove("DIVERGENT_API_URL")
+        .env_remove("DIVERGENT_TIMINGS")
+        .output()
+        .with_context(|| format!("running `{}`", div.display()))?;
+    ensure!(
+        out.status.success(),
+        "div {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stderr)
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>> {

@@ -52,6 +52,26 @@ impl World {
             .collect()
     }
 
+    /// No volume yet, and `POST /v1/volumes` makes `ds` (201): what `div storage put ds …`
+    /// meets first.
+    async fn mount_volume_ds_made(&self) {
+        self.mount(
+            "GET",
+            "/v1/volumes",
+            json_response(200, &json!({"volumes": []})),
+        )
+        .await;
+        self.mount(
+            "POST",
+            "/v1/volumes",
+            json_response(
+                201,
+                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
+            ),
+        )
+        .await;
+    }
+
     /// The bodies of the requests `verb at`, as bytes.
     async fn bodies_raw(&self, verb: &str, at: &str) -> Vec<Vec<u8>> {
         self.server
@@ -543,23 +563,7 @@ async fn storage_put_sends_only_what_the_volume_lacks_and_commits_at_the_root() 
     std::fs::write(data.join("sub/b.txt"), "bb\n").expect("write");
     let hash_a = blake3::hash(b"a\n").to_hex().to_string();
     let hash_b = blake3::hash(b"bb\n").to_hex().to_string();
-    world
-        .mount(
-            "GET",
-            "/v1/volumes",
-            json_response(200, &json!({"volumes": []})),
-        )
-        .await;
-    world
-        .mount(
-            "POST",
-            "/v1/volumes",
-            json_response(
-                201,
-                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
-            ),
-        )
-        .await;
+    world.mount_volume_ds_made().await;
     world
         .mount(
             "POST",
@@ -996,23 +1000,7 @@ async fn small_files_go_together_in_one_pack_when_the_control_plane_takes_packs(
         std::fs::write(data.join(format!("f{i}.txt")), &text).expect("write");
         hashes.push(blake3::hash(text.as_bytes()).to_hex().to_string());
     }
-    world
-        .mount(
-            "GET",
-            "/v1/volumes",
-            json_response(200, &json!({"volumes": []})),
-        )
-        .await;
-    world
-        .mount(
-            "POST",
-            "/v1/volumes",
-            json_response(
-                201,
-                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
-            ),
-        )
-        .await;
+    world.mount_volume_ds_made().await;
     world
         .mount(
             "POST",
@@ -1085,23 +1073,7 @@ async fn a_commit_refused_for_blobs_let_go_meanwhile_sends_them_again_and_commit
     std::fs::create_dir_all(&data).expect("mkdir");
     std::fs::write(data.join("a.txt"), "alpha\n").expect("write");
     let hash = blake3::hash(b"alpha\n").to_hex().to_string();
-    world
-        .mount(
-            "GET",
-            "/v1/volumes",
-            json_response(200, &json!({"volumes": []})),
-        )
-        .await;
-    world
-        .mount(
-            "POST",
-            "/v1/volumes",
-            json_response(
-                201,
-                &json!({"name": "ds", "created_at": "2025-01-01T00:00:00Z"}),
-            ),
-        )
-        .await;
+    world.mount_volume_ds_made().await;
     // First asked: the volume holds it. Asked again: it lacks it.
     Mock::given(method("POST"))
         .and(path("/v1/volumes/ds/blobs/missing"))
