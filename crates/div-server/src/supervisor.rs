@@ -383,6 +383,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     });
     let day_at = Limit::new(spec.max_seconds, grace);
     let mut last_poll = std::time::Instant::now();
+    let exit = sys::ExitWatch::new(child.id());
     let stopped = loop {
         // Not reaped here: see `sys::child_exited`.
         match sys::child_exited(child.id()) {
@@ -420,7 +421,8 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
                 break Stopped::DiskFull;
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Woken at once when the run exits.
+        exit.wait(Duration::from_millis(20));
     };
     // Told to stop: SIGTERM to the run's own processes first, then SIGKILL to whatever is
     // left when its grace is over (at the ceiling or the time limit, at that very second).
@@ -458,7 +460,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         while sys::child_exited(child.id()).is_ok_and(|exited| !exited)
             && now_ms().saturating_sub(spec.started_ms) < kill_at_ms
         {
-            std::thread::sleep(Duration::from_millis(20));
+            exit.wait(Duration::from_millis(20));
         }
     }
     let status = kill_tree(&mut child, &cgroups);

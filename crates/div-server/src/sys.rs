@@ -109,6 +109,34 @@ pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<
     Ok(std::fs::File::from(dir))
 }
 
+/// Waits for the child `pid` to exit, for at most a given time, without reaping it: woken at
+/// once when it exits, through a pidfd (Linux 5.3 and later), or else by sleeping the whole
+/// time. A supervisor's loop then learns of its run's end as it happens, not up to a poll
+/// interval later.
+#[derive(Debug)]
+pub(crate) struct ExitWatch(Option<rustix::fd::OwnedFd>);
+
+impl ExitWatch {
+    pub(crate) fn new(pid: u32) -> ExitWatch {
+        ExitWatch(one_process(pid).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        }))
+    }
+
+    /// Returns when the child has exited, or after `most`.
+    pub(crate) fn wait(&self, most: std::time::Duration) {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let polled = self.0.as_ref().and_then(|fd| {
+            let timeout = Timespec::try_from(most).ok()?;
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            rustix::event::poll(&mut fds, Some(&timeout)).ok()
+        });
+        if polled.is_none() {
+            std::thread::sleep(most);
+        }
+    }
+}
+
 /// Whether the child `pid` has exited, without reaping it: while it stays a zombie its pid
 /// (and so its process-group id) cannot be given to another process, so what is killed by
 /// that pid afterwards is still the run's.
@@ -130,6 +158,25 @@ pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_exit_watch_returns_when_the_child_exits_and_leaves_it_to_be_reaped() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.2; exit 7"])
+            .spawn()
+            .expect("sh starts");
+        let watch = super::ExitWatch::new(child.id());
+        assert!(watch.0.is_some(), "this kernel gives pidfds");
+        // A minute at most: it returns because the child exited, not because the time ran out.
+        let mut waited = 0;
+        while !super::child_exited(child.id()).expect("our child") {
+            watch.wait(std::time::Duration::from_secs(60));
+            waited += 1;
+            assert!(waited < 3, "woken without the child exiting, twice");
+        }
+        // Not reaped by the watch: its status is still there to take.
+        assert_eq!(child.wait().expect("reaped here").code(), Some(7));
+    }
+
     #[test]
     fn this_process_is_alive_and_nonsense_pids_are_not() {
         assert!(super::alive(std::process::id()));
