@@ -590,6 +590,21 @@ impl Executor for SlurmExecutor {
         let Some(job) = handle.map(|h| h.pid).or_else(|| recorded_job(run_dir)) else {
             return Liveness::Gone;
         };
+        // Every node wrote its end: the run is over, however long srun and the batch script
+        // still take to wind down (under load, srun has taken three minutes to exit after its
+        // tasks had all ended, with the nodes held all that time). Its end is gathered here,
+        // as the batch script would, and the job is cancelled so its nodes are free at once.
+        if all_nodes_ended(run_dir) {
+            let _ = node_or_gather(run_dir);
+            if run_dir.join("end.json").exists() {
+                self.shown
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&job);
+                let _ = slurm("scancel", &[job.to_string()]);
+                return Liveness::Gone;
+            }
+        }
         match self.job_state(job) {
             // Slurm cannot be asked: the job is not taken for lost.
             Err(_) => Liveness::Alive,
@@ -939,6 +954,11 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
 pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     if let Ok(bytes) = fs::read(dir.join("slurm.json")) {
         let job: JobFile = serde_json::from_slice(&bytes).ok()?;
+        // Gathered once: the server gathers as soon as every node has ended, and the batch
+        // script, after srun, then finds it done.
+        if dir.join("end.json").exists() {
+            return Some(0);
+        }
         let srun = fs::read_to_string(dir.join("slurm.exit"))
             .map(|s| format!("srun exited {}", s.trim()))
             .unwrap_or_else(|_| "srun did not finish".to_owned());
@@ -1002,6 +1022,23 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
 
 /// Whether the job's batch script has run: rank 0 wrote its `node.env`, or srun's exit
 /// is recorded.
+/// Whether every node of the run wrote its end (`nodes/K/end.json`).
+fn all_nodes_ended(run_dir: &Path) -> bool {
+    fs::read(run_dir.join("slurm.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<JobFile>(&b).ok())
+        .is_some_and(|job| {
+            job.nodes > 0
+                && (0..job.nodes).all(|k| {
+                    run_dir
+                        .join("nodes")
+                        .join(k.to_string())
+                        .join("end.json")
+                        .exists()
+                })
+        })
+}
+
 fn node_started(run_dir: &Path) -> bool {
     run_dir.join("slurm.exit").exists() || run_dir.join("nodes").join("0").join("node.env").exists()
 }
@@ -1168,6 +1205,47 @@ mod tests {
             spent_cents: spent,
             verdicts: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_run_whose_nodes_all_ended_is_gathered_once_whoever_gathers_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        std::fs::write(run.join("slurm.json"), r#"{"nodes": 2, "job": 7}"#).unwrap();
+        std::fs::write(run.join("log"), "").unwrap();
+        for k in 0..2 {
+            std::fs::create_dir_all(run.join("nodes").join(k.to_string())).unwrap();
+        }
+        let write_end = |k: u32, e: &EndRecord| {
+            let path = run.join("nodes").join(k.to_string()).join("end.json");
+            std::fs::write(path, serde_json::to_vec(e).unwrap()).unwrap();
+        };
+        // Node 1 failed; node 0 still runs: not over yet.
+        write_end(1, &end(RunStatus::Failed, Some(3), 5_000, 2));
+        assert!(!super::all_nodes_ended(run));
+        write_end(0, &end(RunStatus::Canceled, None, 6_000, 3));
+        assert!(super::all_nodes_ended(run));
+        // The server gathers first (srun has not exited: no slurm.exit).
+        assert_eq!(super::node_or_gather(run), Some(0));
+        let gathered: EndRecord =
+            serde_json::from_slice(&std::fs::read(run.join("end.json")).unwrap()).unwrap();
+        assert_eq!(gathered.status, RunStatus::Failed);
+        assert_eq!(gathered.exit_code, Some(3));
+        let log = std::fs::read_to_string(run.join("log")).unwrap();
+        assert!(log.contains("div: node 1 failed with exit code 3"), "{log}");
+        // The batch script's gather, after srun, finds it done: nothing written again.
+        std::fs::write(run.join("slurm.exit"), "1\n").unwrap();
+        std::fs::write(run.join("slurm.signaled"), "").unwrap();
+        assert_eq!(super::node_or_gather(run), Some(0));
+        let again: EndRecord =
+            serde_json::from_slice(&std::fs::read(run.join("end.json")).unwrap()).unwrap();
+        assert_eq!(
+            (again.status, again.exit_code, again.reason),
+            (gathered.status, gathered.exit_code, gathered.reason)
+        );
+        assert_eq!(std::fs::read_to_string(run.join("log")).unwrap(), log);
+        // A run with no job file is never taken for ended.
+        assert!(!super::all_nodes_ended(dir.path().join("nodes").as_path()));
     }
 
     #[test]
