@@ -145,16 +145,7 @@ impl Drop for Browser {
             .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
-        let own = self._profile.path().as_os_str().as_encoded_bytes().to_vec();
-        let mut left = Vec::new();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            if cmdline.windows(own.len()).any(|w| w == own.as_slice()) {
-                left.push(entry.file_name().to_string_lossy().into_owned());
-            }
-        }
+        let left = processes_naming(self._profile.path().as_os_str().as_encoded_bytes());
         if !left.is_empty() {
             let _ = Command::new("kill")
                 .arg("-KILL")
@@ -306,6 +297,59 @@ where
             body(browser).await;
         }
     });
+}
+
+/// Ending a browser ends every process it started: chromedriver's whole process group, and
+/// anything naming the browser's own folder (chromium's crash handlers leave the group).
+#[test]
+fn a_browser_leaves_no_process_behind_when_it_ends() {
+    with_browser(|browser| async move {
+        browser.goto("about:blank").await;
+        let group = browser.driver.id().to_string();
+        let own = browser
+            ._profile
+            .path()
+            .as_os_str()
+            .as_encoded_bytes()
+            .to_vec();
+        let started: Vec<String> = processes_naming(&own);
+        assert!(
+            !started.is_empty(),
+            "chromium names its own folder while it runs"
+        );
+        drop(browser);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let in_group = Command::new("pgrep")
+                .args(["-g", &group])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .unwrap_or_default();
+            let naming = processes_naming(&own);
+            if in_group.is_empty() && naming.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "left behind: group {group}: [{in_group}], naming the profile: {naming:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
+/// The live processes whose command line holds `needle` (zombies have none).
+fn processes_naming(needle: &[u8]) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 #[test]
