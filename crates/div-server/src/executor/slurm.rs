@@ -1020,8 +1020,6 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     })
 }
 
-/// Whether the job's batch script has run: rank 0 wrote its `node.env`, or srun's exit
-/// is recorded.
 /// Whether every node of the run wrote its end (`nodes/K/end.json`).
 fn all_nodes_ended(run_dir: &Path) -> bool {
     fs::read(run_dir.join("slurm.json"))
@@ -1039,6 +1037,8 @@ fn all_nodes_ended(run_dir: &Path) -> bool {
         })
 }
 
+/// Whether the job's batch script has run: rank 0 wrote its `node.env`, or srun's exit
+/// is recorded.
 fn node_started(run_dir: &Path) -> bool {
     run_dir.join("slurm.exit").exists() || run_dir.join("nodes").join("0").join("node.env").exists()
 }
