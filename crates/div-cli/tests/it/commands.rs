@@ -1099,8 +1099,8 @@ async fn a_commit_refused_for_blobs_let_go_meanwhile_sends_them_again_and_commit
     Mock::given(method("POST"))
         .and(path("/v1/volumes/ds/trees"))
         .respond_with(error_response(
-            400,
-            "invalid_request",
+            422,
+            "invalid",
             "1 blob(s) of the tree were not sent",
             json!({"missing": [hash]}),
         ))
