@@ -63,6 +63,10 @@ pub(crate) const LOCK_FILE: &str = "supervisor.lock";
 /// supervisor that starts there afterwards (one that was still inside its `exec` when the
 /// server gave up on it) leaves without running anything.
 pub(crate) const ABANDONED_FILE: &str = "abandoned";
+/// Left by a supervisor that got not a byte of the secrets it waited for on stdin: the server
+/// was killed between starting it and sending them. It ran nothing; the restarted server
+/// places the run again.
+pub(crate) const UNSENT_FILE: &str = "secrets.unsent";
 
 /// Takes the run directory's [`LOCK_FILE`]: `Ok(Some)` holds it until dropped, `Ok(None)`
 /// when another process holds it now. The lock file is never inherited by the run (std
@@ -237,6 +241,7 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
     };
     let mut spec = spec;
     if let Some(at) = spec.secrets_at.take() {
+        let from_server = spec.secrets_file.is_none();
         let read = match spec.secrets_file.take() {
             Some(file) => File::open(&file).and_then(read_secrets),
             None => read_secrets(io::stdin()),
@@ -245,6 +250,13 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
             Ok(secrets) => {
                 let at = at.min(spec.env.len());
                 spec.env.splice(at..at, secrets);
+            }
+            // Not a byte: the server was killed between starting this supervisor and sending
+            // the secrets (it always sends at least `[]`). Nothing has run: the run is left,
+            // marked, for the restarted server to place again with its secrets.
+            Err(e) if from_server && e.kind() == io::ErrorKind::UnexpectedEof => {
+                let _ = fs::write(run_dir.join(UNSENT_FILE), b"");
+                return 0;
             }
             Err(e) => {
                 let end = early_end(&spec, format!("the run's secrets could not be read: {e}"));
@@ -273,9 +285,16 @@ const SECRETS_MAX_BYTES: u64 = 64 << 20;
 
 /// The run's secrets, as JSON `[["NAME", "value"], …]`, from the server's pipe (or a Slurm
 /// node's file).
+/// Nothing at all (`UnexpectedEof`) is told apart from bytes that are not secrets.
 pub(crate) fn read_secrets(from: impl io::Read) -> io::Result<Vec<(String, String)>> {
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut io::Read::take(from, SECRETS_MAX_BYTES), &mut bytes)?;
+    if bytes.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "no secrets were sent",
+        ));
+    }
     serde_json::from_slice(&bytes).map_err(io::Error::other)
 }
 

@@ -34,6 +34,7 @@ pub(crate) fn launch(
         "stop",
         crate::org::STOP_FILE,
         supervisor::ABANDONED_FILE,
+        supervisor::UNSENT_FILE,
     ] {
         let _ = fs::remove_file(dir.join(left));
     }

@@ -11,7 +11,7 @@ use crate::clock::{self, now_ms};
 use crate::executor::Liveness;
 use crate::runs::launcher;
 use crate::server::Server;
-use crate::store::{RunRecord, StoreError};
+use crate::store::{RunInternal, RunRecord, StoreError};
 use crate::supervisor::{self, EndRecord};
 use crate::{org, rules};
 
@@ -220,7 +220,20 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
         {
             Liveness::Alive => None,
             // It may have written its end just after the first look.
-            Liveness::Gone => Some(read_end().unwrap_or_else(|| lost(server, &record))),
+            Liveness::Gone => match read_end() {
+                Some(end) => Some(end),
+                // Its supervisor left having run nothing, its secrets never sent (the server
+                // was killed between starting it and sending them): placed again, as it was.
+                None if dir.join(supervisor::UNSENT_FILE).exists() => {
+                    let _ = fs::remove_file(dir.join(supervisor::UNSENT_FILE));
+                    record.run.status = RunStatus::Queued;
+                    record.run.started_at = None;
+                    record.internal = RunInternal::default();
+                    server.store.update_run(&record)?;
+                    return Ok(None);
+                }
+                None => Some(lost(server, &record)),
+            },
         },
     };
     let Some(end) = end else {

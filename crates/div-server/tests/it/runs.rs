@@ -519,3 +519,67 @@ async fn a_run_without_code_starts_in_the_images_working_directory() {
         format!("{HOST_LINE}/workspace\ndata\ntrain.py\n")
     );
 }
+
+/// A server killed between starting a run's supervisor and sending it the secrets leaves a
+/// supervisor that reads not a byte: it runs nothing, and the run is placed again, with its
+/// secrets, rather than ending as lost or running without them. Here every supervisor of the
+/// first server gets its stdin closed (a wrapper), as the killed server's would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_whose_secrets_never_came_runs_nothing_and_the_run_is_placed_again() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    let mut options = crate::harness::options(&home, Some("h100:2"), div_server::SandboxMode::Auto);
+    options.supervisor = div_server::SupervisorCommand {
+        program: std::path::PathBuf::from("/bin/sh"),
+        args: vec![
+            "-c".into(),
+            "exec \"$0\" \"$@\" < /dev/null".into(),
+            env!("CARGO_BIN_EXE_div-supervise").into(),
+        ],
+    };
+    let server = Server::at(options).await;
+    let (status, _) = server
+        .request(
+            "PUT",
+            "/v1/secrets/API_KEY",
+            Some(json!({"value": "k-12345"})),
+        )
+        .await;
+    assert!(status < 300, "the secret is set");
+    let (_, run) = server
+        .create_run("echo \"key=$API_KEY\"; exit 3", json!({}))
+        .await;
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let run_dir = home.join("runs").join(&id);
+    // Its supervisors get nothing, mark the run and leave; it is never ended, never run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !run_dir.join("secrets.unsent").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no supervisor left its mark"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for _ in 0..10 {
+        let (_, now) = server.request("GET", &format!("/v1/runs/{id}"), None).await;
+        assert!(
+            now["status"] == "running" || now["status"] == "queued",
+            "{now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!run_dir.join("end.json").exists());
+    let (home, _) = server.kill().await;
+    // Restarted as usual, the server places it again and sends the secrets.
+    let server = restart(&home).await;
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 3, "{ended}");
+    assert!(
+        server.log_text(&id).await.contains("key=k-12345\n"),
+        "{}",
+        server.log_text(&id).await
+    );
+    drop(server);
+    drop(dir);
+}
