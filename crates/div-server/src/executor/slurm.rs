@@ -621,6 +621,13 @@ impl Executor for SlurmExecutor {
                     let _ = fs::write(run_dir.join("slurm.signaled"), b"");
                     let _ = node_or_gather(run_dir);
                 }
+                // Stopped by Slurm from outside (the batch script marked its signal) and
+                // killed whole before anything gathered it: a node's supervisor still in its
+                // grace when Slurm's `KillWait` ran out writes no end, and neither does the
+                // batch script. Gathered here, the same way: canceled, never "lost".
+                if run_dir.join("slurm.signaled").exists() && !run_dir.join("end.json").exists() {
+                    let _ = node_or_gather(run_dir);
+                }
                 Liveness::Gone
             }
             Ok(Some(s)) => {
@@ -1205,6 +1212,26 @@ mod tests {
             spent_cents: spent,
             verdicts: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_run_slurm_killed_before_any_node_wrote_its_end_is_gathered_canceled() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        std::fs::write(run.join("slurm.json"), r#"{"nodes": 1, "job": 9}"#).unwrap();
+        std::fs::create_dir_all(run.join("nodes/0")).unwrap();
+        std::fs::write(run.join("nodes/0/node.env"), "rank=0\n").unwrap();
+        std::fs::write(run.join("slurm.signaled"), "").unwrap();
+        assert!(!super::all_nodes_ended(run));
+        assert_eq!(super::node_or_gather(run), Some(0));
+        let end: EndRecord =
+            serde_json::from_slice(&std::fs::read(run.join("end.json")).unwrap()).unwrap();
+        assert_eq!(end.status, RunStatus::Canceled);
+        assert_eq!(end.exit_code, None);
+        assert_eq!(
+            end.reason.as_deref(),
+            Some("canceled in Slurm (scancel, or the job's time limit)")
+        );
     }
 
     #[test]
