@@ -486,13 +486,7 @@ fn add_to_root(
 /// as before.
 fn staging(server: &Server, volume: &str, root: &Path) -> Result<PathBuf, HttpError> {
     use std::os::unix::fs::MetadataExt;
-    static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = format!(
-        "put-{}-{}-{}",
-        std::process::id(),
-        now_ms(),
-        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
+    let name = unique_name("put");
     let blobs = blob_dir(server, volume);
     fs::create_dir_all(&blobs)?;
     let same_disk = fs::metadata(&blobs)?.dev() == fs::metadata(root)?.dev();
@@ -501,6 +495,18 @@ fn staging(server: &Server, volume: &str, root: &Path) -> Result<PathBuf, HttpEr
     } else {
         root.join(format!(".tmp-{name}"))
     })
+}
+
+/// A name no other in this server's life has had: `PREFIX-PID-MS-N`, for what the server
+/// writes in a volume's blob folder (or beside its files, under `.tmp-`) on its way in or out.
+fn unique_name(prefix: &str) -> String {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// A commit's place that could not be reached: a link or a file on its way, or something

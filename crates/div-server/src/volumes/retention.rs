@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use div_api::RunStatus;
 
 use super::beneath::{folder_beneath, split};
-use super::{blob_dir, commit_lock, valid_hash};
+use super::{blob_dir, commit_lock, unique_name, valid_hash};
 use crate::clock::now_ms;
 use crate::error::HttpError;
 use crate::server::Server;
@@ -107,9 +107,8 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
 
 /// Moves the snapshot at `path` out of the volume, opening each folder on the way without
 /// following a link: into the volume's blob folder where it is on the same filesystem, else
-/// beside it under a dot name. `None`: it was not there.
+/// beside the volume's files under `.tmp-`, which listings leave out. `None`: it was not there.
 fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Option<PathBuf>> {
-    static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let root = server.volume_dir(volume);
     let Some(rel) = div_ship::fs_path(path) else {
         return Ok(None);
@@ -118,12 +117,7 @@ fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Optio
     let Some(from) = folder_beneath(&root, &parts, false)? else {
         return Ok(None);
     };
-    let trash = format!(
-        "removed-{}-{}-{}",
-        std::process::id(),
-        now_ms(),
-        TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
+    let trash = unique_name("removed");
     let blobs = blob_dir(server, volume);
     fs::create_dir_all(&blobs)?;
     let gone = |to: &Path, as_name: &str| -> std::io::Result<bool> {
@@ -138,7 +132,8 @@ fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Optio
         Ok(true) => Ok(Some(blobs.join(trash))),
         Ok(false) => Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            let beside = format!(".div-{trash}");
+            // Left out of the volume's listings while it is deleted, as a staged put is.
+            let beside = format!(".tmp-{trash}");
             Ok(gone(&root, &beside)?.then(|| root.join(beside)))
         }
         Err(e) => Err(e),
