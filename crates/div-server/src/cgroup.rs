@@ -359,6 +359,49 @@ impl RunCgroups {
         oom_kill_count(&fs::read_to_string(p.dir.join(file)).unwrap_or_default()) > 0
     }
 
+    /// Moves the calling thread into the run's v1 cgroups, so that a process it starts is
+    /// born in them ([`RunCgroups::leave_v1`] moves it back). It writes `0` to each `tasks`
+    /// file: the kernel moves one thread, the caller, without the global lock that moving a
+    /// whole process through `cgroup.procs` takes, which waits for an RCU grace period
+    /// (about 10 ms here, where this takes 0.3 ms).
+    pub(crate) fn enter_v1(&self) -> io::Result<()> {
+        for dir in self.dirs_of(Version::V1) {
+            write_in(&dir.join("tasks"), "0")?;
+        }
+        Ok(())
+    }
+
+    /// Moves the calling thread back out of the run's v1 cgroups, into each one's parent:
+    /// where the supervisor was, since a run's cgroups are made in the server's own.
+    pub(crate) fn leave_v1(&self) -> io::Result<()> {
+        for dir in self.dirs_of(Version::V1) {
+            if let Some(parent) = dir.parent() {
+                write_in(&parent.join("tasks"), "0")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the process `pid` into the run's v2 cgroup (`cgroup.procs`): what is not
+    /// entered by [`RunCgroups::enter_v1`]. Its children afterwards are born there.
+    pub(crate) fn attach_v2(&self, pid: u32) -> io::Result<()> {
+        for dir in self.dirs_of(Version::V2) {
+            write_in(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The run's distinct cgroup directories of one version.
+    fn dirs_of(&self, version: Version) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for p in [&self.memory, &self.cpu].into_iter().flatten() {
+            if p.version == version && !dirs.contains(&p.dir) {
+                dirs.push(p.dir.clone());
+            }
+        }
+        dirs
+    }
+
     /// Every process in the run's cgroups.
     pub(crate) fn pids(&self) -> Vec<u32> {
         self.dirs()
@@ -385,6 +428,11 @@ impl RunCgroups {
             }
         }
     }
+}
+
+/// Writes `value` to the cgroup file `file`; an error names the file.
+fn write_in(file: &Path, value: &str) -> io::Result<()> {
+    fs::write(file, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.display())))
 }
 
 fn make_dir(dir: &Path) -> io::Result<()> {

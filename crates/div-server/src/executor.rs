@@ -14,6 +14,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +35,9 @@ pub(crate) struct Launch<'a> {
     /// The run's secrets, in order, for the supervisor (never in `spec.json`): given to it
     /// the executor's way, through a pipe where it can be.
     pub(crate) secrets: &'a [(String, String)],
+    /// Woken when the supervisor exits, where the executor can tell (the scheduler then
+    /// gathers the run's end at once rather than at its next tick).
+    pub(crate) exited: &'a Arc<tokio::sync::Notify>,
 }
 
 /// What a run asks for, as validated: what an executor checks before the run is created.
@@ -125,9 +129,12 @@ impl Executor for LocalExecutor {
                 let _ = std::io::Write::write_all(&mut pipe, &secrets);
             });
         }
-        // Reap it when it exits, so a finished supervisor is not mistaken for a live one.
+        // Reap it when it exits, so a finished supervisor is not mistaken for a live one, and
+        // wake the scheduler to gather the end it wrote.
+        let exited = Arc::clone(launch.exited);
         std::thread::spawn(move || {
             let _ = child.wait();
+            exited.notify_one();
         });
         wait_for_arguments(pid);
         Ok(Handle { pid })
@@ -279,11 +286,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // Waits for the `stop` file, as the supervisor does, then exits.
         let executor = local("while [ ! -e \"$0/stop\" ]; do sleep 0.01; done");
+        let exited = std::sync::Arc::new(tokio::sync::Notify::new());
         let handle = executor
             .start(&Launch {
                 run_dir: dir.path(),
                 run: &placed(),
                 secrets: &[],
+                exited: &exited,
             })
             .unwrap();
         assert_eq!(
@@ -296,6 +305,15 @@ mod tests {
             wait_until_gone(&executor, dir.path(), &handle),
             Liveness::Gone
         );
+        // Its exit woke whoever gathers ends (a permit is kept for a waiter still to come).
+        let woken = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), exited.notified()).await
+            });
+        assert!(woken.is_ok(), "the supervisor's exit woke nothing");
     }
 
     #[test]
@@ -310,6 +328,7 @@ mod tests {
                 run_dir: other.path(),
                 run: &placed(),
                 secrets: &[],
+                exited: &Default::default(),
             })
             .unwrap();
         assert_eq!(
@@ -344,6 +363,7 @@ mod tests {
                 run_dir: dir.path(),
                 run: &placed(),
                 secrets: &[],
+                exited: &Default::default(),
             })
             .unwrap_err();
         assert!(

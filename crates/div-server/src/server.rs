@@ -38,8 +38,12 @@ pub(crate) struct Server {
     queue: Mutex<HashMap<String, RunQueue>>,
     /// The last warning said on the server's log, so that one read on every pass is said once.
     warned: Mutex<String>,
-    /// Wakes the scheduler before its next tick: a run was placed, or one has ended.
-    pub(crate) kick: tokio::sync::Notify,
+    /// Wakes the scheduler before its next tick: a run was placed, or one has ended (its
+    /// supervisor exited).
+    pub(crate) kick: Arc<tokio::sync::Notify>,
+    /// Wakes whoever waits on a run's status (log streams following a run) after a pass of
+    /// the scheduler changed some run's.
+    pub(crate) changed: tokio::sync::Notify,
 }
 
 /// The state directory's lock file, `home/server.pid`: held while the server runs, so two
@@ -145,7 +149,8 @@ impl Server {
             lock: Mutex::new(()),
             queue: Mutex::default(),
             warned: Mutex::default(),
-            kick: tokio::sync::Notify::new(),
+            kick: Arc::new(tokio::sync::Notify::new()),
+            changed: tokio::sync::Notify::new(),
         }
     }
 

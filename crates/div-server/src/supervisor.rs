@@ -143,6 +143,11 @@ pub(crate) struct RunSpec {
     /// mount namespace, on `workspace`); `None`: `workspace` is a copy.
     #[serde(default)]
     pub(crate) overlay: Option<crate::workspace::Overlay>,
+    /// The folder holding `python` that the supervisor lays over `/usr/local/bin` in its own
+    /// mount namespace (`sandbox::lay_python_shim`); `None`: bwrap's arguments hold the shim,
+    /// or none is needed.
+    #[serde(default)]
+    pub(crate) python_shim: Option<PathBuf>,
 }
 
 fn default_grace() -> u64 {
@@ -344,24 +349,43 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     }
     let sandboxed = spec.mnt_dir.is_some();
     let overlay = spec.overlay.as_ref().filter(|_| sandboxed);
-    let mut argv: Vec<String> = launch_prefix(&cgroups.dirs(), sandboxed && overlay.is_none());
-    if let Some(overlay) = overlay {
-        argv.extend(overlay.mount_prefix(&spec.workspace, true));
+    // The overlay `/workspace` and the `python` shim, mounted in a mount namespace this
+    // supervisor makes its own, which bubblewrap inherits: no process is started for them.
+    let shim = spec.python_shim.as_deref().filter(|_| sandboxed);
+    if overlay.is_some() || shim.is_some() {
+        let mounted = sys::private_mount_namespace()
+            .and_then(|()| overlay.map_or(Ok(()), |o| o.mount(&spec.workspace)))
+            .and_then(|()| shim.map_or(Ok(()), crate::sandbox::lay_python_shim));
+        if let Err(e) = mounted {
+            let _ = writeln!(log, "div: the run's /workspace could not be mounted: {e}");
+            cgroups.remove();
+            return early_end(
+                spec,
+                format!("the run's /workspace could not be mounted: {e}"),
+            );
+        }
     }
-    if sandboxed {
-        // bwrap starts with LAUNCH_ENV; the run's variables are set inside, by bwrap, from
-        // a pipe (`--args 3`): never on a command line another user could read, never in a
-        // file.
+    let argv: Vec<String> = if sandboxed {
+        // bwrap is started directly, with LAUNCH_ENV. Its first act is to read its arguments
+        // (`--args 0`) from the pipe on its stdin, which the supervisor writes only once bwrap
+        // is in the run's cgroups: so bwrap and everything it starts are in them from the
+        // first. The run's variables are among those arguments (`--setenv`): never on a
+        // command line another user could read, never in a file. The run's stdin is that
+        // pipe, empty and closed.
         let mut bwrap = spec.argv.iter().cloned();
-        argv.extend(bwrap.next());
-        argv.extend(["--args".to_owned(), "3".to_owned()]);
+        let mut argv: Vec<String> = bwrap.next().into_iter().collect();
+        argv.extend(["--args".to_owned(), "0".to_owned()]);
         argv.extend(bwrap);
+        argv
     } else {
-        // No sandbox: the run's variables are given by `env -i` as the shell's last step.
+        // No sandbox: a shell puts itself in the cgroups, and `env -i` gives the run's
+        // variables as its last step.
+        let mut argv = launch_prefix(&cgroups.dirs());
         argv.extend(["/usr/bin/env".to_owned(), "-i".to_owned()]);
         argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
         argv.extend(spec.argv.iter().cloned());
-    }
+        argv
+    };
     let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
         return early_end(spec, "the log could not be shared with the run".to_owned());
     };
@@ -379,7 +403,29 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut child = match command.spawn() {
+    // A sandboxed run goes in its cgroups before it can start anything: born in the v1
+    // ones (this thread enters them to start it), moved into a v2 one while bwrap waits for
+    // its arguments. (Unsandboxed, the launch shell moves itself in before it execs.)
+    let entered = if sandboxed {
+        cgroups.enter_v1()
+    } else {
+        Ok(())
+    };
+    let contained = sandboxed && entered.is_ok() && !cgroups.dirs().is_empty();
+    let spawned = match entered {
+        Ok(()) => command.spawn(),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("it could not be put in its cgroups: {e}"),
+        )),
+    };
+    if sandboxed && let Err(e) = cgroups.leave_v1() {
+        let _ = writeln!(
+            log,
+            "div: the supervisor could not leave the run's cgroups: {e}"
+        );
+    }
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let _ = writeln!(log, "div: the run could not start: {e}");
@@ -388,6 +434,16 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     };
     if let Some(mut pipe) = child.stdin.take() {
+        if let Err(e) = cgroups.attach_v2(child.id()) {
+            drop(pipe);
+            let _ = kill_tree(&mut child, &cgroups, false);
+            let _ = writeln!(log, "div: the run could not be put in its cgroups: {e}");
+            cgroups.remove();
+            return early_end(
+                spec,
+                format!("the run could not be put in its cgroups: {e}"),
+            );
+        }
         // Written from a thread: bwrap reads it whole at its start, but a pipe holds only
         // 64 KiB, and a bwrap that failed first never reads it (the write then fails).
         let args = env_args(&spec.env);
@@ -482,7 +538,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             exit.wait(Duration::from_millis(20));
         }
     }
-    let status = kill_tree(&mut child, &cgroups);
+    let status = kill_tree(&mut child, &cgroups, contained);
     if let Stopped::Org(why) = &stopped {
         let _ = writeln!(log, "div: stopped by the org: {why}");
     }
@@ -573,8 +629,13 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     }
     let _ = log.sync_all();
-    if let Some(overlay) = &spec.overlay {
-        overlay.remove();
+    if let Some(layers) = &spec.overlay {
+        // Off `/workspace` first (in this supervisor's own namespace), so what is deleted
+        // next is the layers themselves, not the merged view.
+        if overlay.is_some() {
+            let _ = sys::unmount(&spec.workspace);
+        }
+        layers.remove();
     }
     let _ = fs::remove_dir_all(&spec.workspace);
     EndRecord {
@@ -676,23 +737,17 @@ fn last_line(log: &Path) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
-/// The program and arguments put before the run's own: a shell that moves itself into each
-/// cgroup in `dirs`, then (`bwrap_args`) moves its stdin, the supervisor's pipe of bwrap's
-/// arguments, to descriptor 3 for `bwrap --args 3` and gives the run `/dev/null` as stdin,
-/// and becomes the command: the run is in its cgroups before it execs, and the supervisor
-/// stays outside them. It runs with [`LAUNCH_ENV`], never the run's variables.
-fn launch_prefix(dirs: &[PathBuf], bwrap_args: bool) -> Vec<String> {
-    let exec = if bwrap_args {
-        "exec \"$@\" 3<&0 0</dev/null"
-    } else {
-        "exec \"$@\""
-    };
+/// The program and arguments put before an unsandboxed run's own: a shell that moves itself
+/// into each cgroup in `dirs` and becomes the command, so the run is in its cgroups before it
+/// execs, and the supervisor stays outside them. It runs with [`LAUNCH_ENV`], never the run's
+/// variables. (A sandboxed run needs none: bubblewrap waits for its arguments, and the
+/// supervisor puts it in the cgroups meanwhile.)
+fn launch_prefix(dirs: &[PathBuf]) -> Vec<String> {
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        format!(
-            "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; {exec}"
-        ),
+        "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\""
+            .to_owned(),
         "sh".to_owned(),
     ];
     argv.extend(
@@ -762,6 +817,15 @@ fn processes() -> Vec<Proc> {
     out
 }
 
+/// Whether `pid` is a process that is neither a zombie nor gone.
+fn is_live(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
 /// Every process under `root` (itself included), from `/proc`.
 fn descendants(root: u32, table: &[Proc]) -> Vec<u32> {
     let mut tree = BTreeSet::from([root]);
@@ -803,16 +867,34 @@ fn tree_rss(root: u32) -> u64 {
 /// pid: a process started meanwhile — another run's supervisor, whose `setsid` makes its
 /// group id its pid — could get it and be killed as "the run's group", and its run read as
 /// "the supervisor was lost".)
-fn kill_tree(child: &mut Child, cgroups: &RunCgroups) -> io::Result<std::process::ExitStatus> {
+///
+/// `contained`: every process of the run was born in its cgroups and cannot leave them (a
+/// sandboxed run, which has no cgroup filesystem it could write): the cgroups alone then
+/// name them all, and the process table is not read.
+fn kill_tree(
+    child: &mut Child,
+    cgroups: &RunCgroups,
+    contained: bool,
+) -> io::Result<std::process::ExitStatus> {
     let pid = child.id();
     let me = std::process::id();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Looked at again soon: a sandboxed run's namespace is often still going away as its
+    // bubblewrap has exited (a moment, not a 10 ms sleep).
+    let mut pause = Duration::from_micros(250);
     loop {
-        let table = processes();
-        let live: BTreeSet<u32> = table.iter().filter(|p| !p.zombie).map(|p| p.pid).collect();
-        let mut targets: BTreeSet<u32> = descendants(pid, &table).into_iter().collect();
-        targets.extend(table.iter().filter(|p| p.pgrp == pid).map(|p| p.pid));
-        targets.extend(cgroups.pids());
+        let (mut targets, live): (BTreeSet<u32>, BTreeSet<u32>) = if contained {
+            let pids: BTreeSet<u32> = cgroups.pids().into_iter().collect();
+            let live = pids.iter().copied().filter(|p| is_live(*p)).collect();
+            (pids, live)
+        } else {
+            let table = processes();
+            let live = table.iter().filter(|p| !p.zombie).map(|p| p.pid).collect();
+            let mut targets: BTreeSet<u32> = descendants(pid, &table).into_iter().collect();
+            targets.extend(table.iter().filter(|p| p.pgrp == pid).map(|p| p.pid));
+            targets.extend(cgroups.pids());
+            (targets, live)
+        };
         targets.remove(&me);
         let mut any = false;
         for p in targets {
@@ -823,7 +905,8 @@ fn kill_tree(child: &mut Child, cgroups: &RunCgroups) -> io::Result<std::process
         if !any || std::time::Instant::now() >= deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
     child.wait()
 }
@@ -1165,6 +1248,7 @@ mod tests {
             volumes: Vec::new(),
             workspace,
             overlay: None,
+            python_shim: None,
         }
     }
 

@@ -1,7 +1,10 @@
 //! The few system calls std does not offer: sessions, CPU affinity, signals, page size, free
-//! space, opening beneath a folder without following links, and waiting without reaping.
-//! Each goes through the safe calls of rustix or signal-hook instead of raw libc, so
-//! div-server holds no unsafe code of its own (the workspace lint denies it).
+//! space, opening beneath a folder without following links, waiting without reaping, and a
+//! mount namespace of the supervisor's own for a run's overlay. Each goes through the calls
+//! of rustix or signal-hook instead of raw libc. All are safe calls but one: `unshare`, which
+//! rustix marks `unsafe` for a flag this never passes ([`private_mount_namespace`] says why
+//! it is sound). That block is the only `unsafe` in div-server; the workspace lint denies any
+//! other.
 
 use std::io;
 use std::sync::Arc;
@@ -154,6 +157,55 @@ pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
         WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
     )?;
     Ok(status.is_some())
+}
+
+/// Moves the calling thread (and what it spawns afterwards) into a mount namespace of its
+/// own, with every mount in it private: what is mounted there afterwards is seen by no other
+/// process, and goes away with the namespace's last process. Needs `CAP_SYS_ADMIN`.
+pub(crate) fn private_mount_namespace() -> io::Result<()> {
+    use rustix::thread::UnshareFlags;
+    // SAFETY: rustix marks `unshare` unsafe for `UnshareFlags::FILES` alone, which would give
+    // this thread its own file-descriptor table, so that a descriptor opened by another
+    // thread could not be used here. Only `NEWNS` is passed (it implies `FS`: the thread's
+    // own root and working folder, which nothing shares), so every descriptor stays valid
+    // in every thread.
+    #[allow(unsafe_code)]
+    unsafe {
+        rustix::thread::unshare_unsafe(UnshareFlags::NEWNS)?;
+    }
+    use rustix::mount::MountPropagationFlags;
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    Ok(())
+}
+
+/// Mounts an overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`).
+pub(crate) fn mount_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
+    overlay(options, target, rustix::mount::MountFlags::empty())
+}
+
+/// Mounts a read-only overlayfs (`lowerdir=A:B`, no upper layer) on `target`.
+pub(crate) fn mount_overlay_read_only(options: &str, target: &std::path::Path) -> io::Result<()> {
+    overlay(options, target, rustix::mount::MountFlags::RDONLY)
+}
+
+fn overlay(
+    options: &str,
+    target: &std::path::Path,
+    flags: rustix::mount::MountFlags,
+) -> io::Result<()> {
+    let options = std::ffi::CString::new(options)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the options"))?;
+    rustix::mount::mount("overlay", target, "overlay", flags, options.as_c_str())?;
+    Ok(())
+}
+
+/// Detaches whatever is mounted on `target` (in this process's mount namespace).
+pub(crate) fn unmount(target: &std::path::Path) -> io::Result<()> {
+    rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH)?;
+    Ok(())
 }
 
 #[cfg(test)]

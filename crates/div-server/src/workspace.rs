@@ -5,10 +5,11 @@
 //! - **An overlay** (a root server, sandboxed, on the local executor, where this kernel lets
 //!   it): the committed code (`volumes/<project>-code/code/<id>`) is the lower layer of a
 //!   kernel overlayfs, and the run's writes land in its own upper layer,
-//!   `run-dir/overlay/upper`. The overlay is mounted in a mount namespace of the run's own
-//!   (`unshare --mount --propagation private`) just before bubblewrap starts, so nothing is
-//!   mounted on the host and nothing is left mounted when the run ends: the namespace goes
-//!   with its last process. Starting a run costs the same for 5 files and for 57,000.
+//!   `run-dir/overlay/upper`. The supervisor mounts the overlay in a mount namespace of its
+//!   own, made just before it starts bubblewrap ([`Overlay::mount`]), so nothing
+//!   is mounted on the host and nothing is left mounted when the run ends: the namespace goes
+//!   with the supervisor and the run. Starting a run costs the same for 5 files and for
+//!   57,000.
 //! - **A copy** (everywhere else: an unprivileged server, no sandbox, a Slurm node, a path
 //!   the overlay options cannot name): the code is copied into `run-dir/workspace` before the
 //!   run, as it always was.
@@ -70,16 +71,11 @@ impl Overlay {
     }
 
     /// The program and arguments that mount this overlay on `merged` in a mount namespace of
-    /// their own and become the rest of the command line (bubblewrap): `unshare`, then a
-    /// shell with the launch's fixed environment that mounts and execs. With `bwrap_args`
-    /// the shell also hands its stdin (the supervisor's pipe of bwrap's arguments) to
-    /// descriptor 3, and gives the run `/dev/null`.
-    pub(crate) fn mount_prefix(&self, merged: &Path, bwrap_args: bool) -> Vec<String> {
-        let exec = if bwrap_args {
-            "exec \"$@\" 3<&0 0</dev/null"
-        } else {
-            "exec \"$@\""
-        };
+    /// their own and become the rest of the command line: `unshare`, then a shell that mounts
+    /// with `mount(8)` and execs. What [`overlay_works`] tries, the way
+    /// [`Overlay::mount`] mounts a run's.
+    fn mount_prefix(&self, merged: &Path) -> Vec<String> {
+        let exec = "exec \"$@\"";
         vec![
             program("unshare").display().to_string(),
             "--mount".to_owned(),
@@ -91,14 +87,27 @@ impl Overlay {
             format!("\"$1\" -t overlay overlay -o \"$2\" \"$3\" || exit 125; shift 3; {exec}"),
             "sh".to_owned(),
             program("mount").display().to_string(),
-            format!(
-                "lowerdir={},upperdir={},workdir={}",
-                self.lower.display(),
-                self.upper.display(),
-                self.work.display()
-            ),
+            self.options(),
             merged.display().to_string(),
         ]
+    }
+
+    /// overlayfs's mount options for these layers.
+    fn options(&self) -> String {
+        format!(
+            "lowerdir={},upperdir={},workdir={}",
+            self.lower.display(),
+            self.upper.display(),
+            self.work.display()
+        )
+    }
+
+    /// Mounts this overlay on `merged`. The caller (a run's supervisor) has made a mount
+    /// namespace its own first (`sys::private_mount_namespace`), so that only it and what it
+    /// starts afterwards (the run's bubblewrap) see the mount, and nothing is left mounted
+    /// when it exits. The same as [`Overlay::mount_prefix`], with no process started.
+    pub(crate) fn mount(&self, merged: &Path) -> io::Result<()> {
+        crate::sys::mount_overlay(&self.options(), merged)
     }
 }
 
@@ -138,7 +147,7 @@ pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             return Ok(false);
         };
         overlay.prepare()?;
-        let mut argv = overlay.mount_prefix(&merged, false);
+        let mut argv = overlay.mount_prefix(&merged);
         argv.extend(bwrap.iter().cloned());
         argv.extend(
             [
@@ -196,15 +205,12 @@ mod tests {
     }
 
     #[test]
-    fn the_mount_prefix_names_each_layer_and_hands_bwrap_its_arguments() {
+    fn the_mount_prefix_names_each_layer_and_execs_the_rest() {
         let o = Overlay::for_run(Path::new("/r"), Path::new("/code")).unwrap();
-        let argv = o.mount_prefix(Path::new("/r/workspace"), true);
+        let argv = o.mount_prefix(Path::new("/r/workspace"));
         assert!(argv[0].ends_with("/unshare"), "{argv:?}");
         assert_eq!(argv[1..5], ["--mount", "--propagation", "private", "--"]);
-        assert!(
-            argv[7].ends_with("exec \"$@\" 3<&0 0</dev/null"),
-            "{argv:?}"
-        );
+        assert!(argv[7].ends_with("exec \"$@\""), "{argv:?}");
         assert_eq!(
             argv[10],
             "lowerdir=/code,upperdir=/r/overlay/upper,workdir=/r/overlay/work"

@@ -1390,6 +1390,7 @@ mod tests {
             volumes: Vec::new(),
             workspace: PathBuf::from("/w"),
             overlay: None,
+            python_shim: None,
         };
         let node = parse_node_env("rank=0\nnodes=1\naddrs=127.0.0.1\ncuda=0,1\njob=5\nhost=n1\n");
         let out = node_spec(spec, &node);

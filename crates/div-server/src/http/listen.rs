@@ -81,7 +81,10 @@ pub(crate) async fn serve(
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 let s = Arc::clone(&server);
-                let _ = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await;
+                if let Ok(Ok(true)) = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await
+                {
+                    server.changed.notify_waiters();
+                }
                 tokio::select! {
                     () = tokio::time::sleep(tick) => {}
                     () = server.kick.notified() => {}

@@ -112,7 +112,7 @@ impl Log {
 ///
 /// While the file has unread bytes they are sent at once, up to 1 MiB a frame, without a
 /// copy; only once caught up does it ask whether the run ended, and it waits 1 ms, doubling
-/// up to 10 ms while nothing new arrives.
+/// up to 10 ms while nothing new arrives, or until the scheduler records a change.
 async fn log_stream(
     server: Arc<Server>,
     id: String,
@@ -136,6 +136,11 @@ async fn log_stream(
             continue;
         }
         // Caught up. Whether the run had ended: then what the file holds now is all there is.
+        // (Waiting for the scheduler's next change from before the look, so an end recorded
+        // meanwhile still wakes this at once.)
+        let changed = server.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         let i2 = id.clone();
         let ended = match blocking(&server, move |s| runs::get_run(s, &i2)).await {
             Ok((r, _)) => r.status.is_terminal().then_some(r),
@@ -176,7 +181,10 @@ async fn log_stream(
             }
             last_sent = tokio::time::Instant::now();
         }
-        tokio::time::sleep(idle).await;
+        tokio::select! {
+            () = tokio::time::sleep(idle) => {}
+            () = &mut changed => {}
+        }
         idle = (idle * 2).min(IDLE_MAX);
     }
 }

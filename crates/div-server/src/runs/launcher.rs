@@ -55,6 +55,7 @@ pub(crate) fn launch(
         run_dir: &dir,
         run: &record.run,
         secrets: &secrets,
+        exited: &server.kick,
     });
     match handle {
         Ok(handle) => {
@@ -264,6 +265,11 @@ fn prepare(
         Some(image) => image_command(image, &run.entrypoint, &run.command),
         None => run.command.clone(),
     };
+    // Where the server can mount for runs (the overlay `/workspace`), the supervisor also
+    // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system.
+    let python_shim = (server.sandboxed && server.overlay && image.is_none())
+        .then(|| sandbox::python_shim_folder(&server.home))
+        .flatten();
     let argv = if server.sandboxed {
         let devices = if real_gpus {
             sandbox::gpu_devices(gpus)
@@ -281,6 +287,7 @@ fn prepare(
             command: &command,
             chdir: &start_dir,
             image: image.as_ref(),
+            shim_by_supervisor: python_shim.is_some(),
         })
     } else {
         sandbox::direct_argv(&run.command, &dir.join("bin"))
@@ -323,6 +330,7 @@ fn prepare(
         volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
         workspace,
         overlay,
+        python_shim,
     };
     Ok((spec, secrets))
 }

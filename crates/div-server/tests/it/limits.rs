@@ -61,6 +61,16 @@ async fn a_run_given_one_core_gets_about_one_even_when_it_widens_its_affinity() 
         let parent =
             std::path::PathBuf::from(spec["cgroups"]["cpu"]["dir"].as_str().expect("a dir"));
         let dir = parent.join(format!("div-{id}"));
+        // The supervisor entered the cgroup only to start the run, and left it.
+        let members = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
+        assert!(!members.trim().is_empty(), "the run's cgroup is empty");
+        for pid in members.lines() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&cmdline).contains("supervise"),
+                "the supervisor is still in the run's cgroup: {pid}"
+            );
+        }
         let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
             .or_else(|_| std::fs::read_to_string(dir.join("cpu.max")))
             .expect("a quota file");

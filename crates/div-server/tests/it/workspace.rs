@@ -145,3 +145,55 @@ async fn two_runs_of_one_snapshot_at_once_each_see_only_their_own_writes() {
         );
     }
 }
+
+/// Under a root server, a host with `python3` but no `python` gets its `python` link laid
+/// over `/usr/local/bin` by the supervisor, in its own mount namespace: the run finds it and
+/// every host program of that folder, cannot write there, and the host sees no mount and no
+/// new file, while the run goes or after.
+#[tokio::test(flavor = "multi_thread")]
+async fn python_is_laid_over_usr_local_bin_for_the_run_alone() {
+    let host_has_python = ["/usr/local/bin", "/usr/bin", "/bin"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join("python").exists());
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let host_entries = std::fs::read_dir("/usr/local/bin").map_or(0, |d| d.count());
+    let (status, run) = server
+        .create_run(
+            "python -c 'print(6 * 7)'; ls /usr/local/bin | wc -l; \
+             touch /usr/local/bin/planted 2>/dev/null || echo read-only; \
+             echo ready; while [ ! -e /tmp/go ]; do sleep 0.05; done",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "ready\n").await;
+    let mounted_here = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some("/usr/local/bin"))
+    };
+    assert!(!mounted_here(), "the shim is mounted on the host");
+    let run_dir = server.home.join("runs").join(&id);
+    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(&id).await;
+    let seen = if host_has_python || !is_root() {
+        host_entries
+    } else {
+        host_entries + 1
+    };
+    if std::path::Path::new("/usr/local/bin").is_dir() {
+        assert!(
+            log.contains(&format!("42\n{seen}\nread-only\nready\n")),
+            "{log}"
+        );
+    }
+    assert!(!mounted_here());
+    assert!(!std::path::Path::new("/usr/local/bin/planted").exists());
+    if !host_has_python {
+        assert!(!std::path::Path::new("/usr/local/bin/python").exists());
+    }
+}
