@@ -42,9 +42,10 @@ pub(crate) const TELEMETRY_MAX_BYTES: u64 = 64 << 20;
 const TELEMETRY_SHOWN: &str = "/tmp/divergent/telemetry.jsonl";
 /// The most entries counted under one leftover folder in the run's `/mnt`.
 const LEFTOVER_MAX_ENTRIES: usize = 100_000;
-/// The environment the supervisor starts the sandbox (and its cgroup shell) with: fixed,
-/// never the run's. The run's own variables reach it through bwrap's `--setenv`, read by
-/// `--args 3` from a pipe the supervisor writes (never a file), inside the sandbox.
+/// The environment the supervisor starts the sandbox (or an unsandboxed run's cgroup shell)
+/// with: fixed, never the run's. The run's own variables reach it through bwrap's
+/// `--setenv`, read by `--args 0` from a pipe the supervisor writes (never a file), inside
+/// the sandbox.
 const LAUNCH_ENV: [(&str, &str); 2] = [
     (
         "PATH",
