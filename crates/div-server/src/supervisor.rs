@@ -532,11 +532,15 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             "div: {why}: SIGTERM sent to the run; SIGKILL in {} if it has not exited",
             seconds_words(left)
         );
-        terminate(child.id(), sandboxed);
+        // Each of the run's processes is told once, those it starts during the grace too: a
+        // stop that came before the command itself had started reaches it once it does.
+        let mut told = BTreeSet::new();
+        terminate(child.id(), sandboxed, &mut told);
         while sys::child_exited(child.id()).is_ok_and(|exited| !exited)
             && now_ms().saturating_sub(spec.started_ms) < kill_at_ms
         {
             exit.wait(Duration::from_millis(20));
+            terminate(child.id(), sandboxed, &mut told);
         }
     }
     let status = kill_tree(&mut child, &cgroups, contained);
@@ -959,7 +963,10 @@ fn seconds_words(ms: u64) -> String {
 /// sandbox, bubblewrap's own two (the child itself and the namespace's first process, its
 /// child): a SIGTERM to bubblewrap would end the whole namespace at once, with no grace for
 /// the run. Without a sandbox the child is the run's shell, and gets it too.
-fn terminate(child: u32, sandboxed: bool) {
+///
+/// `told` holds the processes told before; they are not told again (a handler that saves a
+/// checkpoint runs once), and those told now are added.
+fn terminate(child: u32, sandboxed: bool, told: &mut BTreeSet<u32>) {
     let table = processes();
     let bwrap: BTreeSet<u32> = if sandboxed {
         table
@@ -974,7 +981,7 @@ fn terminate(child: u32, sandboxed: bool) {
     let me = std::process::id();
     for pid in descendants(child, &table) {
         let live = table.iter().any(|p| p.pid == pid && !p.zombie);
-        if live && pid != me && !bwrap.contains(&pid) {
+        if live && pid != me && !bwrap.contains(&pid) && told.insert(pid) {
             sys::kill(pid, libc::SIGTERM);
         }
     }
@@ -1350,6 +1357,64 @@ mod tests {
         );
         let log = fs::read_to_string(dir.path().join("log")).expect("a log");
         assert!(log.contains("SIGKILL in 1 s"), "{log}");
+    }
+
+    /// A stop that comes before the command has started (here, as under bubblewrap, the
+    /// first two processes are the sandbox's own and are never told) still reaches the
+    /// command once it starts, once, and within its grace.
+    #[test]
+    fn a_process_started_after_the_stop_is_told_once_during_the_grace() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let got = dir.path().join("got");
+        // Started with SIGTERM blocked, so that a SIGTERM sent before its handler is in place
+        // waits for it rather than killing it: then it counts what it is told.
+        let late = format!(
+            "import signal, time\n\
+             def on(*_):\n    open('{got}', 'a').write('term\\n')\n\
+             signal.signal(signal.SIGTERM, on)\n\
+             open('{got}.started', 'w').close()\n\
+             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])\n\
+             end = time.time() + 1.5\n\
+             while time.time() < end: time.sleep(0.01)\n",
+            got = got.display()
+        );
+        // The sandbox's own two (never told): a shell, and its child, which starts the late
+        // process 0.3 s after the stop.
+        let middle = "import os, signal, sys, time\n\
+                      time.sleep(0.3)\n\
+                      signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])\n\
+                      pid = os.fork()\n\
+                      if pid == 0: os.execv('/usr/bin/python3', ['python3', '-c', sys.argv[1]])\n\
+                      os.waitpid(pid, 0)\n";
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "/usr/bin/python3 -c \"$0\" \"$1\"; wait",
+                middle,
+                &late,
+            ])
+            .spawn()
+            .expect("sh");
+        std::thread::sleep(Duration::from_millis(50));
+        let mut told = BTreeSet::new();
+        terminate(child.id(), true, &mut told);
+        assert!(told.is_empty(), "the sandbox's own were told: {told:?}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !got.with_extension("started").exists() && std::time::Instant::now() < deadline {
+            terminate(child.id(), true, &mut told);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Looked at again for a while after it started: told once, not each time.
+        for _ in 0..20 {
+            terminate(child.id(), true, &mut told);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.wait();
+        assert_eq!(
+            fs::read_to_string(&got).unwrap_or_default(),
+            "term\n",
+            "told {told:?}"
+        );
     }
 
     #[test]
