@@ -44,6 +44,7 @@ mod secrets;
 mod storage;
 mod target;
 mod telemetry;
+mod upload;
 
 pub use div_api::ControlPlane;
 pub use error::{FailureKind, RunError};

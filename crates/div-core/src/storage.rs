@@ -115,12 +115,12 @@ pub async fn storage_put(
         .map_err(|e| RunError::api("list the volumes", e))?
         .iter()
         .any(|v| v.name == options.volume);
-    let put = crate::run::upload(
+    let put = crate::upload::upload(
         cp,
         &shipment,
         &options.volume,
         ("", &target.path),
-        &crate::run::STORAGE_PUT,
+        &crate::upload::STORAGE_PUT,
         sink,
     )
     .await;

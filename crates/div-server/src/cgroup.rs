@@ -5,6 +5,9 @@
 //! Memory prefers cgroup v2 where its controller is delegated to us, then v1; the CPU quota
 //! likewise (`cpu.max` on v2, `cpu.cfs_quota_us` on v1). Either may be absent: memory then
 //! falls back to polling the process tree (a soft limit), cores to CPU affinity alone.
+//!
+//! Why over 700 lines: some 240 are its tests, which build a fixture tree for each layout
+//! (hybrid, delegated v2, a container's mount root…); the code itself is about 460.
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -5,16 +5,16 @@
 //! checks once it exits and writes `run-dir/end.json` last, atomically. Nothing it does
 //! depends on the server still running.
 //!
-//! Why over 700 lines: about 100 are its tests; the rest is one process's life in order (start,
-//! watch, meter, stop, read back what the run left without trusting it, judge, record the end).
-//! The untrusted reads are the next to move out, to their own module, once the image and
-//! graceful-stop work settles.
+//! Why over 700 lines: about 240 are its tests; the rest is one process's life in order (start,
+//! launch, watch, meter, stop, judge, record the end). The run's process tree (finding, telling
+//! and killing it) is in `tree`, and reading back what the run left without trusting it in
+//! `untrusted`.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use div_api::{BadLine, CheckVerdict, RunStatus, TelemetryPoint};
@@ -23,7 +23,14 @@ use serde_json::Value;
 
 use crate::cgroup::{Plan, RunCgroups};
 use crate::clock::now_ms;
-use crate::{disk, rules, sys};
+use crate::{rules, sys};
+
+mod tree;
+mod untrusted;
+
+use tree::{kill_tree, terminate, tree_rss};
+pub(crate) use untrusted::read_telemetry;
+use untrusted::{lost_under_mnt, read_result};
 
 /// The reason a run killed for its memory (or by a signal from outside) gives.
 pub(crate) const OOM_REASON: &str = "killed (out of memory, or stopped)";
@@ -776,146 +783,6 @@ fn env_args(env: &[(String, String)]) -> Vec<u8> {
     out
 }
 
-/// One line of `/proc/<pid>/stat`: parent, process group, and whether it is a zombie.
-struct Proc {
-    pid: u32,
-    ppid: u32,
-    pgrp: u32,
-    zombie: bool,
-}
-
-fn processes() -> Vec<Proc> {
-    let mut out = Vec::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may hold spaces: read after the last `)`.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (Some(state), Some(ppid), Some(pgrp)) = (
-            fields.first(),
-            fields.get(1).and_then(|s| s.parse().ok()),
-            fields.get(2).and_then(|s| s.parse().ok()),
-        ) else {
-            continue;
-        };
-        out.push(Proc {
-            pid,
-            ppid,
-            pgrp,
-            zombie: *state == "Z" || *state == "X",
-        });
-    }
-    out
-}
-
-/// Whether `pid` is a process that is neither a zombie nor gone.
-fn is_live(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
-}
-
-/// Every process under `root` (itself included), from `/proc`.
-fn descendants(root: u32, table: &[Proc]) -> Vec<u32> {
-    let mut tree = BTreeSet::from([root]);
-    loop {
-        let before = tree.len();
-        for p in table {
-            if tree.contains(&p.ppid) {
-                tree.insert(p.pid);
-            }
-        }
-        if tree.len() == before {
-            break;
-        }
-    }
-    tree.into_iter().collect()
-}
-
-/// The resident memory of the process tree under `root`, in bytes.
-fn tree_rss(root: u32) -> u64 {
-    let page = sys::page_size();
-    descendants(root, &processes())
-        .into_iter()
-        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/statm")).ok())
-        .filter_map(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .map(|pages| pages * page)
-        .sum()
-}
-
-/// Kills everything the run started: every live descendant of the child, every live process
-/// of its process group, and everything in its cgroup; then reaps the child and returns how
-/// it ended. No orphan survives.
-///
-/// The child is reaped only at the very end: until then it is a zombie at worst, so its pid
-/// and its process-group id stay the run's. (Reaping it first, as this once did, freed the
-/// pid: a process started meanwhile — another run's supervisor, whose `setsid` makes its
-/// group id its pid — could get it and be killed as "the run's group", and its run read as
-/// "the supervisor was lost".)
-///
-/// `contained`: every process of the run was born in its cgroups and cannot leave them (a
-/// sandboxed run, which has no cgroup filesystem it could write): the cgroups alone then
-/// name them all, and the process table is not read.
-fn kill_tree(
-    child: &mut Child,
-    cgroups: &RunCgroups,
-    contained: bool,
-) -> io::Result<std::process::ExitStatus> {
-    let pid = child.id();
-    let me = std::process::id();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    // Looked at again soon: a sandboxed run's namespace is often still going away as its
-    // bubblewrap has exited (a moment, not a 10 ms sleep).
-    let mut pause = Duration::from_micros(250);
-    loop {
-        let (mut targets, live): (BTreeSet<u32>, BTreeSet<u32>) = if contained {
-            let pids: BTreeSet<u32> = cgroups.pids().into_iter().collect();
-            let live = pids.iter().copied().filter(|p| is_live(*p)).collect();
-            (pids, live)
-        } else {
-            let table = processes();
-            let live = table.iter().filter(|p| !p.zombie).map(|p| p.pid).collect();
-            let mut targets: BTreeSet<u32> = descendants(pid, &table).into_iter().collect();
-            targets.extend(table.iter().filter(|p| p.pgrp == pid).map(|p| p.pid));
-            targets.extend(cgroups.pids());
-            (targets, live)
-        };
-        targets.remove(&me);
-        let mut any = false;
-        for p in targets {
-            if live.contains(&p) && sys::kill(p, libc::SIGKILL) {
-                any = true;
-            }
-        }
-        if !any || std::time::Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(10));
-    }
-    child.wait()
-}
-
 /// When a limit is reached (`limit_ms` after the start) and when the run is told of it
 /// (`told_ms`): its grace before, but never more than half of the whole, so a run whose
 /// ceiling buys 7 s is told at 4 s, not at its start.
@@ -957,269 +824,6 @@ fn time_limit_reason(max_seconds: u64) -> String {
 /// `10 s`, `1 s`, `0 s`: whole seconds, rounded up.
 fn seconds_words(ms: u64) -> String {
     format!("{} s", ms.div_ceil(1000))
-}
-
-/// Sends SIGTERM to the run's own processes: every live descendant of the child except, in a
-/// sandbox, bubblewrap's own two (the child itself and the namespace's first process, its
-/// child): a SIGTERM to bubblewrap would end the whole namespace at once, with no grace for
-/// the run. Without a sandbox the child is the run's shell, and gets it too.
-///
-/// `told` holds the processes told before; they are not told again (a handler that saves a
-/// checkpoint runs once), and those told now are added.
-fn terminate(child: u32, sandboxed: bool, told: &mut BTreeSet<u32>) {
-    let table = processes();
-    let bwrap: BTreeSet<u32> = if sandboxed {
-        table
-            .iter()
-            .filter(|p| p.ppid == child)
-            .map(|p| p.pid)
-            .chain([child])
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
-    let me = std::process::id();
-    for pid in descendants(child, &table) {
-        let live = table.iter().any(|p| p.pid == pid && !p.zombie);
-        if live && pid != me && !bwrap.contains(&pid) && told.insert(pid) {
-            sys::kill(pid, libc::SIGTERM);
-        }
-    }
-}
-
-/// What came of opening a file the run left.
-enum Untrusted {
-    /// No such file.
-    Missing,
-    /// Something that is not a plain file, or too large: what was wrong, as a sentence.
-    Refused(String),
-    /// Its bytes (at most the limit), and whether more were left unread.
-    Read(Vec<u8>, bool),
-}
-
-/// Reads a file the run left at `path` (`shown` is its path inside the run), trusting
-/// nothing about it: `path`'s last `untrusted` components may be links, FIFOs, folders,
-/// devices or sparse giants. No link is followed, a FIFO is never waited on, and at most
-/// `max` bytes are read. A file over `max` is read in part when `partial`, else refused.
-fn read_untrusted(
-    path: &Path,
-    untrusted: usize,
-    shown: &str,
-    max: u64,
-    partial: bool,
-) -> Untrusted {
-    use std::io::Read;
-    let parts: Vec<&std::ffi::OsStr> = path.iter().collect();
-    let split = parts.len().saturating_sub(untrusted);
-    let base: PathBuf = parts[..split].iter().collect();
-    let rest: Vec<&str> = parts[split..].iter().filter_map(|p| p.to_str()).collect();
-    let file = match sys::open_beneath(&base, &rest) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Untrusted::Missing,
-        Err(e) => {
-            let why = match e.raw_os_error() {
-                Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                    "is (or lies under) a symbolic link, which is not followed".to_owned()
-                }
-                Some(libc::ENXIO) => "is a socket, not a file".to_owned(),
-                _ => format!("could not be opened: {e}"),
-            };
-            return Untrusted::Refused(format!("{shown} {why}; it was not read"));
-        }
-    };
-    let meta = match file.metadata() {
-        Ok(m) => m,
-        Err(e) => return Untrusted::Refused(format!("{shown} could not be read: {e}")),
-    };
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let what = if ft.is_fifo() {
-            "a FIFO (named pipe)"
-        } else if ft.is_dir() {
-            "a folder"
-        } else if ft.is_char_device() || ft.is_block_device() {
-            "a device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Untrusted::Refused(format!(
-            "{shown} is {what}, not a regular file; it was not read"
-        ));
-    }
-    if meta.len() > max && !partial {
-        return Untrusted::Refused(format!(
-            "{shown} is {}, over the {} it may be; it was not read",
-            div_spec::format_bytes(meta.len()),
-            div_spec::format_bytes(max)
-        ));
-    }
-    let mut bytes = Vec::new();
-    let mut reader = file.take(max.saturating_add(1));
-    if let Err(e) = reader.read_to_end(&mut bytes) {
-        return Untrusted::Refused(format!("{shown} could not be read: {e}"));
-    }
-    let more = bytes.len() as u64 > max;
-    if more && !partial {
-        return Untrusted::Refused(format!(
-            "{shown} is over the {} it may be; it was not read",
-            div_spec::format_bytes(max)
-        ));
-    }
-    bytes.truncate(usize::try_from(max).unwrap_or(usize::MAX));
-    Untrusted::Read(bytes, more)
-}
-
-/// The kept result, and what was wrong with the file when it was not a plain file of at
-/// most [`RESULT_MAX_BYTES`].
-fn read_result(path: &Path) -> (KeptResult, Option<String>) {
-    let bytes = match read_untrusted(
-        path,
-        2,
-        "/tmp/divergent/result.json",
-        RESULT_MAX_BYTES,
-        false,
-    ) {
-        Untrusted::Missing => {
-            return (
-                KeptResult {
-                    result: None,
-                    problem: Some("the run wrote no result".to_owned()),
-                    text: None,
-                },
-                None,
-            );
-        }
-        Untrusted::Refused(why) => {
-            return (
-                KeptResult {
-                    result: None,
-                    problem: Some(why.clone()),
-                    text: None,
-                },
-                Some(why),
-            );
-        }
-        Untrusted::Read(bytes, _) => bytes,
-    };
-    let kept = match serde_json::from_slice::<Value>(&bytes) {
-        // The text checks judge is this bounded read's, never the file read again.
-        Ok(v @ Value::Object(_)) => KeptResult {
-            result: Some(v),
-            problem: None,
-            text: String::from_utf8(bytes).ok(),
-        },
-        Ok(_) => KeptResult {
-            result: None,
-            problem: Some("the result is not a JSON object".to_owned()),
-            text: None,
-        },
-        Err(e) => KeptResult {
-            result: None,
-            problem: Some(format!("the result is not JSON: {e}")),
-            text: None,
-        },
-    };
-    (kept, None)
-}
-
-/// The run's telemetry, read as [`read_untrusted`] reads (at most
-/// [`TELEMETRY_MAX_BYTES`]). A file that could not be read is said by a bad line 1; one read
-/// in part by a bad line at the first line not read.
-pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
-    let mut kept = KeptTelemetry::default();
-    let (bytes, more) = match read_untrusted(path, 2, TELEMETRY_SHOWN, TELEMETRY_MAX_BYTES, true) {
-        Untrusted::Missing => return kept,
-        Untrusted::Refused(why) => {
-            kept.bad_lines.push(BadLine {
-                line: 1,
-                error: why,
-            });
-            return kept;
-        }
-        Untrusted::Read(mut bytes, more) => {
-            if more {
-                // The last line may be cut: it is left unread with the rest.
-                let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-                bytes.truncate(end);
-            }
-            (bytes, more)
-        }
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    if more {
-        kept.bad_lines.push(BadLine {
-            line: text.lines().count() as u64 + 1,
-            error: format!(
-                "{TELEMETRY_SHOWN} is over {}; only its first lines were read, up to here",
-                div_spec::format_bytes(TELEMETRY_MAX_BYTES)
-            ),
-        });
-    }
-    for (i, line) in text.lines().enumerate() {
-        let n = i as u64 + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Value>(line) {
-            Ok(point @ Value::Object(_)) => kept.points.push(TelemetryPoint { line: n, point }),
-            Ok(_) => kept.bad_lines.push(BadLine {
-                line: n,
-                error: "not a JSON object".to_owned(),
-            }),
-            Err(e) => kept.bad_lines.push(BadLine {
-                line: n,
-                error: e.to_string(),
-            }),
-        }
-    }
-    kept
-}
-
-/// The spec's sentence for each entry under the run's `/mnt` that is not a volume and holds
-/// something; each is then deleted (a link is deleted, never what it points at).
-fn lost_under_mnt(mnt: &Path, volumes: &[String]) -> Vec<String> {
-    let mut lines = Vec::new();
-    let Ok(dir) = fs::read_dir(mnt) else {
-        return lines;
-    };
-    let mut names: Vec<String> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    for name in names {
-        if volumes.contains(&name) {
-            continue;
-        }
-        let path = mnt.join(&name);
-        let Ok(meta) = fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let (size, cut) = disk::tree_bytes_at_most(&path, LEFTOVER_MAX_ENTRIES);
-        let has_anything = !meta.is_dir()
-            || fs::read_dir(&path)
-                .map(|mut d| d.next().is_some())
-                .unwrap_or(true);
-        if has_anything {
-            let amount = if cut {
-                format!("more than {}", rules::format_bytes_short(size))
-            } else {
-                rules::format_bytes_short(size)
-            };
-            lines.push(format!(
-                "/mnt/{name} is not a volume, so the {amount} the run wrote there went with the container. Volumes are mounted when a run starts: make {name} first with div storage put {name} <path>, or name /mnt/{name} in the command.",
-            ));
-        }
-        let _ = if meta.is_dir() {
-            fs::remove_dir_all(&path)
-        } else {
-            fs::remove_file(&path)
-        };
-    }
-    lines
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+//! Sending a shipment to a volume and committing its tree: what `div run` does with the
+//! code and `div storage put` with its files. Only what the volume lacks is sent, small
+//! files in packs, large ones in pieces, partial blobs resumed.
+
+use div_api::{BlobSource, CommitTree, ControlPlane, EntryKind as ApiEntryKind, TreeEntry};
+use div_ship::{Shipment, UploadPlan};
+
+use crate::error::RunError;
+use crate::event::{Event, EventSink};
+use crate::run::UPLOAD_PIECE_BYTES;
+
+/// What an upload's failures say it was doing, in the words of the command that ran it.
+#[derive(Debug)]
+pub(crate) struct UploadWords {
+    make: &'static str,
+    ask: &'static str,
+    send: &'static str,
+    commit: &'static str,
+}
+
+/// How many bytes of small files one pack carries (at most), and how many files.
+const PACK_BYTES: u64 = 8 << 20;
+const PACK_BLOBS: usize = 4096;
+
+/// `div run`'s code upload.
+pub(crate) const CODE_UPLOAD: UploadWords = UploadWords {
+    make: "make the code volume",
+    ask: "ask which files the volume lacks",
+    send: "upload the code",
+    commit: "commit the code",
+};
+
+/// `div storage put`.
+pub(crate) const STORAGE_PUT: UploadWords = UploadWords {
+    make: "make the volume for `div storage put`",
+    ask: "ask which files the volume lacks for `div storage put`",
+    send: "send the files of `div storage put`",
+    commit: "add the files of `div storage put` to the volume",
+};
+
+/// Send what `volume` lacks of `shipment` (resuming partial blobs), then commit its tree at
+/// `path`, each entry's path under `prefix` when one is given (`div storage put --to`).
+pub(crate) async fn upload(
+    cp: &dyn ControlPlane,
+    shipment: &Shipment,
+    volume: &str,
+    (path, prefix): (&str, &str),
+    words: &UploadWords,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    let api = |during: &'static str| move |e| RunError::api(during, e);
+    let tree = CommitTree {
+        path: path.to_string(),
+        entries: shipment
+            .manifest
+            .entries
+            .iter()
+            .map(|e| TreeEntry {
+                path: if prefix.is_empty() {
+                    e.path.clone()
+                } else {
+                    format!("{prefix}/{}", e.path)
+                },
+                kind: match e.kind {
+                    div_ship::EntryKind::File => ApiEntryKind::File,
+                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
+                },
+                executable: e.executable,
+                size: e.size,
+                hash: e.hash.clone(),
+                target: e.target.clone(),
+            })
+            .collect(),
+    };
+    // The same tree already committed there (the project is unchanged since its last run):
+    // one short question, and neither the hashes nor the tree are sent, and the volume is
+    // not even made again (its answer carries the volume's size, which walks it).
+    if !path.is_empty()
+        && cp
+            .tree_held(volume, path, &div_api::tree_digest(&tree.entries))
+            .await
+            .map_err(api(words.ask))?
+            .is_some()
+    {
+        sink.event(Event::UploadStarted { bytes: 0, blobs: 0 });
+        sink.event(Event::UploadFinished);
+        return Ok(());
+    }
+    cp.create_volume(volume).await.map_err(api(words.make))?;
+    let mut asked_again = false;
+    loop {
+        send_missing(cp, shipment, volume, words, sink).await?;
+        match cp.commit_tree(volume, &tree).await {
+            Ok(_) => break,
+            // Blobs the volume held when asked were let go before the commit (the server's
+            // retention of code snapshots freed the last snapshot holding them): asked again
+            // and sent, once.
+            Err(e) if !asked_again && names_missing_blobs(&e) => asked_again = true,
+            Err(e) => return Err(api(words.commit)(e)),
+        }
+    }
+    sink.event(Event::UploadFinished);
+    Ok(())
+}
+
+/// A commit refused because blobs of its tree are not in the volume.
+fn names_missing_blobs(e: &div_api::ApiError) -> bool {
+    e.details()
+        .get("missing")
+        .and_then(|m| m.as_array())
+        .is_some_and(|m| !m.is_empty())
+}
+
+/// Sends what `volume` lacks of `shipment`: small whole files in packs, the rest one by one,
+/// resuming partial blobs.
+async fn send_missing(
+    cp: &dyn ControlPlane,
+    shipment: &Shipment,
+    volume: &str,
+    words: &UploadWords,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    let api = |during: &'static str| move |e| RunError::api(during, e);
+    let mut hashes: Vec<String> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| e.hash.clone())
+        .collect();
+    hashes.sort();
+    hashes.dedup();
+    let missing = cp
+        .missing_blobs(volume, &hashes)
+        .await
+        .map_err(api(words.ask))?;
+    let plan = UploadPlan::new(shipment, &missing.missing, &missing.partial);
+    sink.event(Event::UploadStarted {
+        bytes: plan.total_bytes,
+        blobs: plan.blobs.len() as u64,
+    });
+    let mut sent = 0;
+    // Small whole files go together, in packs of up to PACK_BYTES: a project of many small
+    // files does not cost a request each. The rest go one by one, resumably.
+    let (small, large): (Vec<_>, Vec<_>) = plan
+        .blobs
+        .iter()
+        .partition(|b| b.offset == 0 && b.size <= div_api::PACK_BLOB_MAX_BYTES);
+    let mut pack: Vec<div_api::PackBlob> = Vec::new();
+    let mut pack_bytes = 0u64;
+    for (i, blob) in small.iter().enumerate() {
+        let data = std::fs::read(&blob.path).map_err(|e| RunError::Read {
+            path: blob.path.clone(),
+            source: e,
+        })?;
+        pack_bytes += data.len() as u64;
+        pack.push(div_api::PackBlob {
+            hash: blob.hash.clone(),
+            data,
+        });
+        if pack_bytes >= PACK_BYTES || pack.len() >= PACK_BLOBS || i + 1 == small.len() {
+            cp.upload_pack(volume, &pack)
+                .await
+                .map_err(api(words.send))?;
+            sent += pack_bytes;
+            sink.event(Event::UploadProgress { sent });
+            pack.clear();
+            pack_bytes = 0;
+        }
+    }
+    for blob in large {
+        // A large file goes in pieces, so progress shows while it is sent; the client resumes
+        // a cut piece itself (div-api's `upload.rs`): one loop, one budget.
+        let end = blob.offset + blob.len;
+        let mut at = blob.offset;
+        while at < end {
+            let len = (end - at).min(UPLOAD_PIECE_BYTES);
+            let data = BlobSource::File {
+                path: blob.path.clone(),
+                offset: at,
+                len,
+            };
+            match cp
+                .upload_blob(volume, &blob.hash, at, blob.size, data)
+                .await
+            {
+                Ok(_) => {}
+                // The server holds another amount of this blob than the plan began from
+                // (another upload of the same blob, in this project, was cut or discarded):
+                // plan again from what it holds, once, and send the rest.
+                Err(e) if e.code() == Some("offset_mismatch") => {
+                    let whole = BlobSource::File {
+                        path: blob.path.clone(),
+                        offset: 0,
+                        len: blob.size,
+                    };
+                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                        .await
+                        .map_err(api(words.send))?;
+                    sent += end - at;
+                    sink.event(Event::UploadProgress { sent });
+                    break;
+                }
+                // Resumed from a partial the server held whose bytes were not the file's (a
+                // crash of the server's machine can leave one): the server discarded it, so
+                // send the whole file again, once.
+                Err(e) if e.code() == Some("hash_mismatch") && blob.offset > 0 => {
+                    let whole = BlobSource::File {
+                        path: blob.path.clone(),
+                        offset: 0,
+                        len: blob.size,
+                    };
+                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                        .await
+                        .map_err(api(words.send))?;
+                    sent += end - at;
+                    sink.event(Event::UploadProgress { sent });
+                    break;
+                }
+                Err(e) => return Err(api(words.send)(e)),
+            }
+            at += len;
+            sent += len;
+            sink.event(Event::UploadProgress { sent });
+        }
+    }
+    Ok(())
+}
