@@ -434,7 +434,7 @@ fn dry_run(plan: Plan) -> DryRun {
     let rate = plan.sizing.rate;
     let ceiling = plan.request.max_spend_cents.map(Money::from_cents);
     let most = ceiling.unwrap_or_else(|| rate.spend_after(div_spec::MAX_RUN_SECONDS));
-    DryRun {
+    let dry = DryRun {
         header: div_pricing::header_line("<name>", &plan.sizing, ceiling),
         cents_per_hour: rate.cents_per_hour(),
         most_it_can_spend: most,
@@ -452,7 +452,11 @@ fn dry_run(plan: Plan) -> DryRun {
         new_volumes: plan.new_volumes,
         project: plan.project,
         request: plan.request,
-    }
+    };
+    // A shipment holds a manifest entry per file: freed on a thread of its own rather than
+    // before the answer.
+    std::thread::spawn(move || drop(plan.shipment));
+    dry
 }
 
 /// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment past

@@ -196,17 +196,32 @@ impl Shipment {
     }
 
     /// The `n` largest files, largest first (ties by path).
+    ///
+    /// One pass that keeps the `n` best seen so far (n is small: 1 or 5), cloning only the
+    /// paths returned: sorting every file would copy 57,000 paths to keep five.
     pub fn largest_files(&self, n: usize) -> Vec<(String, u64)> {
-        let mut files: Vec<(String, u64)> = self
+        let first = |a: &ManifestEntry, b: &ManifestEntry| {
+            b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path))
+        };
+        let mut best: Vec<&ManifestEntry> = Vec::with_capacity(n + 1);
+        for e in self
             .manifest
             .entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)
-            .map(|e| (e.path.clone(), e.size))
-            .collect();
-        files.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        files.truncate(n);
-        files
+        {
+            if best.len() == n
+                && best
+                    .last()
+                    .is_none_or(|worst| first(e, worst) != std::cmp::Ordering::Less)
+            {
+                continue;
+            }
+            let at = best.partition_point(|b| first(b, e) == std::cmp::Ordering::Less);
+            best.insert(at, e);
+            best.truncate(n);
+        }
+        best.into_iter().map(|e| (e.path.clone(), e.size)).collect()
     }
 
     /// The `n` biggest top-level folders by bytes, biggest first, named with a trailing `/`
@@ -318,13 +333,19 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             dir: dir.to_owned(),
         });
     }
-    let (source, listed, mut warnings) = list_sorted(&root, options)?;
-
-    let cache = options
-        .cache
-        .as_deref()
-        .map(|p| hash::Cache::load(p, &root))
-        .unwrap_or_default();
+    // The hash cache is read on a thread of its own while the tree is listed.
+    let (listing, cache) = std::thread::scope(|scope| {
+        let cache = scope.spawn(|| {
+            options
+                .cache
+                .as_deref()
+                .map(|p| hash::Cache::load(p, &root))
+                .unwrap_or_default()
+        });
+        let listing = list_sorted(&root, options);
+        (listing, cache.join().unwrap_or_default())
+    });
+    let (source, listed, mut warnings) = listing?;
     let (mut looked, stats) = hash::look_all(&root, &listed, &cache, options.hashed.as_deref())?;
     let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
     relative_absolute_links(&mut looked, &[&root, &given]);
@@ -349,6 +370,9 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
     let manifest = Manifest {
         entries: looked.into_iter().map(|l| l.entry).collect(),
     };
+    // The listing and the cache hold a string per file (57,000 of them in a big repository):
+    // freed on a thread of their own rather than before the answer.
+    std::thread::spawn(move || drop((listed, cache)));
     if manifest.entries.is_empty() {
         return Err(ShipError::NothingToShip {
             dir: dir.to_owned(),

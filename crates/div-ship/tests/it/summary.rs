@@ -115,3 +115,44 @@ fn the_manifest_is_sorted_bytewise_with_modes_and_json_like_the_api() {
         )
     );
 }
+
+proptest::proptest! {
+    /// The biggest files, found in one pass, are what sorting every file by size (ties by
+    /// path) and keeping the first `n` gives; links never count.
+    #[test]
+    fn the_largest_files_are_those_a_full_sort_keeps(
+        entries in proptest::collection::btree_map("[a-c]{1,3}(/[a-c]{1,2})?", (0u64..6, proptest::bool::ANY), 0..40),
+        n in 0usize..7,
+    ) {
+        use div_ship::{EntryKind, Manifest, ManifestEntry, Shipment};
+        let manifest = Manifest {
+            entries: entries
+                .iter()
+                .map(|(path, (size, link))| ManifestEntry {
+                    path: path.clone(),
+                    kind: if *link { EntryKind::Symlink } else { EntryKind::File },
+                    executable: false,
+                    size: *size,
+                    hash: None,
+                    target: None,
+                })
+                .collect(),
+        };
+        let mut expected: Vec<(String, u64)> = manifest
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| (e.path.clone(), e.size))
+            .collect();
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        expected.truncate(n);
+        let shipment = Shipment {
+            root: std::path::PathBuf::from("/"),
+            source: div_ship::Source::Walk,
+            manifest,
+            warnings: Vec::new(),
+            stats: Default::default(),
+        };
+        proptest::prop_assert_eq!(shipment.largest_files(n), expected);
+    }
+}
