@@ -275,19 +275,65 @@ fn write_tree(
     // Files first, links last: validation already refused paths under a link, so no write
     // can go through one, whatever the order.
     let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);
+    // The folder the last file went into, held open: entries are sorted, so a folder's files
+    // come together, and each is linked, looked at and given its mode by name beneath it,
+    // rather than by a path the kernel walks again from the top each time.
+    let mut folder: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
     for entry in files {
         let path = root.join(on_disk(&entry.path));
-        if let Some(parent) = path.parent() {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(MaterialiseError::BadComponent {
+                path: entry.path.clone(),
+            });
+        };
+        if folder.as_ref().is_none_or(|(open, _)| open != parent) {
             fs::create_dir_all(parent).map_err(io_err(parent))?;
+            let fd = rustix::fs::open(
+                parent,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| io_err(parent)(e.into()))?;
+            folder = Some((parent.to_owned(), fd));
         }
+        let Some((_, dir)) = &folder else {
+            unreachable!("opened just above")
+        };
         let hash = entry.hash.as_deref().expect("validated: a file has a hash");
         let blob = blob_path(hash);
-        let linked =
-            how == Files::Linked && !entry.executable && fs::hard_link(&blob, &path).is_ok();
+        let mode = if entry.executable { 0o755 } else { 0o644 };
+        let linked = how == Files::Linked
+            && !entry.executable
+            && rustix::fs::linkat(
+                rustix::fs::CWD,
+                &blob,
+                dir,
+                name,
+                rustix::fs::AtFlags::empty(),
+            )
+            .is_ok();
         let copied = if linked {
-            fs::metadata(&path).map_err(io_err(&path))?.len()
+            let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| io_err(&path)(e.into()))?;
+            // The blob is shared by every tree that holds it: its mode is set only where it
+            // is not already the one wanted.
+            if stat.st_mode & 0o7777 != mode {
+                rustix::fs::chmodat(
+                    dir,
+                    name,
+                    rustix::fs::Mode::from_raw_mode(mode),
+                    rustix::fs::AtFlags::empty(),
+                )
+                .map_err(|e| io_err(&path)(e.into()))?;
+            }
+            u64::try_from(stat.st_size).unwrap_or(0)
         } else {
-            fs::copy(&blob, &path).map_err(io_err(&blob))?
+            let copied = fs::copy(&blob, &path).map_err(io_err(&blob))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err(&path))?;
+            copied
         };
         if copied != entry.size {
             return Err(MaterialiseError::BlobSize {
@@ -297,8 +343,6 @@ fn write_tree(
                 found: copied,
             });
         }
-        let mode = if entry.executable { 0o755 } else { 0o644 };
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err(&path))?;
     }
     for entry in links {
         let path = root.join(on_disk(&entry.path));
