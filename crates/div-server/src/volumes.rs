@@ -99,6 +99,16 @@ pub(crate) fn missing_blobs(
     let mut missing = Vec::new();
     let mut partial = std::collections::BTreeMap::new();
     let mut seen = BTreeSet::new();
+    // The partial uploads there are, read once (a cold ship asks about every file, and
+    // there are seldom any).
+    let partials: std::collections::HashSet<String> =
+        fs::read_dir(blob_dir(server, volume).join("partial"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
     for hash in hashes {
         if !seen.insert(hash.as_str()) {
             continue;
@@ -108,6 +118,7 @@ pub(crate) fn missing_blobs(
         }
         missing.push(hash.clone());
         if valid_hash(hash)
+            && partials.contains(hash)
             && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
             && m.len() > 0
         {
@@ -199,9 +210,10 @@ pub(crate) fn store_pack(
         }
     };
     let mut stored: Vec<(&str, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut held = 0usize;
     for (hash, data) in &blobs {
-        if stored.iter().any(|(h, _)| h == hash) || server.store.has_blob(volume, hash)? {
+        if !seen.insert(&**hash) || server.store.has_blob(volume, hash)? {
             held += 1;
             continue;
         }
