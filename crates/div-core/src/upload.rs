@@ -145,27 +145,45 @@ async fn send_missing(
         .blobs
         .iter()
         .partition(|b| b.offset == 0 && b.size <= div_api::PACK_BLOB_MAX_BYTES);
-    let mut pack: Vec<div_api::PackBlob> = Vec::new();
-    let mut pack_bytes = 0u64;
-    for (i, blob) in small.iter().enumerate() {
-        let data = std::fs::read(&blob.path).map_err(|e| RunError::Read {
-            path: blob.path.clone(),
-            source: e,
-        })?;
-        pack_bytes += data.len() as u64;
-        pack.push(div_api::PackBlob {
-            hash: blob.hash.clone(),
-            data,
-        });
-        if pack_bytes >= PACK_BYTES || pack.len() >= PACK_BLOBS || i + 1 == small.len() {
-            cp.upload_pack(volume, &pack)
-                .await
-                .map_err(api(words.send))?;
-            sent += pack_bytes;
-            sink.event(Event::UploadProgress { sent });
-            pack.clear();
-            pack_bytes = 0;
+    // Each pack's files are read on a blocking thread while the pack before is sent, so the
+    // reading here and the writing at the server overlap.
+    let mut groups: Vec<Vec<(String, std::path::PathBuf)>> = Vec::new();
+    let mut group_bytes = 0u64;
+    for blob in &small {
+        if groups
+            .last()
+            .is_none_or(|g| group_bytes >= PACK_BYTES || g.len() >= PACK_BLOBS)
+        {
+            groups.push(Vec::new());
+            group_bytes = 0;
         }
+        if let Some(group) = groups.last_mut() {
+            group.push((blob.hash.clone(), blob.path.clone()));
+        }
+        group_bytes += blob.size;
+    }
+    let read = |group: Vec<(String, std::path::PathBuf)>| {
+        tokio::task::spawn_blocking(move || read_pack(group))
+    };
+    let mut groups = groups.into_iter();
+    let mut next = groups.next().map(read);
+    while let Some(reading) = next.take() {
+        let (pack, pack_bytes) = match reading.await {
+            Ok(read) => read?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                return Err(RunError::Read {
+                    path: shipment.root.clone(),
+                    source: std::io::Error::other(e),
+                });
+            }
+        };
+        next = groups.next().map(read);
+        cp.upload_pack(volume, &pack)
+            .await
+            .map_err(api(words.send))?;
+        sent += pack_bytes;
+        sink.event(Event::UploadProgress { sent });
     }
     for blob in large {
         // A large file goes in pieces, so progress shows while it is sent; the client resumes
@@ -224,4 +242,18 @@ async fn send_missing(
         }
     }
     Ok(())
+}
+
+/// Reads a pack's files: each whole, with the hash it was listed under.
+fn read_pack(
+    files: Vec<(String, std::path::PathBuf)>,
+) -> Result<(Vec<div_api::PackBlob>, u64), RunError> {
+    let mut pack = Vec::with_capacity(files.len());
+    let mut bytes = 0u64;
+    for (hash, path) in files {
+        let data = std::fs::read(&path).map_err(|source| RunError::Read { path, source })?;
+        bytes += data.len() as u64;
+        pack.push(div_api::PackBlob { hash, data });
+    }
+    Ok((pack, bytes))
 }

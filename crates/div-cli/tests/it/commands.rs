@@ -1045,6 +1045,62 @@ async fn small_files_go_together_in_one_pack_when_the_control_plane_takes_packs(
     }
 }
 
+/// More small files than one pack carries (4,096) go in two packs, each file in one of
+/// them once: the next pack is read while the one before is sent.
+#[tokio::test]
+async fn small_files_past_one_packs_count_go_in_two_packs_each_once() {
+    let world = World::new().await;
+    let data = world.project().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let mut hashes = Vec::new();
+    for i in 0..4100 {
+        let text = format!("file {i}\n");
+        std::fs::write(data.join(format!("f{i}.txt")), &text).expect("write");
+        hashes.push(blake3::hash(text.as_bytes()).to_hex().to_string());
+    }
+    world.mount_volume_ds_made().await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/missing",
+            json_response(200, &json!({"missing": hashes})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/blobs/pack",
+            json_response(200, &json!({"stored": 1, "held": 0})),
+        )
+        .await;
+    world
+        .mount(
+            "POST",
+            "/v1/volumes/ds/trees",
+            json_response(
+                201,
+                &json!({"volume": "ds", "path": "", "files": 4100, "bytes": 1}),
+            ),
+        )
+        .await;
+    let done = world.div(&["storage", "put", "ds", "data"]).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let packs = world.bodies_raw("POST", "/v1/volumes/ds/blobs/pack").await;
+    assert_eq!(packs.len(), 2);
+    let mut sent: Vec<String> = Vec::new();
+    for pack in &packs {
+        for (hash, bytes) in div_api::parse_pack(pack).expect("a pack") {
+            assert_eq!(blake3::hash(bytes).to_hex().as_str(), hash);
+            sent.push(hash.to_owned());
+        }
+    }
+    assert_eq!(sent.len(), 4100, "a file was sent twice or not at all");
+    sent.sort_unstable();
+    let mut wanted = hashes.clone();
+    wanted.sort_unstable();
+    assert_eq!(sent, wanted);
+}
+
 #[tokio::test]
 async fn a_stop_grace_that_is_not_seconds_up_to_600_is_refused_before_anything_is_created() {
     let world = World::new().await;
