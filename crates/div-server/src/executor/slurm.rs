@@ -895,9 +895,13 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
         spent_cents: spent,
         verdicts,
     };
-    // The node that failed first is the cause: srun stops the others, which then fail too.
+    // The node that failed first is the cause: srun stops the others, which then fail too,
+    // and one it killed before its supervisor wrote an end has none. So the nodes that wrote
+    // an end come first, in the order they ended, and those without one only after.
     let mut order: Vec<&(u32, Option<EndRecord>, String)> = ends.iter().collect();
-    order.sort_by_key(|(rank, end, _)| (end.as_ref().map_or(0, |e| e.ended_ms), *rank));
+    order.sort_by_key(|(rank, end, _)| {
+        (end.is_none(), end.as_ref().map_or(0, |e| e.ended_ms), *rank)
+    });
     for (rank, end, tail) in order {
         match end {
             None => {
@@ -1302,6 +1306,27 @@ mod tests {
             Some("node 1 failed with exit code 7: boom")
         );
         assert_eq!((e.spent_cents, e.ended_ms), (6, 9_500));
+    }
+
+    /// srun stops the other nodes when one fails; one killed before its supervisor wrote its
+    /// end (seen once in the suite under load: `srun exited 143`) is not the cause.
+    #[test]
+    fn a_node_that_failed_is_the_cause_over_one_srun_killed_before_its_end() {
+        let ends = vec![
+            (0, None, String::new()),
+            (
+                1,
+                Some(end(RunStatus::Failed, Some(7), 8_000, 4)),
+                "boom".to_owned(),
+            ),
+        ];
+        let e = gather_ends(&ends, "srun exited 143");
+        assert_eq!(e.status, RunStatus::Failed);
+        assert_eq!(e.exit_code, Some(7));
+        assert_eq!(
+            e.reason.as_deref(),
+            Some("node 1 failed with exit code 7: boom")
+        );
     }
 
     #[test]
