@@ -203,25 +203,14 @@ async fn send_missing(
             {
                 Ok(_) => {}
                 // The server holds another amount of this blob than the plan began from
-                // (another upload of the same blob, in this project, was cut or discarded):
-                // plan again from what it holds, once, and send the rest.
-                Err(e) if e.code() == Some("offset_mismatch") => {
-                    let whole = BlobSource::File {
-                        path: blob.path.clone(),
-                        offset: 0,
-                        len: blob.size,
-                    };
-                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
-                        .await
-                        .map_err(api(words.send))?;
-                    sent += end - at;
-                    sink.event(Event::UploadProgress { sent });
-                    break;
-                }
-                // Resumed from a partial the server held whose bytes were not the file's (a
-                // crash of the server's machine can leave one): the server discarded it, so
-                // send the whole file again, once.
-                Err(e) if e.code() == Some("hash_mismatch") && blob.offset > 0 => {
+                // (another upload of the same blob, in this project, was cut or discarded), or
+                // it resumed from a partial whose bytes were not the file's (a crash of the
+                // server's machine can leave one) and discarded it: send the whole file
+                // again, once, from what the server holds.
+                Err(e)
+                    if e.code() == Some("offset_mismatch")
+                        || (e.code() == Some("hash_mismatch") && blob.offset > 0) =>
+                {
                     let whole = BlobSource::File {
                         path: blob.path.clone(),
                         offset: 0,
