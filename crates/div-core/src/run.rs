@@ -154,6 +154,12 @@ struct Plan {
     request: CreateRun,
 }
 
+/// The shipped set: being listed on a thread of its own, or listed already.
+enum Listing {
+    Thread(tokio::sync::oneshot::Receiver<Result<Shipment, div_ship::ShipError>>),
+    Done(Result<Shipment, div_ship::ShipError>),
+}
+
 /// Place a run and, unless detached, follow it until it ends.
 ///
 /// Everything typed is checked first — SKU (against `cp`'s catalogue), sizes, entrypoint,
@@ -277,8 +283,8 @@ async fn prepare(
 
     sink.event(Event::Step(Step::Validated));
 
-    // What will be shipped.
-    let shipment = if options.no_upload {
+    // What will be shipped, listed on a thread of its own while the catalogue is read.
+    let listing = if options.no_upload {
         None
     } else {
         let hashed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -291,27 +297,58 @@ async fn prepare(
             git_dir: options.git_dir.clone(),
             work_tree: options.git_work_tree.clone(),
         };
-        let shipment = div_ship::collect(&options.dir, &ship_options)?;
-        crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;
-        if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
-            let bytes = shipment
-                .read("telemetry.toml")
-                .map_err(|source| RunError::Read {
-                    path: shipment.local_path("telemetry.toml"),
-                    source,
-                })?;
-            telemetry_layout = Some(layout_text(&shipment.local_path("telemetry.toml"), bytes)?);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let dir = options.dir.clone();
+        let listed = std::thread::Builder::new()
+            .name("div-ship".into())
+            .spawn(move || drop(tx.send(div_ship::collect(&dir, &ship_options))));
+        Some(match listed {
+            Ok(_) => Listing::Thread(rx),
+            // No thread to be had: listed here, before the catalogue.
+            Err(_) => Listing::Done(div_ship::collect(
+                &options.dir,
+                &ShipOptions {
+                    cache: options.ship_cache.clone(),
+                    git_dir: options.git_dir.clone(),
+                    work_tree: options.git_work_tree.clone(),
+                    ..ShipOptions::default()
+                },
+            )),
+        })
+    };
+    let catalogue = cp.catalogue();
+    let (listed, api_catalogue) = match listing {
+        Some(Listing::Thread(rx)) => {
+            let (listed, catalogue) = tokio::join!(rx, catalogue);
+            let listed = listed.expect("the listing thread does not panic");
+            (Some(listed), catalogue)
         }
-        Some(shipment)
+        Some(Listing::Done(listed)) => (Some(listed), catalogue.await),
+        None => (None, catalogue.await),
+    };
+    let shipment = match listed {
+        Some(shipment) => {
+            let shipment = shipment?;
+            crate::pyscan::check_shipped(&entrypoint, &shipment, &options.dir)?;
+            if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
+                let bytes = shipment
+                    .read("telemetry.toml")
+                    .map_err(|source| RunError::Read {
+                        path: shipment.local_path("telemetry.toml"),
+                        source,
+                    })?;
+                telemetry_layout =
+                    Some(layout_text(&shipment.local_path("telemetry.toml"), bytes)?);
+            }
+            Some(shipment)
+        }
+        None => None,
     };
 
     sink.event(Event::Step(Step::Listed));
 
     // What needs the control plane's catalogue: reads only.
-    let api_catalogue = cp
-        .catalogue()
-        .await
-        .map_err(|e| RunError::api("read the catalogue", e))?;
+    let api_catalogue = api_catalogue.map_err(|e| RunError::api("read the catalogue", e))?;
     if let Some(usage) = api_catalogue.org_usage().filter(|u| u.reached) {
         return Err(RunError::OrgLimitReached {
             limit: Money::from_cents(usage.limit_cents),

@@ -304,7 +304,9 @@ fn list_repo(
         }
     }
 
-    // Submodules and nested repositories, alike: each one's own set, and a word about it.
+    // Submodules and nested repositories, alike: each one's own set, and a word about it, in
+    // the order of their paths (the walk finds them in no set order).
+    nested.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, rel, inner) in nested {
         let sub_workdir = workdir.join(on_disk(&path));
         let shown = display_path(&rel);

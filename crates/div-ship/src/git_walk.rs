@@ -99,31 +99,63 @@ pub(crate) fn walk(
         path: root.clone(),
         source: e.into(),
     })?;
-    let everything = 0..listing.entries.len();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    let Some(groups) = split(&listing, threads) else {
-        walker.walk_entries(&fd, &listing, everything, &mut rela);
+    if threads < 2 {
+        walker.walk_listing(&fd, &listing, &mut rela);
         return walker.finish().map(Some);
+    }
+    // Breadth first from the shipped folder, on this thread, until there are enough folders
+    // to share out: a tree whose files all sit below one folder (`test/` in test262) is then
+    // still walked by every thread, not by the one that was dealt that folder.
+    let mut held = vec![fd];
+    let mut frontier = Vec::new();
+    walker.spread(0, &held[0], &listing, &rela, &mut frontier);
+    while !frontier.is_empty() && frontier.len() < threads * FOLDERS_PER_THREAD {
+        if walker.stopped() {
+            return walker.finish().map(Some);
+        }
+        for folder in std::mem::take(&mut frontier) {
+            let Some((fd, listing)) =
+                walker.enter(&held[folder.parent], &folder.name, &folder.rela)
+            else {
+                continue;
+            };
+            held.push(fd);
+            let at = held.len() - 1;
+            walker.spread(at, &held[at], &listing, &folder.rela, &mut frontier);
+        }
+    }
+    if frontier.is_empty() || walker.stopped() {
+        return walker.finish().map(Some);
+    }
+    // The folders taken one at a time by whichever thread is free; each thread has its own
+    // repository handle and exclude stack (gix's are not `Send`).
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (held, frontier, tracked, next) = (&held, &frontier, &tracked, &next);
+    let take = move |walker: &mut Walker<'_, '_>| loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(folder) = frontier.get(i) else {
+            return;
+        };
+        if walker.stopped() {
+            return;
+        }
+        walker.folder(&held[folder.parent], &folder.name, &mut folder.rela.clone());
     };
-    // The folder's subfolders dealt round between threads, its other entries with the first;
-    // each thread has its own repository handle and exclude stack (gix's are not `Send`).
-    let (fd, listing, rela, tracked) = (&fd, &listing, &rela, &tracked);
     std::thread::scope(|scope| {
-        let mut groups = groups.into_iter();
-        let mine = groups.next().unwrap_or_default();
-        let others: Vec<_> = groups
-            .map(|group| {
+        let others: Vec<_> = (1..threads.min(frontier.len()))
+            .map(|_| {
                 let how = opened.how_to_reopen();
                 scope.spawn(move || {
                     let repo = crate::git::reopen(how)?;
                     let excludes = exclude_stack(&repo, index).map_err(git_err)?;
                     let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
-                    walker.walk_entries(fd, listing, group.into_iter(), &mut rela.clone());
+                    take(&mut walker);
                     walker.finish()
                 })
             })
             .collect();
-        walker.walk_entries(fd, listing, mine.into_iter(), &mut rela.clone());
+        take(&mut walker);
         let mut all = walker.finish()?;
         for other in others {
             let more = other.join().expect("a walking thread does not panic")?;
@@ -131,6 +163,16 @@ pub(crate) fn walk(
         }
         Ok(Some(all))
     })
+}
+
+/// How many folders each thread should have to take before the walk is shared out.
+const FOLDERS_PER_THREAD: usize = 16;
+
+/// A folder still to walk: `name` inside the held folder numbered `parent`, at `rela`.
+struct Pending {
+    parent: usize,
+    name: Vec<u8>,
+    rela: Vec<u8>,
 }
 
 /// The ignore rules of `repo` as gix's own walk reads them.
@@ -143,14 +185,6 @@ fn exclude_stack<'repo>(
         None,
         gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
     )?)
-}
-
-/// The entries of `listing` for each of `threads` walks: its subfolders dealt round, its
-/// other entries with the first (see [`deal`]).
-fn split(listing: &Listing, threads: usize) -> Option<Vec<Vec<usize>>> {
-    let (folders, others): (Vec<usize>, Vec<usize>) =
-        (0..listing.entries.len()).partition(|&i| listing.entries[i].2 == FileType::Directory);
-    deal(folders, others, threads)
 }
 
 /// `folders` dealt round to one group per thread (at most one per folder), `others` with the
@@ -370,30 +404,68 @@ impl<'a, 'repo> Walker<'a, 'repo> {
 
     /// The folder `name` inside the one open as `parent`, at `rela`.
     fn folder(&mut self, parent: &OwnedFd, name: &[u8], rela: &mut Vec<u8>) {
-        if self.tracked.gitlinks.contains(rela.as_slice()) || self.excluded(rela, true) {
-            return;
+        if let Some((fd, listing)) = self.enter(parent, name, rela) {
+            self.walk_listing(&fd, &listing, rela);
         }
-        let fd = match rustix::fs::openat(
+    }
+
+    /// The folder `name` inside the one open as `parent`, at `rela`, opened and read when it
+    /// is walked into: not when an ignore rule excludes it, it is a submodule, it cannot be
+    /// read, or it is a nested repository (then listed as one).
+    fn enter(&mut self, parent: &OwnedFd, name: &[u8], rela: &[u8]) -> Option<(OwnedFd, Listing)> {
+        if self.tracked.gitlinks.contains(rela) || self.excluded(rela, true) {
+            return None;
+        }
+        // Gone meanwhile, or not readable: git skips it too.
+        let fd = rustix::fs::openat(
             parent,
             name,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             FsMode::empty(),
-        ) {
-            Ok(fd) => fd,
-            // Gone meanwhile, or not readable: git skips it too.
-            Err(_) => return,
-        };
-        let Ok(listing) = read_listing(&fd) else {
-            return;
-        };
-        if !self.tracked.folders.contains(rela.as_slice())
+        )
+        .ok()?;
+        let listing = read_listing(&fd).ok()?;
+        if !self.tracked.folders.contains(rela)
             && listing.has_dot_git()
             && self.is_nested_repository(rela)
         {
             self.emit(rela, Kind::Repository);
-            return;
+            return None;
         }
-        self.walk_listing(&fd, &listing, rela);
+        Some((fd, listing))
+    }
+
+    /// The entries of the folder open as `fd` (held as number `at`), at `rela`: all but its
+    /// subfolders walked now, its subfolders added to `frontier` to be walked later.
+    fn spread(
+        &mut self,
+        at: usize,
+        fd: &OwnedFd,
+        listing: &Listing,
+        rela: &[u8],
+        frontier: &mut Vec<Pending>,
+    ) {
+        let (folders, others): (Vec<usize>, Vec<usize>) =
+            (0..listing.entries.len()).partition(|&i| listing.entries[i].2 == FileType::Directory);
+        self.walk_entries(fd, listing, others.into_iter(), &mut rela.to_vec());
+        for i in folders {
+            let (start, end, _) = listing.entries[i];
+            let name = &listing.names[start..end];
+            if name == b".git" {
+                continue;
+            }
+            let mut path = Vec::with_capacity(rela.len() + 1 + name.len());
+            path.extend_from_slice(rela);
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            frontier.push(Pending {
+                parent: at,
+                name: name.to_vec(),
+                rela: path,
+            });
+        }
     }
 
     /// Whether `rela/.git` is a repository other than this one (as gix's walk decides it).

@@ -1,14 +1,14 @@
 //! Looking at each listed path on disk, hashing files with blake3 on every core, and the hash
 //! cache that lets an unchanged file go unread.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ShipError;
 use crate::git::Listed;
@@ -116,7 +116,9 @@ impl Cache {
             return None;
         }
         let mut at = CACHE_MAGIC.len() + root.len() + 1;
-        let mut records = Vec::new();
+        // Room for as many records as the bytes could hold (each at least its length and
+        // tail): never grown and copied; what is not filled is never touched.
+        let mut records = Vec::with_capacity((bytes.len() - at) / (4 + RECORD_TAIL));
         while at < bytes.len() {
             let len = usize::try_from(u32::from_le_bytes(take(&bytes, &mut at)?)).ok()?;
             let path = at..at.checked_add(len)?;
@@ -175,7 +177,7 @@ impl Cache {
             return None;
         }
         let hash: [u8; 32] = self.bytes[record.hash..record.hash + 32].try_into().ok()?;
-        Some(blake3::Hash::from_bytes(hash).to_hex().to_string())
+        Some(blake3::Hash::from_bytes(hash).to_hex().as_str().to_owned())
     }
 }
 
@@ -232,35 +234,34 @@ pub(crate) struct Looked {
 
 /// Looks at every listed path (sorted, unique) under `root` on disk, using all cores: files
 /// are hashed (unless the cache has them), links read; paths gone from disk, folders and
-/// special files are dropped.
+/// special files are dropped. Each path is moved from `listed` into what was found there.
 pub(crate) fn look_all(
     root: &Path,
-    listed: &[Listed],
+    listed: Vec<Listed>,
     cache: &Cache,
     hashed: Option<&AtomicU64>,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
     const CHUNK: usize = 64;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
     let threads = threads.min(listed.len().div_ceil(CHUNK)).max(1);
-    let next = AtomicUsize::new(0);
-    let results: Vec<Result<Vec<(usize, Looked)>, ShipError>> = std::thread::scope(|scope| {
+    // One slot per listed path, filled in place by whichever worker takes its chunk: no
+    // worker's list grows and is copied, and nothing is sorted back into order after.
+    let mut slots: Vec<Option<Looked>> = Vec::with_capacity(listed.len());
+    slots.resize_with(listed.len(), || None);
+    let work = std::sync::Mutex::new(listed.chunks(CHUNK).zip(slots.chunks_mut(CHUNK)));
+    let results: Vec<Result<(), ShipError>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let mut mine = Vec::new();
                     let mut folder = Folder::default();
                     let mut cursor = 0;
                     loop {
-                        let start = next.fetch_add(CHUNK, Ordering::Relaxed);
-                        if start >= listed.len() {
-                            return Ok(mine);
-                        }
-                        for (i, item) in listed.iter().enumerate().skip(start).take(CHUNK) {
-                            if let Some(looked) =
-                                look(root, item, cache, hashed, &mut folder, &mut cursor)?
-                            {
-                                mine.push((i, looked));
-                            }
+                        let next = work.lock().unwrap_or_else(|e| e.into_inner()).next();
+                        let Some((items, out)) = next else {
+                            return Ok(());
+                        };
+                        for (item, slot) in items.iter().zip(out) {
+                            *slot = look(root, item, cache, hashed, &mut folder, &mut cursor)?;
                         }
                     }
                 })
@@ -271,13 +272,16 @@ pub(crate) fn look_all(
             .map(|w| w.join().expect("a hashing thread does not panic"))
             .collect()
     });
-    let mut all = Vec::with_capacity(listed.len());
     for result in results {
-        all.extend(result?);
+        result?;
     }
-    all.sort_unstable_by_key(|(i, _)| *i);
+    for (slot, item) in slots.iter_mut().zip(listed) {
+        if let Some(looked) = slot {
+            looked.entry.path = item.path;
+        }
+    }
+    let looked: Vec<Looked> = slots.into_iter().flatten().collect();
     let mut stats = HashStats::default();
-    let looked: Vec<Looked> = all.into_iter().map(|(_, l)| l).collect();
     for l in &looked {
         if l.hashed {
             stats.hashed_files += 1;
@@ -289,37 +293,73 @@ pub(crate) fn look_all(
     Ok((looked, stats))
 }
 
-/// The folder a worker last looked in, held open (`O_PATH`) so that each file in it is
-/// `lstat`ed by name relative to it: the kernel walks one component instead of the whole
-/// path. Listed paths are sorted, so one folder's files come together.
+/// The folders down to the one a worker last looked in, held open (`O_PATH`), so that each
+/// file is `lstat`ed by name relative to its folder, and the next folder is reached from the
+/// nearest one held: listed paths are sorted, so one folder's files come together and the
+/// next folder is most often a sibling, one `openat` away.
+///
+/// No link is followed on the way, as git follows none (`has_symlink_leading_path`): a path
+/// below a link, or below something that is no longer a folder, is not there.
 #[derive(Debug, Default)]
 struct Folder {
-    /// Relative to the root; `None` before the first.
-    rel: Option<OsString>,
-    /// `None` when it could not be opened (gone, not a folder): then the whole path is used,
-    /// which gives the same answer (not found, or the error) as before.
-    fd: Option<rustix::fd::OwnedFd>,
+    /// Outermost first, the root (`""`) at the bottom: each folder's path relative to the
+    /// root, and its descriptor.
+    open: Vec<(Vec<u8>, rustix::fd::OwnedFd)>,
 }
 
 impl Folder {
-    /// The stat of `name` in `parent`, without following a link, as `lstat` of the whole
-    /// path would give it.
-    fn lstat(&mut self, root: &Path, parent: &OsStr, name: &OsStr) -> io::Result<rustix::fs::Stat> {
-        use rustix::fs::{AtFlags, Mode, OFlags};
-        if self.rel.as_deref() != Some(parent) {
-            self.fd = rustix::fs::open(
-                root.join(parent),
+    /// The folder `parent` (relative to `root`), held open.
+    fn reach(&mut self, root: &Path, parent: &OsStr) -> io::Result<&rustix::fd::OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        let parent = parent.as_bytes();
+        if self.open.is_empty() {
+            let fd = rustix::fs::open(
+                root,
                 OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
+            )?;
+            self.open.push((Vec::new(), fd));
+        }
+        // Back up to the nearest folder held that `parent` is in (the root at least).
+        while self.open.len() > 1 && !within(parent, &self.open[self.open.len() - 1].0) {
+            self.open.pop();
+        }
+        let held = self.open[self.open.len() - 1].0.len();
+        let rest = &parent[held..];
+        let mut at = held;
+        for name in rest.split(|&b| b == b'/') {
+            let start = at;
+            at += name.len() + 1;
+            if name.is_empty() {
+                continue;
+            }
+            let end = start + name.len();
+            let (_, dir) = &self.open[self.open.len() - 1];
+            let fd = rustix::fs::openat(
+                dir,
+                OsStr::from_bytes(name),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
             )
-            .ok();
-            self.rel = Some(parent.to_owned());
+            .map_err(|e| match e {
+                // A link, or something that is no longer a folder: nothing is below it.
+                rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => {
+                    io::Error::from(io::ErrorKind::NotFound)
+                }
+                e => e.into(),
+            })?;
+            self.open.push((parent[..end].to_vec(), fd));
         }
-        match &self.fd {
-            Some(fd) => Ok(rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)?),
-            None => Ok(rustix::fs::lstat(root.join(parent).join(name))?),
-        }
+        Ok(&self.open[self.open.len() - 1].1)
     }
+}
+
+/// Whether the relative path `path` is the folder `folder` or inside it.
+fn within(path: &[u8], folder: &[u8]) -> bool {
+    folder.is_empty()
+        || path
+            .strip_prefix(folder)
+            .is_some_and(|rest| rest.is_empty() || rest.first() == Some(&b'/'))
 }
 
 fn look(
@@ -337,19 +377,25 @@ fn look(
         source,
     };
     let (parent, name) = split_parent(&on_disk);
-    let stat = match folder.lstat(root, parent, name) {
-        Ok(stat) => stat,
-        // A tracked file deleted from the work tree (or a file gone since the listing).
+    let dir = match folder.reach(root, parent) {
+        Ok(dir) => dir,
+        // A tracked file whose folder was deleted, or replaced by a link or a file.
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(io_err(err)),
     };
+    let stat = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        // A tracked file deleted from the work tree (or a file gone since the listing).
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(None),
+        Err(err) => return Err(io_err(err.into())),
+    };
     let file_type = rustix::fs::FileType::from_raw_mode(stat.st_mode);
     if file_type == rustix::fs::FileType::Symlink {
-        let target = fs::read_link(abs()).map_err(io_err)?;
-        let target = crate::name::encode_path(target.as_os_str().as_bytes()).into_owned();
+        let target = rustix::fs::readlinkat(dir, name, Vec::new()).map_err(|e| io_err(e.into()))?;
+        let target = crate::name::encode_path(target.as_bytes()).into_owned();
         return Ok(Some(Looked {
             entry: ManifestEntry {
-                path: item.path.clone(),
+                path: String::new(), // moved in by `look_all`
                 kind: EntryKind::Symlink,
                 executable: false,
                 size: 0,
@@ -366,11 +412,15 @@ fn look(
     let key = StatKey::of_stat(&stat);
     let (hash, hashed) = match cache.get(&item.path, &key, cursor) {
         Some(hash) => (hash, false),
-        None => (hash_file_counting(&abs(), hashed).map_err(io_err)?, true),
+        None => match hash_at(dir, name, hashed).map_err(io_err)? {
+            Some(hash) => (hash, true),
+            // Replaced by something that is not a file since it was looked at.
+            None => return Ok(None),
+        },
     };
     Ok(Some(Looked {
         entry: ManifestEntry {
-            path: item.path.clone(),
+            path: String::new(), // moved in by `look_all`
             kind: EntryKind::File,
             executable: stat.st_mode & 0o100 != 0,
             size: key.size,
@@ -380,6 +430,32 @@ fn look(
         key: Some(StatKeyRef(key)),
         hashed,
     }))
+}
+
+/// The hash of the file `name` in the folder `dir`, opened without following a link and
+/// without waiting (a fifo put there since it was looked at would block a read forever);
+/// `None` when it is no longer a plain file.
+fn hash_at(
+    dir: &rustix::fd::OwnedFd,
+    name: &OsStr,
+    hashed: Option<&AtomicU64>,
+) -> io::Result<Option<String>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    hash_reader(file, hashed).map(Some)
 }
 
 /// A relative path's folder (`""` at the top) and name, as bytes.
@@ -396,12 +472,11 @@ fn split_parent(path: &Path) -> (&OsStr, &OsStr) {
 
 /// blake3 of a file's content, lowercase hex, read in bounded chunks.
 pub fn hash_file(path: &Path) -> io::Result<String> {
-    hash_file_counting(path, None)
+    hash_reader(File::open(path)?, None)
 }
 
-/// [`hash_file`], adding each chunk's bytes to `hashed` as it is read (for progress).
-fn hash_file_counting(path: &Path, hashed: Option<&AtomicU64>) -> io::Result<String> {
-    let mut file = File::open(path)?;
+/// blake3 of what `file` holds from where it is, adding what is read to `hashed`.
+fn hash_reader(mut file: File, hashed: Option<&AtomicU64>) -> io::Result<String> {
     let mut hasher = blake3::Hasher::new();
     match hashed {
         None => {
@@ -415,7 +490,7 @@ fn hash_file_counting(path: &Path, hashed: Option<&AtomicU64>) -> io::Result<Str
             hasher.update_reader(&mut counting)?;
         }
     }
-    Ok(hasher.finalize().to_hex().to_string())
+    Ok(hasher.finalize().to_hex().as_str().to_owned())
 }
 
 /// A reader that adds what it reads to a counter.
@@ -437,4 +512,61 @@ impl<R: io::Read> io::Read for Counting<'_, R> {
 pub fn cache_file_for(cache_dir: &Path, root: &Path) -> PathBuf {
     let name = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
     cache_dir.join(format!("{}.cache", &name[..16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fifo put where a file was looked at (the listing saw a plain file, then it was
+    /// swapped) is opened without waiting and left out, where a plain open would block
+    /// forever on a fifo no one writes to.
+    #[test]
+    fn a_fifo_swapped_in_for_a_file_is_left_out_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(tmp.path().join("result.json"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let dir = rustix::fs::open(
+            tmp.path(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(hash_at(&dir, OsStr::new("result.json"), None).map_err(|e| e.kind()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("hashing a fifo blocked");
+        assert_eq!(got, Ok(None));
+        // A file through a link is not followed either.
+        std::fs::write(tmp.path().join("real"), "x").unwrap();
+        std::os::unix::fs::symlink("real", tmp.path().join("link")).unwrap();
+        let dir = rustix::fs::open(
+            tmp.path(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        assert_eq!(hash_at(&dir, OsStr::new("link"), None).unwrap(), None);
+        assert_eq!(
+            hash_at(&dir, OsStr::new("real"), None).unwrap().as_deref(),
+            Some(blake3::hash(b"x").to_hex().as_str())
+        );
+    }
+
+    #[test]
+    fn within_is_by_whole_names() {
+        assert!(within(b"a/b", b""));
+        assert!(within(b"a/b", b"a"));
+        assert!(within(b"a/b", b"a/b"));
+        assert!(!within(b"a/bc", b"a/b"));
+        assert!(!within(b"ab", b"a"));
+        assert!(!within(b"", b"a"));
+        assert!(within(b"", b""));
+    }
 }

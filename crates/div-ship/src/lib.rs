@@ -346,7 +346,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         (listing, cache.join().unwrap_or_default())
     });
     let (source, listed, mut warnings) = listing?;
-    let (mut looked, stats) = hash::look_all(&root, &listed, &cache, options.hashed.as_deref())?;
+    let (mut looked, stats) = hash::look_all(&root, listed, &cache, options.hashed.as_deref())?;
     let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
     relative_absolute_links(&mut looked, &[&root, &given]);
     let looked = drop_unsafe_links(looked, &mut warnings);
@@ -370,9 +370,9 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
     let manifest = Manifest {
         entries: looked.into_iter().map(|l| l.entry).collect(),
     };
-    // The listing and the cache hold a string per file (57,000 of them in a big repository):
-    // freed on a thread of their own rather than before the answer.
-    std::thread::spawn(move || drop((listed, cache)));
+    // The cache holds a record per file (57,000 of them in a big repository): freed on a
+    // thread of their own rather than before the answer.
+    std::thread::spawn(move || drop(cache));
     if manifest.entries.is_empty() {
         return Err(ShipError::NothingToShip {
             dir: dir.to_owned(),

@@ -273,6 +273,9 @@ pub(crate) async fn run(
             } else {
                 dry_run_report(printer, &dry)?;
             }
+            if let Some(t) = timings {
+                printer.status(&t.line());
+            }
             Ok(exit_codes::SUCCESS)
         }
         RunOutcome::Detached(run) => {

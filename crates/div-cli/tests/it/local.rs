@@ -134,6 +134,22 @@ fn timings_name_each_step_of_a_run_in_order() {
         ],
         "{stderr}"
     );
+    // A dry run ends at its price, then its report.
+    let dry = local
+        .command(&["run", "--dry-run", "--gpu", "cpu", "train.py::main"])
+        .env("DIVERGENT_TIMINGS", "1")
+        .output()
+        .expect("div runs");
+    let stderr = text(&dry.stderr);
+    assert_eq!(dry.status.code(), Some(0), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let names: Vec<&str> = last
+        .strip_prefix("timings: ")
+        .unwrap_or_else(|| panic!("a timings line: {stderr}"))
+        .split(" · ")
+        .filter_map(|step| step.rsplitn(3, ' ').nth(2))
+        .collect();
+    assert_eq!(names, ["validate", "list", "price", "exit"], "{stderr}");
     let plain = local.div(&["run", "--gpu", "cpu", "train.py::main"]);
     assert!(
         !text(&plain.stderr).contains("timings:"),

@@ -1000,3 +1000,82 @@ fn an_ignore_file_whose_last_line_ends_in_a_lone_cr_reads_as_git_reads_it() {
         ],
     );
 }
+
+/// Everything below one folder, several levels deep, as in test262 (`test/…`): the walk goes
+/// breadth first until it has enough folders to share between threads, then each thread takes
+/// folders as it is free. Ignore rules, a negation, a tracked file in an ignored folder, a
+/// nested repository and a submodule all sit at the depth where the walk is shared out.
+fn deep_tree(r: &Path) {
+    write(r, ".gitignore", "*.log\n");
+    write(r, "top.py", "");
+    for a in 0..6 {
+        write(r, &format!("t/a{a}/x.py"), "");
+        write(r, &format!("t/a{a}/x.log"), "");
+        for b in 0..8 {
+            write(r, &format!("t/a{a}/b{b}/c/d.py"), "");
+            write(r, &format!("t/a{a}/b{b}/e.py"), "");
+        }
+    }
+    write(r, "t/a1/.gitignore", "b2/\n*.tmp\n!keep.tmp\n");
+    write(r, "t/a1/b2/gone.py", "");
+    write(r, "t/a1/b3/c/drop.tmp", "");
+    write(r, "t/a1/b3/c/keep.tmp", "");
+    write(r, "t/a3/b5/c/.gitignore", "*\n");
+    let nested = r.join("t/a2/b3/nested");
+    git_init(&nested);
+    write(&nested, "n.py", "");
+    let sub = r.join("t/a4/b1/sub");
+    git_init(&sub);
+    write(&sub, "s.py", "");
+    git(&sub, &["add", "."]);
+    git(&sub, &["commit", "-qm", "sub"]);
+    git(r, &["add", "t/a4", "top.py"]);
+    git(r, &["add", "-f", "t/a1/b2/gone.py"]);
+}
+
+#[test]
+fn a_deep_tree_below_one_folder_matches_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    git_init(&repo);
+    deep_tree(&repo);
+    assert_matches_git(&repo);
+    assert_matches_git(&repo.join("t"));
+    assert_matches_git(&repo.join("t/a1"));
+    let set = ship_set(&repo);
+    for path in [
+        "t/a1/b2/gone.py",
+        "t/a1/b3/c/keep.tmp",
+        "t/a2/b3/nested/n.py",
+        "t/a4/b1/sub/s.py",
+        "t/a5/b7/c/d.py",
+    ] {
+        assert!(set.contains(path), "{path} should be shipped: {set:?}");
+    }
+    for path in ["t/a0/x.log", "t/a1/b3/c/drop.tmp", "t/a3/b5/c/d.py"] {
+        assert!(!set.contains(path), "{path} should not be shipped");
+    }
+    // `.gitignore`, `top.py` and 6 × (1 + 8 × 2); less `t/a3/b5/c/d.py` and the two files of
+    // the ignored `t/a1/b2/`; plus `t/a1/.gitignore` and the five files named above.
+    assert_eq!(set.len(), 106, "{set:?}");
+}
+
+/// A tracked file whose folder was replaced by a link to another folder holding a file of the
+/// same name: git does not look through the link (`git status` says the file was deleted and
+/// the link is new), and neither does div, which ships the link and not the file through it.
+#[test]
+fn a_tracked_file_below_a_folder_now_a_link_is_not_looked_at_through_the_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    git_init(&repo);
+    write(&repo, "a/f.py", "old");
+    write(&repo, "keep/f.py", "other");
+    git(&repo, &["add", "."]);
+    fs::remove_dir_all(repo.join("a")).unwrap();
+    symlink(&repo, "a", "keep");
+    let status = String::from_utf8(git(&repo, &["status", "--porcelain", "-uall"])).unwrap();
+    assert!(status.contains("AD a/f.py"), "git: {status}");
+    assert!(status.contains("?? a\n"), "git: {status}");
+    let got: Vec<String> = ship_set(&repo).into_iter().collect();
+    assert_eq!(got, ["a", "keep/f.py"]);
+}
