@@ -418,9 +418,29 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the volume holds each of `hashes`, in order. A cold ship asks this of every
+    /// file, 57,000 for a big repository, in each of three requests: asked in one read
+    /// transaction per 4,096 (SQLite takes its shared lock once for them, not once a
+    /// question), with the statement kept by the connection.
+    pub(crate) fn has_blobs(&self, volume: &str, hashes: &[&str]) -> Result<Vec<bool>, StoreError> {
+        let mut held = Vec::with_capacity(hashes.len());
+        for some in hashes.chunks(4096) {
+            let mut conn = self.conn();
+            let tx = conn.transaction()?;
+            {
+                let mut query = tx.prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM blobs WHERE volume = ?1 AND hash = ?2)",
+                )?;
+                for hash in some {
+                    held.push(query.query_row(params![volume, hash], |r| r.get::<_, bool>(0))?);
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(held)
+    }
+
     /// Whether the volume holds this blob.
-    /// (A prepared statement kept by the connection: a cold ship asks this once per file,
-    /// 57,000 times for a big repository, in each of three requests.)
     pub(crate) fn has_blob(&self, volume: &str, hash: &str) -> Result<bool, StoreError> {
         let conn = self.conn();
         let mut query =

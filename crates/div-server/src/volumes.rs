@@ -141,7 +141,7 @@ pub(crate) fn commit_tree(
             committed_tree(volume, &tree.path, &entries, Some(digest)),
         ));
     }
-    let mut missing: Vec<String> = Vec::new();
+    let mut hashes: Vec<&str> = Vec::new();
     for entry in &tree.entries {
         if entry.kind != div_api::EntryKind::File {
             continue;
@@ -152,8 +152,19 @@ pub(crate) fn commit_tree(
                 entry.path
             )));
         };
-        if (!valid_hash(hash) || !server.store.has_blob(volume, hash)?) && !missing.contains(hash) {
-            missing.push(hash.clone());
+        hashes.push(hash);
+    }
+    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
+    let held: std::collections::HashSet<&str> = valid
+        .iter()
+        .zip(server.store.has_blobs(volume, &valid)?)
+        .filter_map(|(hash, held)| held.then_some(*hash))
+        .collect();
+    let mut missing: Vec<String> = Vec::new();
+    let mut named = std::collections::HashSet::new();
+    for hash in hashes {
+        if !held.contains(hash) && named.insert(hash) {
+            missing.push(hash.to_owned());
         }
     }
     if !missing.is_empty() {

@@ -3,8 +3,11 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::fd::OwnedFd;
 
 use div_api::MissingBlobs;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 use serde_json::json;
 
 use super::{blob_dir, blob_path, partial_path, require_volume, valid_hash};
@@ -30,20 +33,28 @@ pub(crate) fn missing_blobs(
                     .collect()
             })
             .unwrap_or_default();
-    for hash in hashes {
-        if !seen.insert(hash.as_str()) {
+    let asked: Vec<&str> = hashes
+        .iter()
+        .filter(|h| seen.insert(h.as_str()))
+        .map(String::as_str)
+        .collect();
+    let valid: Vec<&str> = asked.iter().copied().filter(|h| valid_hash(h)).collect();
+    let held: std::collections::HashSet<&str> = valid
+        .iter()
+        .zip(server.store.has_blobs(volume, &valid)?)
+        .filter_map(|(hash, held)| held.then_some(*hash))
+        .collect();
+    for hash in asked {
+        if held.contains(hash) {
             continue;
         }
-        if valid_hash(hash) && server.store.has_blob(volume, hash)? {
-            continue;
-        }
-        missing.push(hash.clone());
+        missing.push(hash.to_owned());
         if valid_hash(hash)
             && partials.contains(hash)
             && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
             && m.len() > 0
         {
-            partial.insert(hash.clone(), m.len());
+            partial.insert(hash.to_owned(), m.len());
         }
     }
     Ok(MissingBlobs {
@@ -130,12 +141,28 @@ pub(crate) fn store_pack(
             HttpError::from(e)
         }
     };
+    // The blob folder, held for the unnamed writes below (`None`: each blob is written the
+    // other way).
+    let blob_fd = rustix::fs::open(
+        blob_dir(server, volume),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok();
     let mut stored: Vec<(&str, u64)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut held = 0usize;
-    for (hash, data) in &blobs {
-        if !seen.insert(&**hash) || server.store.has_blob(volume, hash)? {
+    let hashes: Vec<&str> = blobs.iter().map(|(hash, _)| &**hash).collect();
+    let already = server.store.has_blobs(volume, &hashes)?;
+    for ((hash, data), already) in blobs.iter().zip(already) {
+        if !seen.insert(&**hash) || already {
             held += 1;
+            continue;
+        }
+        if let Some(dir) = &blob_fd
+            && write_unnamed(dir, hash, data).map_err(full)?
+        {
+            stored.push((hash, data.len() as u64));
             continue;
         }
         // Its own name: two packs holding one new blob are written at once by two clients,
@@ -154,4 +181,65 @@ pub(crate) fn store_pack(
     }
     server.store.add_blobs(volume, &stored)?;
     Ok(json!({ "stored": stored.len(), "held": held }))
+}
+
+/// Writes `data` as the blob `hash` into the blob folder `blobs`: an unnamed file
+/// (`O_TMPFILE`) is filled, then linked in under its name (`linkat` of `/proc/self/fd/N`), so
+/// the blob is there whole or not at all, and one name is made where the other way makes a
+/// temporary one, renames it and so drops it. `Ok(false)` when it cannot be done so here (no
+/// `O_TMPFILE` on this file system, no `/proc`, or a file already at that name, which the
+/// other way replaces): the caller writes it the other way.
+fn write_unnamed(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let Ok(fd) = rustix::fs::openat(
+        blobs,
+        ".",
+        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    ) else {
+        return Ok(false);
+    };
+    let mut file = fs::File::from(fd);
+    file.write_all(data)?;
+    let unnamed = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match rustix::fs::linkat(
+        rustix::fs::CWD,
+        unnamed.as_str(),
+        blobs,
+        hash,
+        AtFlags::SYMLINK_FOLLOW,
+    ) {
+        Ok(()) => Ok(true),
+        Err(e @ (Errno::NOSPC | Errno::DQUOT)) => Err(e.into()),
+        Err(_) => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(dir: &std::path::Path) -> OwnedFd {
+        rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap()
+    }
+
+    /// Written whole under its name, with nothing else left in the folder; where a file is
+    /// at the name already, it is left as it is and the caller is told to write the other way.
+    #[test]
+    fn an_unnamed_write_links_the_whole_blob_in_and_never_over_another_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = folder(tmp.path());
+        let data = vec![7u8; 300_000];
+        assert!(write_unnamed(&dir, "aa", &data).unwrap());
+        assert_eq!(fs::read(tmp.path().join("aa")).unwrap(), data);
+        let names: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["aa"]);
+        fs::write(tmp.path().join("bb"), "there before").unwrap();
+        assert!(!write_unnamed(&dir, "bb", b"new").unwrap());
+        assert_eq!(fs::read(tmp.path().join("bb")).unwrap(), b"there before");
+    }
 }
