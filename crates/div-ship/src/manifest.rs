@@ -231,15 +231,15 @@ mod tests {
     fn the_id_of_many_blocks_is_blake3_of_the_whole_canonical_json() {
         let entry = |i: usize| ManifestEntry {
             path: format!("d{}/f\"é{i:06}", i % 7),
-            kind: if i % 5 == 0 {
+            kind: if i.is_multiple_of(5) {
                 EntryKind::Symlink
             } else {
                 EntryKind::File
             },
-            executable: i % 3 == 0,
+            executable: i.is_multiple_of(3),
             size: i as u64,
-            hash: (i % 5 != 0).then(|| format!("{i:064x}")),
-            target: (i % 5 == 0).then(|| format!("../t{i}")),
+            hash: (!i.is_multiple_of(5)).then(|| format!("{i:064x}")),
+            target: (i.is_multiple_of(5)).then(|| format!("../t{i}")),
         };
         for n in [1, 2047, 2048, 2049, 4096, 4097, 20_001] {
             let mut entries: Vec<ManifestEntry> = (0..n).map(entry).collect();
