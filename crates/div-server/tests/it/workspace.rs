@@ -197,3 +197,62 @@ async fn python_is_laid_over_usr_local_bin_for_the_run_alone() {
         assert!(!std::path::Path::new("/usr/local/bin/python").exists());
     }
 }
+
+/// The folder laid over `/usr/local/bin` (`home/shim`) is the server's, not the run's: a run
+/// that reads its host path from the mount table and tries to plant a program there, swap its
+/// `python` for a link to a shell, or put a fifo beside it, reaches nothing; the folder is as
+/// it was, and the next run's `python` is still the host's `python3`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cannot_reach_the_folder_laid_over_usr_local_bin() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let shim = server.home.join("shim");
+    let attack = format!(
+        "grep -o 'lowerdir=[^:,]*' /proc/self/mountinfo | head -1; \
+         for d in {shim} $(grep -o 'lowerdir=[^:,]*' /proc/self/mountinfo | cut -d= -f2); do \
+           ls \"$d\" >/dev/null 2>&1 && echo \"listed $d\"; \
+           echo 'echo owned' > \"$d/planted\" 2>/dev/null && echo \"planted in $d\"; \
+           ln -sf /bin/sh \"$d/python\" 2>/dev/null && echo \"swapped in $d\"; \
+           mkfifo \"$d/trap\" 2>/dev/null && echo \"fifo in $d\"; \
+         done; \
+         ln -sf /bin/sh /usr/local/bin/python 2>/dev/null && echo swapped-usr-local; \
+         echo done",
+        shim = shim.display()
+    );
+    let (status, run) = server.create_run(&attack, json!({})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(&id).await;
+    for reached in [
+        "listed ",
+        "planted ",
+        "swapped ",
+        "fifo ",
+        "swapped-usr-local",
+    ] {
+        assert!(!log.contains(reached), "the run reached the shim: {log}");
+    }
+    assert!(log.ends_with("done\n"), "{log}");
+    if shim.exists() {
+        let names: Vec<_> = std::fs::read_dir(&shim)
+            .expect("the shim folder")
+            .map(|e| e.expect("an entry").file_name())
+            .collect();
+        assert_eq!(names, ["python"], "the shim folder changed");
+        let target = std::fs::read_link(shim.join("python")).expect("the python link");
+        assert!(
+            target.ends_with("python3"),
+            "python points at {}",
+            target.display()
+        );
+        let (status, run) = server
+            .create_run("python -c 'print(6 * 7)'", json!({}))
+            .await;
+        assert_eq!(status, 201, "{run}");
+        let id = run["id"].as_str().expect("an id").to_owned();
+        let ended = server.wait_end(&id).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+        assert!(server.log_text(&id).await.ends_with("42\n"));
+    }
+}
