@@ -106,9 +106,26 @@ impl Overlay {
     /// namespace its own first (`sys::private_mount_namespace`), so that only it and what it
     /// starts afterwards (the run's bubblewrap) see the mount, and nothing is left mounted
     /// when it exits. The same as [`Overlay::mount_prefix`], with no process started.
+    ///
+    /// Mounted `volatile` (Linux 5.10 and later; mounted without it where the kernel refuses
+    /// it): overlayfs then skips every sync of the upper layer, its own unmount's included.
+    /// Without it, the unmount when the supervisor exits syncs the whole file system under
+    /// the upper layer: a run that printed one line took 0.68 s to end after a first ship had
+    /// left 263 MB unwritten, and any run ends late beside a busy writer. Nothing is lost: the
+    /// run's writes to `/workspace` are never kept, and the layers are made new for each try.
     pub(crate) fn mount(&self, merged: &Path) -> io::Result<()> {
-        crate::sys::mount_overlay(&self.options(), merged)
+        match crate::sys::mount_overlay(&format!("{},volatile", self.options()), merged) {
+            Err(e) if e.raw_os_error() == Some(libc_einval()) => {
+                crate::sys::mount_overlay(&self.options(), merged)
+            }
+            done => done,
+        }
     }
+}
+
+/// `EINVAL`, what a kernel without overlayfs's `volatile` answers.
+fn libc_einval() -> i32 {
+    rustix::io::Errno::INVAL.raw_os_error()
 }
 
 /// Where `unshare` and `mount` are looked for: fixed folders, never a PATH.
