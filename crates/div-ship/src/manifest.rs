@@ -123,15 +123,85 @@ impl Manifest {
 
 /// `entries` as the canonical JSON writes them inside its list (compact, comma-separated),
 /// into `out`, emptied first.
+///
+/// Written by hand, byte for byte what serde_json writes for a [`ManifestEntry`] (tested
+/// against it: `an_entry_is_written_as_serde_json_writes_it`), at a fraction of its cost per
+/// field: the id of a 57,000-file manifest is 8 MB of it.
 fn write_entries(entries: &[ManifestEntry], out: &mut Vec<u8>) {
     out.clear();
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut *out, entry)
-            .expect("an entry of strings and integers always serializes into memory");
+        write_entry(entry, out);
     }
+}
+
+fn write_entry(entry: &ManifestEntry, out: &mut Vec<u8>) {
+    out.extend_from_slice(br#"{"path":"#);
+    write_json_str(&entry.path, out);
+    out.extend_from_slice(match entry.kind {
+        EntryKind::File => br#","kind":"file","executable":"#.as_slice(),
+        EntryKind::Symlink => br#","kind":"symlink","executable":"#.as_slice(),
+    });
+    out.extend_from_slice(if entry.executable { b"true" } else { b"false" });
+    out.extend_from_slice(br#","size":"#);
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut size = entry.size;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (size % 10) as u8;
+        size /= 10;
+        if size == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    if let Some(hash) = &entry.hash {
+        out.extend_from_slice(br#","hash":"#);
+        write_json_str(hash, out);
+    }
+    if let Some(target) = &entry.target {
+        out.extend_from_slice(br#","target":"#);
+        write_json_str(target, out);
+    }
+    out.push(b'}');
+}
+
+/// `s` as a JSON string, escaped as serde_json escapes: `"` and `\\`, the short forms of
+/// backspace, form feed, newline, carriage return and tab, `\u00xx` (lowercase) for the other
+/// control characters, everything else as it is.
+fn write_json_str(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(short);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 /// Where a link at `link_path` (a manifest path) with `target` ends up, resolved inside the
@@ -222,6 +292,49 @@ mod tests {
             Manifest::default().id(),
             blake3::hash(br#"{"entries":[]}"#).to_hex().to_string()
         );
+    }
+
+    #[test]
+    fn an_entry_is_written_as_serde_json_writes_it() {
+        let mut tricky: String = (0u8..0x20).map(char::from).collect();
+        tricky.push_str("\"\\/\u{7f}é😀 a");
+        for (path, kind, hash, target, size) in [
+            ("a", EntryKind::File, Some("ab".repeat(32)), None, 0),
+            (
+                tricky.as_str(),
+                EntryKind::File,
+                Some(tricky.clone()),
+                None,
+                u64::MAX,
+            ),
+            ("l", EntryKind::Symlink, None, Some(tricky.clone()), 1),
+            (
+                "n\0ff",
+                EntryKind::Symlink,
+                None,
+                Some("../x".to_owned()),
+                10,
+            ),
+            ("", EntryKind::File, None, None, 1_234_567_890),
+        ] {
+            for executable in [false, true] {
+                let entry = ManifestEntry {
+                    path: path.to_owned(),
+                    kind,
+                    executable,
+                    size,
+                    hash: hash.clone(),
+                    target: target.clone(),
+                };
+                let mut ours = Vec::new();
+                write_entry(&entry, &mut ours);
+                let theirs = serde_json::to_vec(&entry).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&ours),
+                    String::from_utf8_lossy(&theirs)
+                );
+            }
+        }
     }
 
     /// Written a block at a time on several threads, the id is still the hash of the whole
