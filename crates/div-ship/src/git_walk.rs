@@ -110,7 +110,12 @@ pub(crate) fn walk(
     let mut held = vec![fd];
     let mut frontier = Vec::new();
     walker.spread(0, &held[0], &listing, &rela, &mut frontier);
-    while !frontier.is_empty() && frontier.len() < threads * FOLDERS_PER_THREAD {
+    // (At most about `MOST_HELD` folders held open meanwhile: a narrow, deep tree would
+    // otherwise hold one for each folder it went through, and run out of descriptors.)
+    while !frontier.is_empty()
+        && frontier.len() < threads * FOLDERS_PER_THREAD
+        && held.len() < MOST_HELD
+    {
         if walker.stopped() {
             return walker.finish().map(Some);
         }
@@ -167,6 +172,9 @@ pub(crate) fn walk(
 
 /// How many folders each thread should have to take before the walk is shared out.
 const FOLDERS_PER_THREAD: usize = 16;
+
+/// How many folders the breadth-first start may hold open before it shares out what it has.
+const MOST_HELD: usize = 256;
 
 /// A folder still to walk: `name` inside the held folder numbered `parent`, at `rela`.
 struct Pending {

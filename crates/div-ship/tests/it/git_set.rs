@@ -1079,3 +1079,24 @@ fn a_tracked_file_below_a_folder_now_a_link_is_not_looked_at_through_the_link() 
     let got: Vec<String> = ship_set(&repo).into_iter().collect();
     assert_eq!(got, ["a", "keep/f.py"]);
 }
+
+/// A narrow, deep tree: 31 folders side by side, each a chain 60 folders deep with a file at
+/// every level, so the walk's breadth-first start never gathers enough folders to share out
+/// and stops at its bound on folders held open (it would otherwise hold all 1,860, past a
+/// usual limit of 1,024 descriptors; this machine's limit is higher, so this test checks
+/// what is listed, not the count). Every file is listed, as git lists it.
+#[test]
+fn a_narrow_deep_tree_is_walked_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    git_init(&repo);
+    for column in 0..31 {
+        let mut path = format!("c{column}");
+        for depth in 0..60 {
+            path.push_str(&format!("/d{depth}"));
+            write(&repo, &format!("{path}/f.py"), "");
+        }
+    }
+    assert_matches_git(&repo);
+    assert_eq!(ship_set(&repo).len(), 31 * 60);
+}
