@@ -34,6 +34,21 @@ pub(crate) fn partial_path(server: &Server, volume: &str, hash: &str) -> PathBuf
     blob_dir(server, volume).join("partial").join(hash)
 }
 
+/// Which of `hashes` the volume holds (one that is not a blob's hash never is).
+pub(crate) fn held_blobs<'h>(
+    server: &Server,
+    volume: &str,
+    hashes: &[&'h str],
+) -> Result<std::collections::HashSet<&'h str>, HttpError> {
+    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
+    let held = server.store.has_blobs(volume, &valid)?;
+    Ok(valid
+        .into_iter()
+        .zip(held)
+        .filter_map(|(hash, held)| held.then_some(hash))
+        .collect())
+}
+
 pub(crate) fn valid_hash(hash: &str) -> bool {
     hash.len() == 64
         && hash
@@ -154,12 +169,7 @@ pub(crate) fn commit_tree(
         };
         hashes.push(hash);
     }
-    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
-    let held: std::collections::HashSet<&str> = valid
-        .iter()
-        .zip(server.store.has_blobs(volume, &valid)?)
-        .filter_map(|(hash, held)| held.then_some(*hash))
-        .collect();
+    let held = held_blobs(server, volume, &hashes)?;
     let mut missing: Vec<String> = Vec::new();
     let mut named = std::collections::HashSet::new();
     for hash in hashes {

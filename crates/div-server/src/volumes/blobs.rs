@@ -38,12 +38,7 @@ pub(crate) fn missing_blobs(
         .filter(|h| seen.insert(h.as_str()))
         .map(String::as_str)
         .collect();
-    let valid: Vec<&str> = asked.iter().copied().filter(|h| valid_hash(h)).collect();
-    let held: std::collections::HashSet<&str> = valid
-        .iter()
-        .zip(server.store.has_blobs(volume, &valid)?)
-        .filter_map(|(hash, held)| held.then_some(*hash))
-        .collect();
+    let held = super::held_blobs(server, volume, &asked)?;
     for hash in asked {
         if held.contains(hash) {
             continue;
