@@ -231,6 +231,17 @@ impl Server {
 
     /// A tree of code in the volume `tests-code` (made if missing), written straight into the
     /// volume's folder: the `code` field of a run that shipped these files.
+    /// Places a run of `command` (with `extra` fields), waits for its end, checks that it
+    /// succeeded, and gives its log.
+    pub(crate) async fn run_to_success(&self, command: &str, extra: Value) -> String {
+        let (status, run) = self.create_run(command, extra).await;
+        assert_eq!(status, 201, "{run}");
+        let id = run["id"].as_str().expect("an id").to_owned();
+        let ended = self.wait_end(&id).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+        self.log_text(&id).await
+    }
+
     pub(crate) async fn code(&self, files: &[(&str, &str)]) -> Value {
         let (status, volume) = self
             .request(

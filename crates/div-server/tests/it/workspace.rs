@@ -218,12 +218,7 @@ async fn a_run_cannot_reach_the_folder_laid_over_usr_local_bin() {
          echo done",
         shim = shim.display()
     );
-    let (status, run) = server.create_run(&attack, json!({})).await;
-    assert_eq!(status, 201, "{run}");
-    let id = run["id"].as_str().expect("an id").to_owned();
-    let ended = server.wait_end(&id).await;
-    assert_eq!(ended["status"], "succeeded", "{ended}");
-    let log = server.log_text(&id).await;
+    let log = server.run_to_success(&attack, json!({})).await;
     for reached in [
         "listed ",
         "planted ",
@@ -246,14 +241,10 @@ async fn a_run_cannot_reach_the_folder_laid_over_usr_local_bin() {
             "python points at {}",
             target.display()
         );
-        let (status, run) = server
-            .create_run("python -c 'print(6 * 7)'", json!({}))
+        let log = server
+            .run_to_success("python -c 'print(6 * 7)'", json!({}))
             .await;
-        assert_eq!(status, 201, "{run}");
-        let id = run["id"].as_str().expect("an id").to_owned();
-        let ended = server.wait_end(&id).await;
-        assert_eq!(ended["status"], "succeeded", "{ended}");
-        assert!(server.log_text(&id).await.ends_with("42\n"));
+        assert!(log.ends_with("42\n"), "{log}");
     }
 }
 
@@ -269,8 +260,8 @@ async fn the_workspace_overlay_is_mounted_volatile() {
     }
     let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
     let code = server.code(&[("train.py", "print('x')\n")]).await;
-    let (status, run) = server
-        .create_run(
+    let log = server
+        .run_to_success(
             "grep -q ' /workspace .* - overlay ' /proc/self/mountinfo || echo copied; \
              grep ' /workspace ' /proc/self/mountinfo | grep -o ' - overlay .*' | tr ',' '\\n' \
              | grep -qxE '(fsync=)?volatile' && echo volatile; \
@@ -278,11 +269,6 @@ async fn the_workspace_overlay_is_mounted_volatile() {
             json!({"code": code}),
         )
         .await;
-    assert_eq!(status, 201, "{run}");
-    let id = run["id"].as_str().expect("an id").to_owned();
-    let ended = server.wait_end(&id).await;
-    assert_eq!(ended["status"], "succeeded", "{ended}");
-    let log = server.log_text(&id).await;
     if log.ends_with("copied\nmore\n") {
         // This server's start found no working overlay (its probe failed): it copies.
         eprintln!("no overlay /workspace on this server: nothing to check");
