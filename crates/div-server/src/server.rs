@@ -44,6 +44,9 @@ pub(crate) struct Server {
     /// Wakes whoever waits on a run's status (log streams following a run) after a pass of
     /// the scheduler changed some run's.
     pub(crate) changed: tokio::sync::Notify,
+    /// Blocking work in flight that may write the store (handlers', the scheduler's, the
+    /// retention rule's): a stopping server lets it end before it closes the store.
+    busy: std::sync::atomic::AtomicUsize,
 }
 
 /// The state directory's lock file, `home/server.pid`: held while the server runs, so two
@@ -151,7 +154,13 @@ impl Server {
             warned: Mutex::default(),
             kick: Arc::new(tokio::sync::Notify::new()),
             changed: tokio::sync::Notify::new(),
+            busy: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// How much blocking work ([`spawn_work`]) is in flight.
+    pub(crate) fn busy(&self) -> usize {
+        self.busy.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Held while a run's status changes.
@@ -188,8 +197,29 @@ pub(crate) async fn blocking<T: Send + 'static>(
     server: &Arc<Server>,
     f: impl FnOnce(&Server) -> Result<T, HttpError> + Send + 'static,
 ) -> Result<T, HttpError> {
-    let server = Arc::clone(server);
-    tokio::task::spawn_blocking(move || f(&server))
+    spawn_work(server, f)
         .await
         .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?
+}
+
+/// Starts `f` on a blocking thread, counted in [`Server::busy`] from now until it ends,
+/// whether or not anyone still waits for it (a handler's connection may be gone).
+pub(crate) fn spawn_work<T: Send + 'static>(
+    server: &Arc<Server>,
+    f: impl FnOnce(&Server) -> T + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    /// Counts one piece of work until dropped (after `f`, or with `f` never run).
+    struct Working(Arc<Server>);
+    impl Drop for Working {
+        fn drop(&mut self) {
+            self.0
+                .busy
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    server
+        .busy
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let working = Working(Arc::clone(server));
+    tokio::task::spawn_blocking(move || f(&working.0))
 }

@@ -28,6 +28,9 @@ pub(crate) enum StoreError {
         "the state database is at schema version {found}, newer than this div's {known}: it was written by a newer div; run that div, or give this one another state directory"
     )]
     TooNew { found: i64, known: i64 },
+    /// The server is stopping: its database was closed ([`Store::close`]).
+    #[error("the state database is closed: the server is stopping")]
+    Closed,
 }
 
 impl StoreError {
@@ -88,7 +91,25 @@ pub(crate) enum Placed {
 
 #[derive(Debug)]
 pub(crate) struct Store {
-    conn: Mutex<Connection>,
+    /// `None` once closed ([`Store::close`]).
+    conn: Mutex<Option<Connection>>,
+}
+
+/// The store's connection, held for one call.
+struct Conn<'a>(MutexGuard<'a, Option<Connection>>);
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        // Made only around a connection that is there ([`Store::conn`]).
+        self.0.as_ref().expect("an open connection")
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.0.as_mut().expect("an open connection")
+    }
 }
 
 /// The migrations, in order: `MIGRATIONS[i]` takes a database at schema version `i` (SQLite's
@@ -184,22 +205,36 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         migrate(&mut conn)?;
         Ok(Store {
-            conn: Mutex::new(conn),
+            conn: Mutex::new(Some(conn)),
         })
     }
 
-    /// Copies the write-ahead log into the database and empties it, so that `state.db` alone
-    /// holds everything (done when the server stops).
-    pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
-        self.conn()
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        Ok(())
+    /// Closes the database now, after the call in progress (if any) ends: its write-ahead
+    /// log copied in and emptied, the connection closed, so `state.db` alone holds
+    /// everything. Every call after it is [`StoreError::Closed`]. What the server does last
+    /// when it stops, before it lets go of its home: a connection closed later (by a task
+    /// that outlived the server) would checkpoint and delete a `state.db-wal` that is no
+    /// longer its own, the next server's.
+    pub(crate) fn close(&self) -> Result<(), StoreError> {
+        let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(conn) = slot.take() else {
+            return Ok(());
+        };
+        let checkpointed = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(StoreError::from);
+        conn.close().map_err(|(_, e)| StoreError::from(e))?;
+        checkpointed
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    fn conn(&self) -> Result<Conn<'_>, StoreError> {
         // A poisoned lock means a panic mid-call; SQLite's own transaction keeps the data
         // consistent, so carry on with the connection.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            return Err(StoreError::Closed);
+        }
+        Ok(Conn(guard))
     }
 
     /// Inserts `record` under the idempotency `key`, unless the key was seen.
@@ -209,7 +244,7 @@ impl Store {
         body_hash: &str,
         record: &RunRecord,
     ) -> Result<Placed, StoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let seen: Option<(String, String)> = tx
             .query_row(
@@ -255,7 +290,7 @@ impl Store {
 
     /// What the runs placed since `created_from` (RFC 3339, UTC) and ended spent, in cents.
     pub(crate) fn spent_in_ended_runs_since(&self, created_from: &str) -> Result<i64, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let spent: i64 = conn.query_row(
             "SELECT COALESCE(SUM(json_extract(run, '$.spent_cents')), 0) FROM runs \
              WHERE status NOT IN ('queued', 'running') AND json_extract(run, '$.created_at') >= ?1",
@@ -268,7 +303,7 @@ impl Store {
     /// Whether a run has this name.
     pub(crate) fn name_taken(&self, name: &str) -> Result<bool, StoreError> {
         let n: i64 =
-            self.conn()
+            self.conn()?
                 .query_row("SELECT COUNT(*) FROM runs WHERE name = ?1", [name], |r| {
                     r.get(0)
                 })?;
@@ -278,7 +313,7 @@ impl Store {
     /// A run by id or name.
     pub(crate) fn get_run(&self, id_or_name: &str) -> Result<Option<RunRecord>, StoreError> {
         let row: Option<(String, String)> = self
-            .conn()
+            .conn()?
             .query_row(
                 "SELECT run, internal FROM runs WHERE id = ?1 OR name = ?1",
                 [id_or_name],
@@ -291,7 +326,7 @@ impl Store {
 
     /// Writes a run's new state.
     pub(crate) fn update_run(&self, record: &RunRecord) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "UPDATE runs SET status = ?2, run = ?3, internal = ?4 WHERE id = ?1",
             params![
                 record.run.id,
@@ -305,7 +340,7 @@ impl Store {
 
     /// Runs with `status`, oldest first.
     pub(crate) fn runs_with_status(&self, status: RunStatus) -> Result<Vec<RunRecord>, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt =
             conn.prepare("SELECT run, internal FROM runs WHERE status = ?1 ORDER BY seq ASC")?;
         let rows = stmt
@@ -324,7 +359,7 @@ impl Store {
         limit: u32,
         cursor: Option<i64>,
     ) -> Result<(Vec<Run>, Option<i64>), StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare(
             "SELECT seq, run FROM runs
              WHERE (?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR seq < ?3)
@@ -353,7 +388,7 @@ impl Store {
 
     /// Makes a volume; returns it and whether it is new.
     pub(crate) fn create_volume(&self, name: &str, now: &str) -> Result<bool, StoreError> {
-        let n = self.conn().execute(
+        let n = self.conn()?.execute(
             "INSERT OR IGNORE INTO volumes (name, created_at) VALUES (?1, ?2)",
             params![name, now],
         )?;
@@ -362,7 +397,7 @@ impl Store {
 
     /// Every volume's name and creation time.
     pub(crate) fn volumes(&self) -> Result<Vec<Volume>, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare("SELECT name, created_at FROM volumes ORDER BY name")?;
         let rows = stmt
             .query_map([], |r| {
@@ -384,7 +419,7 @@ impl Store {
 
     /// Removes a volume and its records; whether it existed.
     pub(crate) fn delete_volume(&self, name: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let n = tx.execute("DELETE FROM volumes WHERE name = ?1", [name])?;
         tx.execute("DELETE FROM blobs WHERE volume = ?1", [name])?;
@@ -395,7 +430,7 @@ impl Store {
 
     /// Records a verified blob.
     pub(crate) fn add_blob(&self, volume: &str, hash: &str, size: u64) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "INSERT OR REPLACE INTO blobs (volume, hash, size) VALUES (?1, ?2, ?3)",
             params![volume, hash, size as i64],
         )?;
@@ -404,7 +439,7 @@ impl Store {
 
     /// Records verified blobs, all in one transaction.
     pub(crate) fn add_blobs(&self, volume: &str, blobs: &[(&str, u64)]) -> Result<(), StoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         {
             let mut insert = tx.prepare_cached(
@@ -425,7 +460,7 @@ impl Store {
     pub(crate) fn has_blobs(&self, volume: &str, hashes: &[&str]) -> Result<Vec<bool>, StoreError> {
         let mut held = Vec::with_capacity(hashes.len());
         for some in hashes.chunks(4096) {
-            let mut conn = self.conn();
+            let mut conn = self.conn()?;
             let tx = conn.transaction()?;
             {
                 let mut query = tx.prepare_cached(
@@ -442,7 +477,7 @@ impl Store {
 
     /// Whether the volume holds this blob.
     pub(crate) fn has_blob(&self, volume: &str, hash: &str) -> Result<bool, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut query =
             conn.prepare_cached("SELECT COUNT(*) FROM blobs WHERE volume = ?1 AND hash = ?2")?;
         let n: i64 = query.query_row(params![volume, hash], |r| r.get(0))?;
@@ -456,7 +491,7 @@ impl Store {
         path: &str,
     ) -> Result<Option<(String, u64, u64)>, StoreError> {
         Ok(self
-            .conn()
+            .conn()?
             .query_row(
                 "SELECT digest, files, bytes FROM trees WHERE volume = ?1 AND path = ?2",
                 params![volume, path],
@@ -480,7 +515,7 @@ impl Store {
         files: u64,
         bytes: u64,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "INSERT OR REPLACE INTO trees (volume, path, digest, files, bytes, used_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![volume, path, digest, files as i64, bytes as i64, now_ms() as i64],
         )?;
@@ -489,7 +524,7 @@ impl Store {
 
     /// Marks a committed tree used now (a run of it is about to be placed).
     pub(crate) fn touch_tree(&self, volume: &str, path: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "UPDATE trees SET used_ms = ?3 WHERE volume = ?1 AND path = ?2",
             params![volume, path, now_ms() as i64],
         )?;
@@ -503,7 +538,7 @@ impl Store {
         volume: &str,
         prefix: &str,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare(
             "SELECT path, used_ms FROM trees WHERE volume = ?1 AND substr(path, 1, length(?2)) = ?2 ORDER BY used_ms DESC, path ASC",
         )?;
@@ -517,7 +552,7 @@ impl Store {
 
     /// Forgets a committed tree (its folder is removed by the caller).
     pub(crate) fn remove_tree(&self, volume: &str, path: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "DELETE FROM trees WHERE volume = ?1 AND path = ?2",
             params![volume, path],
         )?;
@@ -526,7 +561,7 @@ impl Store {
 
     /// Forgets a blob (its file is removed by the caller, after).
     pub(crate) fn remove_blob(&self, volume: &str, hash: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "DELETE FROM blobs WHERE volume = ?1 AND hash = ?2",
             params![volume, hash],
         )?;
@@ -535,7 +570,7 @@ impl Store {
 
     /// Sets a secret.
     pub(crate) fn set_secret(&self, name: &str, value: &str, now: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.conn()?.execute(
             "INSERT OR REPLACE INTO secrets (name, value, updated_at) VALUES (?1, ?2, ?3)",
             params![name, value, now],
         )?;
@@ -544,7 +579,7 @@ impl Store {
 
     /// Secrets' names and dates.
     pub(crate) fn secrets(&self) -> Result<Vec<SecretInfo>, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare("SELECT name, updated_at FROM secrets ORDER BY name")?;
         let rows = stmt
             .query_map([], |r| {
@@ -560,7 +595,7 @@ impl Store {
 
     /// Secrets with their values, by name: what every run's environment gets.
     pub(crate) fn secret_values(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare("SELECT name, value FROM secrets ORDER BY name")?;
         let rows = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -571,7 +606,7 @@ impl Store {
     /// Removes a secret; whether it existed.
     pub(crate) fn delete_secret(&self, name: &str) -> Result<bool, StoreError> {
         Ok(self
-            .conn()
+            .conn()?
             .execute("DELETE FROM secrets WHERE name = ?1", [name])?
             == 1)
     }

@@ -579,6 +579,19 @@ pub(crate) fn open_file(server: &Server, volume: &str, path: &str) -> Result<fs:
     let rel = real.strip_prefix(&root).map_err(|_| not_found())?;
     match open_in(&root, rel) {
         Ok(Some(file)) => Ok(file),
-        _ => Err(not_found()),
+        Ok(None) => Err(not_found()),
+        // Not there, or a link or a FIFO where the file or a folder was: "no file". Anything
+        // else (out of file descriptors, an I/O error) is the server's trouble, said as it is,
+        // never "no file".
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || matches!(
+                    e.raw_os_error(),
+                    Some(libc::ELOOP | libc::ENOTDIR | libc::ENXIO | libc::EACCES)
+                ) =>
+        {
+            Err(not_found())
+        }
+        Err(e) => Err(HttpError::from(e)),
     }
 }

@@ -20,11 +20,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn serve_connection<S>(stream: S, shared: Arc<Shared>, token: Option<Arc<String>>)
-where
+fn serve_connection<S>(
+    conns: &mut tokio::task::JoinSet<()>,
+    stream: S,
+    shared: Arc<Shared>,
+    token: Option<Arc<String>>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
+    // Those that ended are let go as new ones come.
+    while conns.try_join_next().is_some() {}
+    conns.spawn(async move {
         let io = hyper_util::rt::TokioIo::new(stream);
         let service =
             hyper::service::service_fn(move |req| handle(Arc::clone(&shared), token.clone(), req));
@@ -80,9 +86,7 @@ pub(crate) async fn serve(
         let tick = options.tick;
         AbortOnDrop(tokio::spawn(async move {
             loop {
-                let s = Arc::clone(&server);
-                if let Ok(Ok(true)) = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await
-                {
+                if let Ok(Ok(true)) = crate::server::spawn_work(&server, scheduler::tick).await {
                     server.changed.notify_waiters();
                 }
                 tokio::select! {
@@ -97,12 +101,13 @@ pub(crate) async fn serve(
         uploads: Default::default(),
         dashboard: Default::default(),
     });
+    let mut conns = tokio::task::JoinSet::new();
     let accept = async {
         loop {
             tokio::select! {
                 conn = unix.accept() => {
                     if let Ok((stream, _)) = conn {
-                        serve_connection(stream, Arc::clone(&shared), None);
+                        serve_connection(&mut conns, stream, Arc::clone(&shared), None);
                     }
                 }
                 conn = async {
@@ -112,7 +117,7 @@ pub(crate) async fn serve(
                     }
                 } => {
                     if let (Ok((stream, _)), Some((_, token))) = (conn, &tcp) {
-                        serve_connection(stream, Arc::clone(&shared), Some(Arc::clone(token)));
+                        serve_connection(&mut conns, stream, Arc::clone(&shared), Some(Arc::clone(token)));
                     }
                 }
             }
@@ -122,13 +127,29 @@ pub(crate) async fn serve(
         () = shutdown => {}
         () = accept => {}
     }
-    drop(scheduler);
     let _ = std::fs::remove_file(&socket);
-    // `state.db` self-contained once the server stops: the WAL copied in and emptied.
-    {
-        let s = Arc::clone(&server);
-        let _ = tokio::task::spawn_blocking(move || s.store.checkpoint()).await;
+    // Stopping: no new pass of the scheduler, no connection served any more (a request cut
+    // here is one the client retries), then the blocking work already started (a commit, a
+    // pass) is let end, for a while, so that none is cut between its files and its record.
+    drop(scheduler);
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+    drop(shared);
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    while server.busy() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The store closed before the home is let go, whatever still holds the server (a task
+    // of the dashboard, a log stream's): `state.db` self-contained, its log copied in and
+    // emptied, and no connection of this server's left to touch the next one's log.
+    let s = Arc::clone(&server);
+    let closed = tokio::task::spawn_blocking(move || s.store.close()).await;
+    if let Ok(Err(e)) = closed {
+        tracing::warn!("the state database did not close cleanly: {e}");
     }
     drop(home_lock);
     Ok(())
 }
+
+/// How long a stopping server waits for the blocking work in flight to end.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -146,9 +146,8 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             // A new code snapshot: the volume's old ones are let go by the retention rule,
             // after the answer (removing a large tree takes a while).
             if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
-                let server = Arc::clone(server);
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = volumes::retention::prune(&server, &volume) {
+                crate::server::spawn_work(server, move |server| {
+                    if let Err(e) = volumes::retention::prune(server, &volume) {
                         tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
                     }
                 });

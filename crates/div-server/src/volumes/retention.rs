@@ -157,11 +157,17 @@ fn links_in(dir: &Path, out: &mut HashSet<(u64, u64)>) {
 }
 
 /// Lets go each blob of `volume` that is one of `freed` and that no tree links any more.
+///
+/// In two steps: every blob to let go is picked first, while all of them still exist, and
+/// only then deleted. An inode's number names a file only while the file exists: picking
+/// and deleting in one pass let a blob uploaded during the pass (a client's next commit
+/// does not wait for this one's pass) take the number of a blob just deleted, be picked as
+/// well, and vanish between its upload and its commit.
 fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<usize, HttpError> {
-    let mut n = 0;
     let Ok(entries) = fs::read_dir(blob_dir(server, volume)) else {
         return Ok(0);
     };
+    let mut picked = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(hash) = name.to_str().filter(|h| valid_hash(h)) else {
@@ -169,11 +175,15 @@ fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<
         };
         let Ok(m) = entry.metadata() else { continue };
         if m.is_file() && m.nlink() == 1 && freed.contains(&(m.dev(), m.ino())) {
-            server.store.remove_blob(volume, hash)?;
-            match fs::remove_file(entry.path()) {
-                Ok(()) => n += 1,
-                Err(e) => tracing::warn!(volume, hash, "could not delete a blob let go: {e}"),
-            }
+            picked.push((hash.to_owned(), entry.path()));
+        }
+    }
+    let mut n = 0;
+    for (hash, path) in picked {
+        server.store.remove_blob(volume, &hash)?;
+        match fs::remove_file(&path) {
+            Ok(()) => n += 1,
+            Err(e) => tracing::warn!(volume, hash, "could not delete a blob let go: {e}"),
         }
     }
     Ok(n)

@@ -120,6 +120,7 @@ async fn concurrent_commits_of_one_new_tree_both_succeed() {
                 Err(e) => failures.push(format!("pair {pair}: {e}")),
             }
         }
+        // Read back before the failures are judged: a commit that failed is named here too.
         let mut back = Vec::new();
         cp.read_file(
             "proj-code",
@@ -127,7 +128,9 @@ async fn concurrent_commits_of_one_new_tree_both_succeed() {
             &mut back,
         )
         .await
-        .expect("the committed file reads back");
+        .unwrap_or_else(|e| {
+            panic!("the committed file reads back: {e}; failed commits so far: {failures:#?}")
+        });
         assert_eq!(
             back,
             format!("pair {pair} file 3\n").repeat(64).into_bytes()

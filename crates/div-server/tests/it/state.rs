@@ -222,6 +222,66 @@ async fn secrets_of(home: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A stopped server has closed its database before `serve` returns, whatever still holds a
+/// connection to it: here a client that keeps its connection open (HTTP keep-alive) across
+/// the stop. Its database used to stay open until that connection ended, after the home was
+/// let go; closing it then checkpointed and deleted the `state.db-wal` beside it, by then
+/// the next server's (the damaged log of the test below, at random, under load).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_has_closed_its_database_whoever_still_holds_a_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    used_home(&home).await;
+    let (stop, task) = serve(&home, None);
+    let server = crate::harness::Server::external(&home);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !matches!(
+        server.try_request("GET", "/v1/secrets", None, &[]).await,
+        Ok((200, _))
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never up");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A client that asks once and keeps its connection.
+    let mut kept = tokio::net::UnixStream::connect(home.join("server.sock"))
+        .await
+        .expect("a connection");
+    kept.write_all(b"GET /v1/secrets HTTP/1.1\r\nhost: div\r\n\r\n")
+        .await
+        .expect("a request");
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("TOKEN") {
+        let mut buf = [0u8; 4096];
+        let n = kept.read(&mut buf).await.expect("the answer");
+        assert!(
+            n > 0,
+            "the connection ended: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let _ = stop.send(());
+    task.await.expect("the task").expect("a clean stop");
+    // Closed: SQLite deletes the log when its last connection closes.
+    let wal = home.join("state.db-wal");
+    assert!(
+        !wal.exists(),
+        "the server stopped with its database open (its log is still there)"
+    );
+    // Whatever comes into the log's place after the stop is left alone when that client
+    // lets its connection go.
+    let theirs = b"not this server's log".repeat(100);
+    std::fs::write(&wal, &theirs).expect("a log");
+    drop(kept);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::read(&wal).expect("the log is still there"),
+        theirs,
+        "the stopped server's database touched the log after it stopped"
+    );
+}
+
 /// Issue 13: a server that was not stopped cleanly leaves changes in `state.db-wal` not yet
 /// copied into `state.db`. SQLite silently ignores a log whose header is damaged, and every
 /// frame from a damaged one on: started on such a log, the server used to come up without
