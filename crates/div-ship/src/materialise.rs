@@ -262,6 +262,37 @@ fn temporary_sibling(dest: &Path) -> PathBuf {
     dest.with_file_name(unique)
 }
 
+/// Links the blob at `blob` in as `name` in the folder `dir`, by its name beneath its folder,
+/// held open in `held` for the next blob of the same folder.
+fn link_blob(
+    held: &mut Option<(PathBuf, rustix::fd::OwnedFd)>,
+    blob: &Path,
+    dir: &rustix::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+) -> rustix::io::Result<()> {
+    let (Some(folder), Some(blob_name)) = (blob.parent(), blob.file_name()) else {
+        return rustix::fs::linkat(
+            rustix::fs::CWD,
+            blob,
+            dir,
+            name,
+            rustix::fs::AtFlags::empty(),
+        );
+    };
+    if held.as_ref().is_none_or(|(open, _)| open != folder) {
+        let fd = rustix::fs::open(
+            folder,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        *held = Some((folder.to_owned(), fd));
+    }
+    let Some((_, blobs)) = held.as_ref() else {
+        unreachable!("opened just above")
+    };
+    rustix::fs::linkat(blobs, blob_name, dir, name, rustix::fs::AtFlags::empty())
+}
+
 fn write_tree(
     entries: &[ManifestEntry],
     blob_path: &dyn Fn(&str) -> PathBuf,
@@ -279,6 +310,9 @@ fn write_tree(
     // come together, and each is linked, looked at and given its mode by name beneath it,
     // rather than by a path the kernel walks again from the top each time.
     let mut folder: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
+    // Likewise the blobs' folder (most often one for all): each blob is linked by its name
+    // beneath it, not by a path walked from the top.
+    let mut blobs: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
     for entry in files {
         let path = root.join(on_disk(&entry.path));
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -307,14 +341,7 @@ fn write_tree(
         let mode = if entry.executable { 0o755 } else { 0o644 };
         let linked = how == Files::Linked
             && !entry.executable
-            && rustix::fs::linkat(
-                rustix::fs::CWD,
-                &blob,
-                dir,
-                name,
-                rustix::fs::AtFlags::empty(),
-            )
-            .is_ok();
+            && link_blob(&mut blobs, &blob, dir, name).is_ok();
         let copied = if linked {
             let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(&path)(e.into()))?;

@@ -99,8 +99,8 @@ pub(crate) fn finish_upload(
 /// `POST /v1/volumes/{name}/blobs/pack`: several small whole blobs in one body
 /// (`div_api::parse_pack`). Every blob is checked first (its form, its size, its bytes
 /// against its hash), so a pack with one bad blob stores none; then each one the volume
-/// lacks is written beside its place and renamed into it, and all are recorded in one
-/// transaction. Answers how many were stored and how many the volume already held.
+/// lacks is written under its name ([`write_new`]; beside it and renamed into place where
+/// something is there already), and all are recorded in one transaction. Answers how many were stored and how many the volume already held.
 pub(crate) fn store_pack(
     server: &Server,
     volume: &str,
@@ -136,8 +136,8 @@ pub(crate) fn store_pack(
             HttpError::from(e)
         }
     };
-    // The blob folder, held for the unnamed writes below (`None`: each blob is written the
-    // other way).
+    // The blob folder, held for the writes below (`None`: each blob is written the other
+    // way).
     let blob_fd = rustix::fs::open(
         blob_dir(server, volume),
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -155,7 +155,7 @@ pub(crate) fn store_pack(
             continue;
         }
         if let Some(dir) = &blob_fd
-            && write_unnamed(dir, hash, data).map_err(full)?
+            && write_new(dir, hash, data).map_err(full)?
         {
             stored.push((hash, data.len() as u64));
             continue;
@@ -178,36 +178,36 @@ pub(crate) fn store_pack(
     Ok(json!({ "stored": stored.len(), "held": held }))
 }
 
-/// Writes `data` as the blob `hash` into the blob folder `blobs`: an unnamed file
-/// (`O_TMPFILE`) is filled, then linked in under its name (`linkat` of `/proc/self/fd/N`), so
-/// the blob is there whole or not at all, and one name is made where the other way makes a
-/// temporary one, renames it and so drops it. `Ok(false)` when it cannot be done so here (no
-/// `O_TMPFILE` on this file system, no `/proc`, or a file already at that name, which the
-/// other way replaces): the caller writes it the other way.
-fn write_unnamed(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
+/// Writes `data` as the blob `hash`, made under its own name in the blob folder `blobs`
+/// (`O_CREAT | O_EXCL | O_NOFOLLOW`): one name made and nothing renamed or linked, as
+/// `tar -x` makes a file. A write that fails removes what it made. `Ok(false)` when anything
+/// is already at that name (what a write cut short by a crash left, or a blob another pack
+/// is writing now): the caller writes it the other way, beside it and renamed over it.
+///
+/// Nothing reads a blob by its name before its record is made, and the record is made only
+/// after every blob of the pack is written whole ([`store_pack`]), so a blob being written,
+/// or one left half-written without a record, is never linked into a tree; a pack of the
+/// same blob later finds no record and writes it again over what is there.
+fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
-    let Ok(fd) = rustix::fs::openat(
-        blobs,
-        ".",
-        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o666),
-    ) else {
-        return Ok(false);
-    };
-    let mut file = fs::File::from(fd);
-    file.write_all(data)?;
-    let unnamed = format!("/proc/self/fd/{}", file.as_raw_fd());
-    match rustix::fs::linkat(
-        rustix::fs::CWD,
-        unnamed.as_str(),
+    let fd = match rustix::fs::openat(
         blobs,
         hash,
-        AtFlags::SYMLINK_FOLLOW,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
     ) {
+        Ok(fd) => fd,
+        Err(Errno::EXIST) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let mut file = fs::File::from(fd);
+    match file.write_all(data) {
         Ok(()) => Ok(true),
-        Err(e @ (Errno::NOSPC | Errno::DQUOT)) => Err(e.into()),
-        Err(_) => Ok(false),
+        Err(e) => {
+            drop(file);
+            let _ = rustix::fs::unlinkat(blobs, hash, AtFlags::empty());
+            Err(e)
+        }
     }
 }
 
@@ -219,14 +219,15 @@ mod tests {
         rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap()
     }
 
-    /// Written whole under its name, with nothing else left in the folder; where a file is
-    /// at the name already, it is left as it is and the caller is told to write the other way.
+    /// Written whole under its name, with nothing else left in the folder; where anything is
+    /// at the name already (a file, a link), it is left as it is and the caller is told to
+    /// write the other way.
     #[test]
-    fn an_unnamed_write_links_the_whole_blob_in_and_never_over_another_file() {
+    fn a_new_blob_is_written_under_its_name_and_never_over_anything() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = folder(tmp.path());
         let data = vec![7u8; 300_000];
-        assert!(write_unnamed(&dir, "aa", &data).unwrap());
+        assert!(write_new(&dir, "aa", &data).unwrap());
         assert_eq!(fs::read(tmp.path().join("aa")).unwrap(), data);
         let names: Vec<_> = fs::read_dir(tmp.path())
             .unwrap()
@@ -234,7 +235,12 @@ mod tests {
             .collect();
         assert_eq!(names, ["aa"]);
         fs::write(tmp.path().join("bb"), "there before").unwrap();
-        assert!(!write_unnamed(&dir, "bb", b"new").unwrap());
+        assert!(!write_new(&dir, "bb", b"new").unwrap());
         assert_eq!(fs::read(tmp.path().join("bb")).unwrap(), b"there before");
+        let outside = tmp.path().join("outside");
+        fs::write(&outside, "not a blob").unwrap();
+        std::os::unix::fs::symlink(&outside, tmp.path().join("cc")).unwrap();
+        assert!(!write_new(&dir, "cc", b"new").unwrap());
+        assert_eq!(fs::read(&outside).unwrap(), b"not a blob");
     }
 }
