@@ -170,7 +170,7 @@ pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
 /// a hard link to its blob (div-ship's `materialise_linked`): nothing ever writes to either.
 pub(crate) fn materialise_linked(
     entries: &[TreeEntry],
-    blob_path: impl Fn(&str) -> PathBuf,
+    blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), String> {
     div_ship::materialise_linked(&manifest_entries(entries)?, blob_path, dest)
@@ -180,7 +180,7 @@ pub(crate) fn materialise_linked(
 /// Writes the tree into `dest`, all or nothing (div-ship's `materialise`).
 pub(crate) fn materialise(
     entries: &[TreeEntry],
-    blob_path: impl Fn(&str) -> PathBuf,
+    blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), String> {
     div_ship::materialise(&manifest_entries(entries)?, blob_path, dest)

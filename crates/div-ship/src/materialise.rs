@@ -190,7 +190,7 @@ pub(crate) fn is_hash(hash: &str) -> bool {
 /// exist or is complete; on failure the temporary directory is removed.
 pub fn materialise(
     entries: &[ManifestEntry],
-    blob_path: impl Fn(&str) -> PathBuf,
+    blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), MaterialiseError> {
     materialise_with(entries, &blob_path, dest, Files::Copied)
@@ -203,7 +203,7 @@ pub fn materialise(
 /// be made (another filesystem) are copied.
 pub fn materialise_linked(
     entries: &[ManifestEntry],
-    blob_path: impl Fn(&str) -> PathBuf,
+    blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), MaterialiseError> {
     materialise_with(entries, &blob_path, dest, Files::Linked)
@@ -218,7 +218,7 @@ enum Files {
 
 fn materialise_with(
     entries: &[ManifestEntry],
-    blob_path: &dyn Fn(&str) -> PathBuf,
+    blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
     dest: &Path,
     files: Files,
 ) -> Result<(), MaterialiseError> {
@@ -293,9 +293,13 @@ fn link_blob(
     rustix::fs::linkat(blobs, blob_name, dir, name, rustix::fs::AtFlags::empty())
 }
 
-fn write_tree(
-    entries: &[ManifestEntry],
-    blob_path: &dyn Fn(&str) -> PathBuf,
+/// Below this many files a tree is written by one thread.
+const FILES_PER_THREAD: usize = 4096;
+
+/// Writes `files` (sorted, all plain files) into the tree at `root`.
+fn write_files(
+    files: &[&ManifestEntry],
+    blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
     root: &Path,
     how: Files,
 ) -> Result<(), MaterialiseError> {
@@ -303,9 +307,6 @@ fn write_tree(
         let path = path.to_owned();
         move |source| MaterialiseError::Io { path, source }
     };
-    // Files first, links last: validation already refused paths under a link, so no write
-    // can go through one, whatever the order.
-    let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);
     // The folder the last file went into, held open: entries are sorted, so a folder's files
     // come together, and each is linked, looked at and given its mode by name beneath it,
     // rather than by a path the kernel walks again from the top each time.
@@ -313,7 +314,7 @@ fn write_tree(
     // Likewise the blobs' folder (most often one for all): each blob is linked by its name
     // beneath it, not by a path walked from the top.
     let mut blobs: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
-    for entry in files {
+    for &entry in files {
         let path = root.join(on_disk(&entry.path));
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(MaterialiseError::BadComponent {
@@ -369,6 +370,48 @@ fn write_tree(
                 expected: entry.size,
                 found: copied,
             });
+        }
+    }
+    Ok(())
+}
+
+fn write_tree(
+    entries: &[ManifestEntry],
+    blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
+    root: &Path,
+    how: Files,
+) -> Result<(), MaterialiseError> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| MaterialiseError::Io { path, source }
+    };
+    // Files first, links last: validation already refused paths under a link, so no write
+    // can go through one, whatever the order.
+    let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);
+    // A big tree's files are written by several threads, each a run of consecutive entries
+    // (a folder two runs share is made by whichever comes first: `create_dir_all` takes
+    // one already there).
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(files.len() / FILES_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        write_files(&files, blob_path, root, how)?;
+    } else {
+        let chunk = files.len().div_ceil(threads);
+        let results: Vec<Result<(), MaterialiseError>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = files
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || write_files(part, blob_path, root, how)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a writing thread does not panic"))
+                .collect()
+        });
+        for result in results {
+            result?;
         }
     }
     for entry in links {

@@ -322,3 +322,44 @@ fn a_linked_tree_shares_its_plain_files_with_their_blobs_and_copies_executables(
         0
     );
 }
+
+/// A tree big enough to be written by several threads (10,000 files in 200 folders, some
+/// folders split between two threads' runs, executables and links among them) is written
+/// whole, linked and copied alike: every file with its bytes and mode, every link.
+#[test]
+fn a_big_tree_written_by_several_threads_is_whole() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let contents: Vec<String> = (0..10_000).map(|i| format!("file {i}\n")).collect();
+    let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+    let blob_path = blobs(tmp.path(), &refs);
+    let mut entries: Vec<ManifestEntry> = Vec::new();
+    for (i, content) in contents.iter().enumerate() {
+        let mut entry = file(&format!("d{:03}/sub/f{i:05}.py", i / 50), content);
+        entry.executable = i % 997 == 0;
+        entries.push(entry);
+    }
+    entries.push(link("d000/to-f00001", "sub/f00001.py"));
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    fs::create_dir_all(tmp.path().join("code")).unwrap();
+    for (tree, linked) in [("code/linked", true), ("code/copied", false)] {
+        let dest = tmp.path().join(tree);
+        if linked {
+            div_ship::materialise_linked(&entries, &blob_path, &dest).unwrap();
+        } else {
+            div_ship::materialise(&entries, &blob_path, &dest).unwrap();
+        }
+        for (i, content) in contents.iter().enumerate() {
+            let path = dest.join(format!("d{:03}/sub/f{i:05}.py", i / 50));
+            assert_eq!(&fs::read_to_string(&path).unwrap(), content, "{path:?}");
+            let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, if i % 997 == 0 { 0o755 } else { 0o644 }, "{path:?}");
+        }
+        assert_eq!(
+            fs::read_to_string(dest.join("d000/to-f00001")).unwrap(),
+            "file 1\n"
+        );
+        let folders = fs::read_dir(&dest).unwrap().count();
+        assert_eq!(folders, 200, "{tree}");
+    }
+}
