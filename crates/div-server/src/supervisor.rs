@@ -361,7 +361,14 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     // supervisor makes its own, which bubblewrap inherits: no process is started for them.
     let shim = spec.python_shim.as_deref().filter(|_| sandboxed);
     if overlay.is_some() || shim.is_some() {
-        let mounted = sys::private_mount_namespace()
+        // Without root, in a user namespace of its own first, as its own user (the server
+        // found that works: `workspace::overlay_works`).
+        let namespace = if rustix::process::geteuid().is_root() {
+            sys::private_mount_namespace()
+        } else {
+            sys::private_user_and_mount_namespace()
+        };
+        let mounted = namespace
             .and_then(|()| overlay.map_or(Ok(()), |o| o.mount(&spec.workspace)))
             .and_then(|()| shim.map_or(Ok(()), crate::sandbox::lay_python_shim));
         if let Err(e) = mounted {

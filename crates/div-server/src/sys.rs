@@ -181,6 +181,113 @@ pub(crate) fn private_mount_namespace() -> io::Result<()> {
     Ok(())
 }
 
+/// [`private_mount_namespace`] for a process without `CAP_SYS_ADMIN` (an unprivileged
+/// server's supervisor): the process first gets a user namespace of its own in which it
+/// keeps its own uid and gid (each mapped to itself, nothing else mapped, `setgroups`
+/// denied), and so the capabilities to mount in the mount namespace made with it. Nothing
+/// about who it is changes: its files are made as its user, and what it starts (the run's
+/// bubblewrap, which makes a user namespace of its own inside this one) runs as its user,
+/// without those capabilities (they go at `exec`, as for any process that is not uid 0).
+///
+/// The kernel makes a user namespace only for a process of one thread: called by the
+/// supervisor before it starts any.
+pub(crate) fn private_user_and_mount_namespace() -> io::Result<()> {
+    use rustix::thread::UnshareFlags;
+    let (uid, gid) = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
+    // SAFETY: as in `private_mount_namespace`: `FILES` is not passed, so every descriptor
+    // stays valid in every thread (there is one).
+    #[allow(unsafe_code)]
+    unsafe {
+        rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)?;
+    }
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    use rustix::mount::MountPropagationFlags;
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    Ok(())
+}
+
+/// Makes `command`'s process, between its fork and its exec, do what a supervisor without
+/// root does before it starts a run's bubblewrap ([`private_user_and_mount_namespace`], then
+/// an overlay with `options` mounted on `merged`, `volatile` where the kernel takes it): how
+/// the server tries, once, whether runs' `/workspace` can be overlays here
+/// (`workspace::overlay_works`). The server has threads, so this cannot be done in its own
+/// process; the forked child has one.
+pub(crate) fn with_overlay_in_own_user_namespace(
+    command: &mut std::process::Command,
+    options: &str,
+    merged: &std::path::Path,
+) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt as _;
+    let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path");
+    let (uid, gid) = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
+    // Everything the child needs, made here: between fork and exec nothing may allocate.
+    let uid_map = format!("{uid} {uid} 1").into_bytes();
+    let gid_map = format!("{gid} {gid} 1").into_bytes();
+    let volatile = CString::new(format!("{options},volatile")).map_err(nul)?;
+    let plain = CString::new(options).map_err(nul)?;
+    let merged = CString::new(merged.as_os_str().as_bytes()).map_err(nul)?;
+    let child = move || -> io::Result<()> {
+        use rustix::fs::{Mode, OFlags, open};
+        use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
+        // SAFETY: the child has one thread; `FILES` is not passed.
+        #[allow(unsafe_code)]
+        unsafe {
+            rustix::thread::unshare_unsafe(
+                rustix::thread::UnshareFlags::NEWUSER | rustix::thread::UnshareFlags::NEWNS,
+            )?;
+        }
+        for (file, bytes) in [
+            (c"/proc/self/setgroups", &b"deny"[..]),
+            (c"/proc/self/uid_map", &uid_map[..]),
+            (c"/proc/self/gid_map", &gid_map[..]),
+        ] {
+            let fd = open(file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+            rustix::io::write(&fd, bytes)?;
+        }
+        mount_change(
+            c"/",
+            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+        )?;
+        match mount(
+            c"overlay",
+            merged.as_c_str(),
+            c"overlay",
+            MountFlags::empty(),
+            volatile.as_c_str(),
+        ) {
+            Err(rustix::io::Errno::INVAL) => mount(
+                c"overlay",
+                merged.as_c_str(),
+                c"overlay",
+                MountFlags::empty(),
+                plain.as_c_str(),
+            )?,
+            done => done?,
+        }
+        Ok(())
+    };
+    // SAFETY: `child` runs in the forked child before exec, and only makes system calls on
+    // what was made above (no allocation, no lock, nothing shared with the parent's other
+    // threads), as `pre_exec` asks.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, child);
+    }
+    Ok(())
+}
+
 /// Mounts an overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`).
 pub(crate) fn mount_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
     overlay(options, target, rustix::mount::MountFlags::empty())

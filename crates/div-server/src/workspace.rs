@@ -2,17 +2,18 @@
 //!
 //! Two ways, chosen once when the server starts ([`overlay_works`]):
 //!
-//! - **An overlay** (a root server, sandboxed, on the local executor, where this kernel lets
-//!   it): the committed code (`volumes/<project>-code/code/<id>`) is the lower layer of a
-//!   kernel overlayfs, and the run's writes land in its own upper layer,
+//! - **An overlay** (a sandboxed server on the local executor, root or not, where this
+//!   kernel lets it): the committed code (`volumes/<project>-code/code/<id>`) is the lower
+//!   layer of a kernel overlayfs, and the run's writes land in its own upper layer,
 //!   `run-dir/overlay/upper`. The supervisor mounts the overlay in a mount namespace of its
-//!   own, made just before it starts bubblewrap ([`Overlay::mount`]), so nothing
-//!   is mounted on the host and nothing is left mounted when the run ends: the namespace goes
-//!   with the supervisor and the run. Starting a run costs the same for 5 files and for
-//!   57,000.
-//! - **A copy** (everywhere else: an unprivileged server, no sandbox, a Slurm node, a path
-//!   the overlay options cannot name): the code is copied into `run-dir/workspace` before the
-//!   run, as it always was.
+//!   own, made just before it starts bubblewrap ([`Overlay::mount`]); without root, in a user
+//!   namespace of its own made with it, in which it stays its own user
+//!   (`sys::private_user_and_mount_namespace`). Nothing is mounted on the host and nothing is
+//!   left mounted when the run ends: the namespaces go with the supervisor and the run.
+//!   Starting a run costs the same for 5 files and for 57,000.
+//! - **A copy** (everywhere else: no sandbox, a Slurm node, a kernel or policy that allows
+//!   no overlay in a user namespace, a path the overlay options cannot name): the code is
+//!   copied into `run-dir/workspace` before the run, as it always was.
 //!
 //! Either way a run can create, change and delete anything under `/workspace`, and none of
 //! it reaches the committed code or another run (overlayfs copies a file up before its first
@@ -146,13 +147,13 @@ fn remove_all(dir: &Path) {
     let _ = fs::remove_dir_all(dir);
 }
 
-/// Whether runs' `/workspace` can be overlays here: the server runs as root, and an overlay
-/// made the way a run's is, in `home`, mounts and shows its lower layer's file to bubblewrap
-/// (`bwrap`: the sandbox's program and its first flags). Tried once, when the server starts.
+/// Whether runs' `/workspace` can be overlays here: an overlay made the way a run's is (as
+/// root, in a mount namespace of its own; otherwise in a user namespace of its own too), in
+/// `home`, mounts and shows its lower layer's file to bubblewrap (`bwrap`: the sandbox's
+/// program and its first flags), and takes bubblewrap's writes in its upper layer alone.
+/// Tried once, when the server starts.
 pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
-    if !rustix::process::geteuid().is_root() {
-        return false;
-    }
+    let root = rustix::process::geteuid().is_root();
     let probe = home.join(format!("overlay-probe-{}", std::process::id()));
     let works = (|| -> io::Result<bool> {
         let lower = probe.join("lower");
@@ -164,7 +165,13 @@ pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             return Ok(false);
         };
         overlay.prepare()?;
-        let mut argv = overlay.mount_prefix(&merged);
+        // As root, `unshare` and `mount(8)` before bubblewrap; without, the same done by
+        // the forked child itself, in a user namespace of its own (as a supervisor does).
+        let mut argv = if root {
+            overlay.mount_prefix(&merged)
+        } else {
+            Vec::new()
+        };
         argv.extend(bwrap.iter().cloned());
         argv.extend(
             [
@@ -181,14 +188,22 @@ pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             ]
             .map(str::to_owned),
         );
-        let status = Command::new(&argv[0])
+        let mut command = Command::new(&argv[0]);
+        command
             .args(&argv[1..])
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
+            .stderr(Stdio::null());
+        if !root {
+            crate::sys::with_overlay_in_own_user_namespace(
+                &mut command,
+                &overlay.options(),
+                &merged,
+            )?;
+        }
+        let status = command.status()?;
         Ok(status.success()
             && overlay.upper.join("new").is_file()
             && !lower.join("new").exists()

@@ -265,11 +265,15 @@ fn prepare(
         Some(image) => image_command(image, &run.entrypoint, &run.command),
         None => run.command.clone(),
     };
-    // Where the server can mount for runs (the overlay `/workspace`), the supervisor also
-    // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system.
-    let python_shim = (server.sandboxed && server.overlay && image.is_none())
-        .then(|| sandbox::python_shim_folder(&server.home))
-        .flatten();
+    // Where a root server can mount for runs (the overlay `/workspace`), the supervisor also
+    // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system
+    // (an unprivileged server's runs get it from bubblewrap's arguments).
+    let python_shim = (server.sandboxed
+        && server.overlay
+        && image.is_none()
+        && rustix::process::geteuid().is_root())
+    .then(|| sandbox::python_shim_folder(&server.home))
+    .flatten();
     let argv = if server.sandboxed {
         let devices = if real_gpus {
             sandbox::gpu_devices(gpus)

@@ -185,3 +185,89 @@ async fn the_control_plane_runs_as_an_unprivileged_user() {
     assert_eq!(ended["reason"], "killed (out of memory, or stopped)");
     drop(serving);
 }
+
+/// Issue 15: an unprivileged server's runs get an overlay `/workspace` too, not a copy of
+/// the committed code: the supervisor mounts it in a user namespace of its own in which it
+/// stays its user. The run is still its user, sees the code, writes to it, deletes from it,
+/// and none of it reaches the committed code or the host's `run-dir/workspace` (nothing is
+/// copied, nothing is mounted on the host); its writes are in its upper layer, and gone
+/// when it ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committed_code() {
+    if !as_root() {
+        println!(
+            "skipped: the tests do not run as root, so no user can be made to run the server as"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (serving, server, uid, gid) = serve_as_user(dir.path()).await;
+    let code = server
+        .code(&[
+            ("train.py", "print('original')\n"),
+            ("data/keep.txt", "keep\n"),
+        ])
+        .await;
+    // As `div run` would have committed it: the server's user's files.
+    let volume = server.home.join("volumes/tests-code");
+    let chowned = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(&volume)
+        .status()
+        .expect("chown runs");
+    assert!(chowned.success());
+    let committed = volume.join(code["path"].as_str().expect("a path"));
+    let (status, run) = server
+        .create_run(
+            "if grep -q ' /workspace .* - overlay ' /proc/self/mountinfo; then echo overlay; else echo copied; fi; \
+             id -u; echo changed >> train.py; rm data/keep.txt; mkdir new && echo x > new/f; \
+             cat train.py; ls data | wc -l; echo ready; while [ ! -e /tmp/go ]; do sleep 0.05; done",
+            json!({"code": code}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_log(&id, "ready\n").await;
+    let log = server.log_text(&id).await;
+    if log.contains("div: no sandbox") {
+        println!("bubblewrap does not work for `{USER}` here: nothing to check");
+        return;
+    }
+    assert!(
+        log.contains(&format!(
+            "overlay\n{uid}\nprint('original')\nchanged\n0\nready\n"
+        )),
+        "{log}"
+    );
+    let run_dir = server.home.join("runs").join(&id);
+    let host_view: Vec<_> = std::fs::read_dir(run_dir.join("workspace"))
+        .expect("the workspace folder")
+        .collect();
+    assert!(
+        host_view.is_empty(),
+        "a copy, or a mount on the host: {host_view:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("overlay/upper/new/f")).expect("the run's file"),
+        "x\n"
+    );
+    let unchanged = || {
+        assert_eq!(
+            std::fs::read_to_string(committed.join("train.py")).expect("train.py"),
+            "print('original')\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(committed.join("data/keep.txt")).expect("keep.txt"),
+            "keep\n"
+        );
+        assert!(!committed.join("new").exists());
+    };
+    unchanged();
+    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    unchanged();
+    assert!(!run_dir.join("overlay").exists());
+    drop(serving);
+}
