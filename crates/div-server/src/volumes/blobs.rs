@@ -98,9 +98,10 @@ pub(crate) fn finish_upload(
 
 /// `POST /v1/volumes/{name}/blobs/pack`: several small whole blobs in one body
 /// (`div_api::parse_pack`). Every blob is checked first (its form, its size, its bytes
-/// against its hash), so a pack with one bad blob stores none; then each one the volume
-/// lacks is written under its name ([`write_new`]; beside it and renamed into place where
-/// something is there already), and all are recorded in one transaction. Answers how many were stored and how many the volume already held.
+/// against its hash), so a pack with one bad blob stores none; then each is made under its
+/// name ([`write_new`]); where something is at the name already, one the volume holds is
+/// left as it is, and any other is written beside it and renamed into place. All that were
+/// written are recorded in one transaction. Answers how many were stored and how many the volume already held.
 pub(crate) fn store_pack(
     server: &Server,
     volume: &str,
@@ -147,10 +148,12 @@ pub(crate) fn store_pack(
     let mut stored: Vec<(&str, u64)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut held = 0usize;
-    let hashes: Vec<&str> = blobs.iter().map(|(hash, _)| &**hash).collect();
-    let already = server.store.has_blobs(volume, &hashes)?;
-    for ((hash, data), already) in blobs.iter().zip(already) {
-        if !seen.insert(&**hash) || already {
+    // Each new blob is made under its name at once; only where something is at the name
+    // already is the store asked whether the volume holds it (a cold ship's pack asks about
+    // none of its 4,096).
+    let mut there: Vec<(&str, &[u8])> = Vec::new();
+    for (hash, data) in &blobs {
+        if !seen.insert(&**hash) {
             held += 1;
             continue;
         }
@@ -158,6 +161,15 @@ pub(crate) fn store_pack(
             && write_new(dir, hash, data).map_err(full)?
         {
             stored.push((hash, data.len() as u64));
+            continue;
+        }
+        there.push((hash, data));
+    }
+    let hashes: Vec<&str> = there.iter().map(|(hash, _)| *hash).collect();
+    let already = server.store.has_blobs(volume, &hashes)?;
+    for ((hash, data), already) in there.into_iter().zip(already) {
+        if already {
+            held += 1;
             continue;
         }
         // Its own name: two packs holding one new blob are written at once by two clients,
