@@ -269,5 +269,29 @@ async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committ
     assert_eq!(ended["status"], "succeeded", "{ended}");
     unchanged();
     assert!(!run_dir.join("overlay").exists());
+
+    // The capabilities the supervisor's user namespace gives it are not the run's: it has
+    // none, can make no user namespace, and can mount nothing.
+    let log = server
+        .run_to_success(
+            "grep CapEff /proc/self/status; unshare -Ur true 2>/dev/null && echo made-a-user-namespace; \
+             mount -t tmpfs t /workspace 2>/dev/null && echo mounted; \
+             unshare -m true 2>/dev/null && echo made-a-mount-namespace; echo done",
+            json!({"code": code}),
+        )
+        .await;
+    assert!(log.ends_with("CapEff:\t0000000000000000\ndone\n"), "{log}");
+
+    // From inside its user namespace, the supervisor still holds a run to its memory (by
+    // polling the run's processes, which are in a user namespace inside it).
+    let (_, hungry) = server
+        .create_run(
+            "python3 -c 'x = bytearray(3 << 30); print(len(x))'",
+            json!({"code": code}),
+        )
+        .await;
+    let ended = server.wait_end(hungry["id"].as_str().expect("an id")).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 137, "{ended}");
     drop(serving);
 }
