@@ -165,24 +165,34 @@ async fn send_missing(
     let read = |group: Vec<(String, std::path::PathBuf)>| {
         tokio::task::spawn_blocking(move || read_pack(group))
     };
+    let got = |reading: Result<_, tokio::task::JoinError>| match reading {
+        Ok(read) => read,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(RunError::Read {
+            path: shipment.root.clone(),
+            source: std::io::Error::other(e),
+        }),
+    };
+    // Two packs go at once, so the server writes one while it checks the other (its two
+    // requests are served on two threads), and the next two are read meanwhile.
     let mut groups = groups.into_iter();
-    let mut next = groups.next().map(read);
-    while let Some(reading) = next.take() {
-        let (pack, pack_bytes) = match reading.await {
-            Ok(read) => read?,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => {
-                return Err(RunError::Read {
-                    path: shipment.root.clone(),
-                    source: std::io::Error::other(e),
-                });
-            }
+    let mut next = (groups.next().map(read), groups.next().map(read));
+    while let (Some(first), second) = (next.0.take(), next.1.take()) {
+        let (first, first_bytes) = got(first.await)?;
+        let second = match second {
+            Some(reading) => Some(got(reading.await)?),
+            None => None,
         };
-        next = groups.next().map(read);
-        cp.upload_pack(volume, &pack)
-            .await
-            .map_err(api(words.send))?;
-        sent += pack_bytes;
+        next = (groups.next().map(read), groups.next().map(read));
+        let (a, b) = tokio::join!(cp.upload_pack(volume, &first), async {
+            match &second {
+                Some((pack, _)) => cp.upload_pack(volume, pack).await.map(Some),
+                None => Ok(None),
+            }
+        });
+        a.map_err(api(words.send))?;
+        b.map_err(api(words.send))?;
+        sent += first_bytes + second.as_ref().map_or(0, |(_, n)| *n);
         sink.event(Event::UploadProgress { sent });
     }
     for blob in large {
