@@ -91,6 +91,9 @@ pub(crate) fn finish_upload(
         )
         .with_details(json!({ "expected": hash, "actual": got })));
     }
+    // In a turn of the commit lock, as a pack's write over a name is (`store_pack`).
+    let lock = super::commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
     fs::rename(&partial, blob_path(server, volume, hash))?;
     server.store.add_blob(volume, hash, total)?;
     Ok(201)
@@ -165,6 +168,14 @@ pub(crate) fn store_pack(
         }
         there.push((hash, data));
     }
+    // Where something is at a name, the check of its record, the write over it and the
+    // record are one turn of the volume's commit lock, which the retention pass holds for the
+    // whole of its own: a pass that removed a blob's record but not yet its file would
+    // otherwise delete the file written over it here, whose record is then made.
+    let lock = (!there.is_empty()).then(|| super::commit_lock(volume));
+    let _turn = lock
+        .as_ref()
+        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
     let hashes: Vec<&str> = there.iter().map(|(hash, _)| *hash).collect();
     let already = server.store.has_blobs(volume, &hashes)?;
     for ((hash, data), already) in there.into_iter().zip(already) {
