@@ -139,6 +139,25 @@ fn program(name: &str) -> PathBuf {
         .unwrap_or_else(|| Path::new("/usr/bin").join(name))
 }
 
+/// Copies a tree (a run's `/workspace` where it is not an overlay, a Slurm node's copy):
+/// directories, files (copy_file_range through `fs::copy`) and links, never following one.
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &dest)?;
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if kind.is_file() {
+            fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
 /// `remove_dir_all`, after giving back the permissions overlayfs takes from its `work/work`
 /// folder (mode 0), which would stop an unprivileged owner.
 fn remove_all(dir: &Path) {

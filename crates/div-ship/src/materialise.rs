@@ -293,6 +293,12 @@ fn link_blob(
     rustix::fs::linkat(blobs, blob_name, dir, name, rustix::fs::AtFlags::empty())
 }
 
+/// An I/O error at `path`, for `map_err`.
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> MaterialiseError + use<> {
+    let path = path.to_owned();
+    move |source| MaterialiseError::Io { path, source }
+}
+
 /// Below this many files a tree is written by one thread.
 const FILES_PER_THREAD: usize = 4096;
 
@@ -303,10 +309,6 @@ fn write_files(
     root: &Path,
     how: Files,
 ) -> Result<(), MaterialiseError> {
-    let io_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| MaterialiseError::Io { path, source }
-    };
     // The folder the last file went into, held open: entries are sorted, so a folder's files
     // come together, and each is linked, looked at and given its mode by name beneath it,
     // rather than by a path the kernel walks again from the top each time.
@@ -381,10 +383,6 @@ fn write_tree(
     root: &Path,
     how: Files,
 ) -> Result<(), MaterialiseError> {
-    let io_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| MaterialiseError::Io { path, source }
-    };
     // Files first, links last: validation already refused paths under a link, so no write
     // can go through one, whatever the order.
     let (files, links): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.kind == EntryKind::File);

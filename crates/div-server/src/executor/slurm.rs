@@ -427,7 +427,8 @@ impl SlurmExecutor {
             if k == 0 {
                 fs::rename(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
             } else {
-                copy_tree(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
+                crate::workspace::copy_tree(&spec.workspace, &workspace)
+                    .map_err(|e| io("workspace", e))?;
             }
             fs::create_dir_all(tmp.join("divergent")).map_err(|e| io("tmp", e))?;
             fs::create_dir_all(&mnt).map_err(|e| io("mnt", e))?;
@@ -693,24 +694,6 @@ impl Executor for SlurmExecutor {
             )
         })
     }
-}
-
-/// Copies a tree: directories, files and links.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &dest)?;
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else if kind.is_file() {
-            fs::copy(entry.path(), &dest)?;
-        }
-    }
-    Ok(())
 }
 
 /// What the batch script wrote for one node: `nodes/K/node.env`.

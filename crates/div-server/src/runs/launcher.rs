@@ -101,7 +101,7 @@ fn prepare(
                     layers.prepare().map_err(io)?;
                     fs::create_dir_all(&workspace).map_err(io)?;
                 }
-                None => copy_tree(&committed, &workspace).map_err(io)?,
+                None => crate::workspace::copy_tree(&committed, &workspace).map_err(io)?,
             }
         }
         None => fs::create_dir_all(&workspace).map_err(io)?,
@@ -354,22 +354,4 @@ fn image_command(image: &RunImage, entrypoint: &str, command: &str) -> String {
         image.reference.replace('\'', ""),
         entrypoint.replace('\'', "")
     )
-}
-
-/// Copies a tree: directories, files (copy_file_range through `fs::copy`) and links.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &dest)?;
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else if kind.is_file() {
-            fs::copy(entry.path(), &dest)?;
-        }
-    }
-    Ok(())
 }

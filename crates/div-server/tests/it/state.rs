@@ -21,24 +21,71 @@ fn serve(
     let mut opts = options(home, Some("h100:2"), SandboxMode::Auto);
     opts.tcp = tcp;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(div_server::serve(opts, async {
-        let _ = rx.await;
-    }));
+    let home = home.to_owned();
+    let task = tokio::spawn(async move {
+        unlocked(&home).await;
+        div_server::serve(opts, async {
+            let _ = rx.await;
+        })
+        .await
+    });
     (tx, task)
 }
 
-/// A home that has served: a volume, a secret and an ended run, then a clean stop.
-async fn used_home(home: &Path) {
-    let (stop, task) = serve(home, None);
+/// A client of the server serving `home` (its task `task`), once it answers; a server that
+/// ended instead is said with its error.
+async fn up(
+    home: &Path,
+    task: &mut tokio::task::JoinHandle<Result<(), ServerError>>,
+) -> crate::harness::Server {
     let server = crate::harness::Server::external(home);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !matches!(
         server.try_request("GET", "/v1/health", None, &[]).await,
         Ok((200, _))
     ) {
+        if task.is_finished() {
+            panic!("the server ended before it answered: {:?}", task.await);
+        }
         assert!(std::time::Instant::now() < deadline, "never up");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    server
+}
+
+/// Waits until no process holds `home`'s lock any more, before a server is started on it:
+/// a process this test binary forks for another test's server holds a copy of every
+/// descriptor open at that moment, a stopped server's lock among them, until it execs (seen
+/// under load: "another div server is already running" right after a clean stop).
+async fn unlocked(home: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let free = std::fs::OpenOptions::new()
+            .write(true)
+            .open(home.join("server.pid"))
+            .map_or(true, |f| f.try_lock().is_ok());
+        if free || std::time::Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Why a server started on `home` refused to start (`started`: what it means if it did not).
+async fn refusal(home: &Path, started: &str) -> ServerError {
+    let (_stop, task) = serve(home, None);
+    // A server that starts serves until stopped: give up waiting for its refusal.
+    tokio::time::timeout(std::time::Duration::from_secs(30), task)
+        .await
+        .unwrap_or_else(|_| panic!("{started}"))
+        .expect("the server task")
+        .expect_err(started)
+}
+
+/// A home that has served: a volume, a secret and an ended run, then a clean stop.
+async fn used_home(home: &Path) {
+    let (stop, mut task) = serve(home, None);
+    let server = up(home, &mut task).await;
     let (s, v) = server
         .request("POST", "/v1/volumes", Some(json!({"name": "kept"})))
         .await;
@@ -103,13 +150,11 @@ async fn a_lost_state_db_beside_runs_and_volumes_refuses_to_start() {
             None => std::fs::remove_file(&db).expect("rm state.db"),
             Some(bytes) => std::fs::write(&db, bytes).expect("write state.db"),
         }
-        let (_stop, task) = serve(&home, None);
-        // A server that starts serves until stopped: give up waiting for its refusal.
-        let err = tokio::time::timeout(std::time::Duration::from_secs(30), task)
-            .await
-            .unwrap_or_else(|_| panic!("a server started on a state.db that {says}"))
-            .expect("the server task")
-            .expect_err("a server started on a lost state.db");
+        let err = refusal(
+            &home,
+            &format!("a server started on a state.db that {says}"),
+        )
+        .await;
         let text = err.to_string();
         assert!(
             text.starts_with(&format!("the state database `{}` {says}", db.display())),
@@ -128,16 +173,8 @@ async fn a_lost_state_db_beside_runs_and_volumes_refuses_to_start() {
     }
     // Put back, it starts and has everything.
     std::fs::write(&db, &saved).expect("restore");
-    let (stop, task) = serve(&home, None);
-    let server = crate::harness::Server::external(&home);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !matches!(
-        server.try_request("GET", "/v1/health", None, &[]).await,
-        Ok((200, _))
-    ) {
-        assert!(std::time::Instant::now() < deadline, "never up");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (stop, mut task) = serve(&home, None);
+    let server = up(&home, &mut task).await;
     let (_, list) = server.request("GET", "/v1/secrets", None).await;
     assert_eq!(list["secrets"][0]["name"], "TOKEN", "{list}");
     let _ = stop.send(());
@@ -201,16 +238,8 @@ async fn the_tcp_listener_answers_only_the_exact_token() {
 /// Waits for a server serving `home` to answer, then returns the names of its secrets and
 /// stops it.
 async fn secrets_of(home: &Path) -> Vec<String> {
-    let (stop, task) = serve(home, None);
-    let server = crate::harness::Server::external(home);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !matches!(
-        server.try_request("GET", "/v1/health", None, &[]).await,
-        Ok((200, _))
-    ) {
-        assert!(std::time::Instant::now() < deadline, "never up");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (stop, mut task) = serve(home, None);
+    let server = up(home, &mut task).await;
     let (_, list) = server.request("GET", "/v1/secrets", None).await;
     let _ = stop.send(());
     task.await.expect("the task").expect("a clean stop");
@@ -233,16 +262,8 @@ async fn a_stopped_server_has_closed_its_database_whoever_still_holds_a_connecti
     let dir = tempfile::tempdir().expect("a temp dir");
     let home = dir.path().join("home");
     used_home(&home).await;
-    let (stop, task) = serve(&home, None);
-    let server = crate::harness::Server::external(&home);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !matches!(
-        server.try_request("GET", "/v1/secrets", None, &[]).await,
-        Ok((200, _))
-    ) {
-        assert!(std::time::Instant::now() < deadline, "never up");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (stop, mut task) = serve(&home, None);
+    up(&home, &mut task).await;
     // A client that asks once and keeps its connection.
     let mut kept = tokio::net::UnixStream::connect(home.join("server.sock"))
         .await
@@ -358,12 +379,7 @@ async fn a_damaged_wal_beside_state_db_refuses_to_start() {
         if bytes.is_none() {
             std::fs::create_dir(&wal).expect("a folder where the log goes");
         }
-        let (_stop, task) = serve(&home, None);
-        let err = tokio::time::timeout(std::time::Duration::from_secs(30), task)
-            .await
-            .unwrap_or_else(|_| panic!("a server started on a log that {says}"))
-            .expect("the server task")
-            .expect_err("a server started on a damaged log");
+        let err = refusal(&home, &format!("a server started on a log that {says}")).await;
         let text = err.to_string();
         assert!(
             text.starts_with(&format!("the write-ahead log `{}`", wal.display()))
