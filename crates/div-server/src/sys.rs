@@ -192,23 +192,45 @@ pub(crate) fn private_mount_namespace() -> io::Result<()> {
 /// The kernel makes a user namespace only for a process of one thread: called by the
 /// supervisor before it starts any.
 pub(crate) fn private_user_and_mount_namespace() -> io::Result<()> {
-    use rustix::thread::UnshareFlags;
+    let (uid_map, gid_map) = own_id_maps();
+    enter_own_user_namespace(&uid_map, &gid_map)
+}
+
+/// What `/proc/self/uid_map` and `gid_map` are given for a user namespace in which this
+/// process's uid and gid are mapped to themselves and nothing else.
+fn own_id_maps() -> (Vec<u8>, Vec<u8>) {
     let (uid, gid) = (
         rustix::process::getuid().as_raw(),
         rustix::process::getgid().as_raw(),
     );
+    (
+        format!("{uid} {uid} 1").into_bytes(),
+        format!("{gid} {gid} 1").into_bytes(),
+    )
+}
+
+/// The body of [`private_user_and_mount_namespace`], with the maps made beforehand: it
+/// allocates nothing, so it may also run between a fork and its exec.
+fn enter_own_user_namespace(uid_map: &[u8], gid_map: &[u8]) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags, open};
+    use rustix::mount::{MountPropagationFlags, mount_change};
+    use rustix::thread::UnshareFlags;
     // SAFETY: as in `private_mount_namespace`: `FILES` is not passed, so every descriptor
     // stays valid in every thread (there is one).
     #[allow(unsafe_code)]
     unsafe {
         rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)?;
     }
-    std::fs::write("/proc/self/setgroups", "deny")?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
-    use rustix::mount::MountPropagationFlags;
-    rustix::mount::mount_change(
-        "/",
+    for (file, bytes) in [
+        (c"/proc/self/setgroups", &b"deny"[..]),
+        (c"/proc/self/uid_map", uid_map),
+        (c"/proc/self/gid_map", gid_map),
+    ] {
+        let fd = open(file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+        rustix::io::write(&fd, bytes)?;
+    }
+    mount_change(
+        c"/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )?;
     Ok(())
@@ -216,67 +238,20 @@ pub(crate) fn private_user_and_mount_namespace() -> io::Result<()> {
 
 /// Makes `command`'s process, between its fork and its exec, do what a supervisor without
 /// root does before it starts a run's bubblewrap ([`private_user_and_mount_namespace`], then
-/// an overlay with `options` mounted on `merged`, `volatile` where the kernel takes it): how
-/// the server tries, once, whether runs' `/workspace` can be overlays here
-/// (`workspace::overlay_works`). The server has threads, so this cannot be done in its own
-/// process; the forked child has one.
+/// [`mount_writable_overlay`] with `options` on `merged`): how the server tries, once,
+/// whether runs' `/workspace` can be overlays here (`workspace::overlay_works`). The server
+/// has threads, so this cannot be done in its own process; the forked child has one.
 pub(crate) fn with_overlay_in_own_user_namespace(
     command: &mut std::process::Command,
     options: &str,
     merged: &std::path::Path,
 ) -> io::Result<()> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt as _;
-    let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path");
-    let (uid, gid) = (
-        rustix::process::getuid().as_raw(),
-        rustix::process::getgid().as_raw(),
-    );
     // Everything the child needs, made here: between fork and exec nothing may allocate.
-    let uid_map = format!("{uid} {uid} 1").into_bytes();
-    let gid_map = format!("{gid} {gid} 1").into_bytes();
-    let volatile = CString::new(format!("{options},volatile")).map_err(nul)?;
-    let plain = CString::new(options).map_err(nul)?;
-    let merged = CString::new(merged.as_os_str().as_bytes()).map_err(nul)?;
+    let (uid_map, gid_map) = own_id_maps();
+    let (volatile, plain, merged) = overlay_args(options, merged)?;
     let child = move || -> io::Result<()> {
-        use rustix::fs::{Mode, OFlags, open};
-        use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
-        // SAFETY: the child has one thread; `FILES` is not passed.
-        #[allow(unsafe_code)]
-        unsafe {
-            rustix::thread::unshare_unsafe(
-                rustix::thread::UnshareFlags::NEWUSER | rustix::thread::UnshareFlags::NEWNS,
-            )?;
-        }
-        for (file, bytes) in [
-            (c"/proc/self/setgroups", &b"deny"[..]),
-            (c"/proc/self/uid_map", &uid_map[..]),
-            (c"/proc/self/gid_map", &gid_map[..]),
-        ] {
-            let fd = open(file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
-            rustix::io::write(&fd, bytes)?;
-        }
-        mount_change(
-            c"/",
-            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-        )?;
-        match mount(
-            c"overlay",
-            merged.as_c_str(),
-            c"overlay",
-            MountFlags::empty(),
-            volatile.as_c_str(),
-        ) {
-            Err(rustix::io::Errno::INVAL) => mount(
-                c"overlay",
-                merged.as_c_str(),
-                c"overlay",
-                MountFlags::empty(),
-                plain.as_c_str(),
-            )?,
-            done => done?,
-        }
-        Ok(())
+        enter_own_user_namespace(&uid_map, &gid_map)?;
+        mount_overlay_volatile_or_not(&volatile, &plain, &merged)
     };
     // SAFETY: `child` runs in the forked child before exec, and only makes system calls on
     // what was made above (no allocation, no lock, nothing shared with the parent's other
@@ -288,24 +263,62 @@ pub(crate) fn with_overlay_in_own_user_namespace(
     Ok(())
 }
 
-/// Mounts an overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`).
-pub(crate) fn mount_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
-    overlay(options, target, rustix::mount::MountFlags::empty())
+/// Mounts a writable overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`),
+/// `volatile` (Linux 5.10 and later), or without it where the kernel refuses it.
+pub(crate) fn mount_writable_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
+    let (volatile, plain, target) = overlay_args(options, target)?;
+    mount_overlay_volatile_or_not(&volatile, &plain, &target)
+}
+
+/// `options` with `volatile` and without, and `target`, as the kernel takes them.
+fn overlay_args(
+    options: &str,
+    target: &std::path::Path,
+) -> io::Result<(std::ffi::CString, std::ffi::CString, std::ffi::CString)> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt as _;
+    let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the options or path");
+    Ok((
+        CString::new(format!("{options},volatile")).map_err(nul)?,
+        CString::new(options).map_err(nul)?,
+        CString::new(target.as_os_str().as_bytes()).map_err(nul)?,
+    ))
+}
+
+/// The body of [`mount_writable_overlay`]: it allocates nothing, so it may also run between
+/// a fork and its exec.
+fn mount_overlay_volatile_or_not(
+    volatile: &std::ffi::CStr,
+    plain: &std::ffi::CStr,
+    target: &std::ffi::CStr,
+) -> io::Result<()> {
+    use rustix::mount::{MountFlags, mount};
+    match mount(
+        c"overlay",
+        target,
+        c"overlay",
+        MountFlags::empty(),
+        volatile,
+    ) {
+        Err(rustix::io::Errno::INVAL) => {
+            mount(c"overlay", target, c"overlay", MountFlags::empty(), plain)?
+        }
+        done => done?,
+    }
+    Ok(())
 }
 
 /// Mounts a read-only overlayfs (`lowerdir=A:B`, no upper layer) on `target`.
 pub(crate) fn mount_overlay_read_only(options: &str, target: &std::path::Path) -> io::Result<()> {
-    overlay(options, target, rustix::mount::MountFlags::RDONLY)
-}
-
-fn overlay(
-    options: &str,
-    target: &std::path::Path,
-    flags: rustix::mount::MountFlags,
-) -> io::Result<()> {
     let options = std::ffi::CString::new(options)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the options"))?;
-    rustix::mount::mount("overlay", target, "overlay", flags, options.as_c_str())?;
+    rustix::mount::mount(
+        "overlay",
+        target,
+        "overlay",
+        rustix::mount::MountFlags::RDONLY,
+        options.as_c_str(),
+    )?;
     Ok(())
 }
 

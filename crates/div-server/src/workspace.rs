@@ -115,18 +115,8 @@ impl Overlay {
     /// left 263 MB unwritten, and any run ends late beside a busy writer. Nothing is lost: the
     /// run's writes to `/workspace` are never kept, and the layers are made new for each try.
     pub(crate) fn mount(&self, merged: &Path) -> io::Result<()> {
-        match crate::sys::mount_overlay(&format!("{},volatile", self.options()), merged) {
-            Err(e) if e.raw_os_error() == Some(libc_einval()) => {
-                crate::sys::mount_overlay(&self.options(), merged)
-            }
-            done => done,
-        }
+        crate::sys::mount_writable_overlay(&self.options(), merged)
     }
-}
-
-/// `EINVAL`, what a kernel without overlayfs's `volatile` answers.
-fn libc_einval() -> i32 {
-    rustix::io::Errno::INVAL.raw_os_error()
 }
 
 /// Where `unshare` and `mount` are looked for: fixed folders, never a PATH.

@@ -104,7 +104,8 @@ pub(crate) fn finish_upload(
 /// against its hash), so a pack with one bad blob stores none; then each is made under its
 /// name ([`write_new`]); where something is at the name already, one the volume holds is
 /// left as it is, and any other is written beside it and renamed into place. All that were
-/// written are recorded in one transaction. Answers how many were stored and how many the volume already held.
+/// written are recorded in one transaction. Answers how many were stored and how many the
+/// volume already held.
 pub(crate) fn store_pack(
     server: &Server,
     volume: &str,

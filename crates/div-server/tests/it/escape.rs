@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::harness::{HOST_LINE, Server, options};
-use crate::unprivileged::{as_root, serve_as_user};
+use crate::unprivileged::{as_root, serve_as_user, user_can_be_made};
 
 /// The run's command: each attempt, then whether it worked. `home` is the server's state
 /// directory and `socket` its socket (host paths, hidden from the run); `etc` is a file the
@@ -76,8 +76,7 @@ async fn a_run_under_a_root_server_holds_no_capability_and_escapes_nowhere() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_under_an_unprivileged_server_holds_no_capability_and_escapes_nowhere() {
-    if !as_root() {
-        println!("skipped: the tests do not run as root, so no user can be made");
+    if !user_can_be_made() {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");

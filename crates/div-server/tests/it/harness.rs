@@ -388,3 +388,20 @@ pub(crate) async fn commit_and_read_back(
         .expect("the file reads back");
     (back, n)
 }
+
+/// That the run in `run_dir`, which wrote `x` into `new/f` under its `/workspace`, has an
+/// overlay there: on the host the folder under it is empty (nothing was copied, nothing is
+/// mounted here), and the run's writes are in its upper layer.
+pub(crate) fn assert_overlay_not_copied(run_dir: &std::path::Path) {
+    let host_view: Vec<_> = std::fs::read_dir(run_dir.join("workspace"))
+        .expect("the workspace folder")
+        .collect();
+    assert!(
+        host_view.is_empty(),
+        "a copy, or a mount on the host: {host_view:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("overlay/upper/new/f")).expect("the run's new file"),
+        "x\n"
+    );
+}

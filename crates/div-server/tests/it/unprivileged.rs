@@ -63,6 +63,19 @@ pub(crate) fn as_root() -> bool {
     own_uid() == Some(0)
 }
 
+/// Whether a user can be made to run the server as (the tests run as root); if not, the
+/// test is skipped, and says so (as a test's own lines would).
+#[allow(clippy::print_stdout)]
+pub(crate) fn user_can_be_made() -> bool {
+    let root = as_root();
+    if !root {
+        println!(
+            "skipped: the tests do not run as root, so no user can be made to run the server as"
+        );
+    }
+    root
+}
+
 /// `div-serve` started as the user `div-runner` (made with `useradd -m` if missing) on the
 /// home `dir/state/home`, with its binaries copied to `dir/bin`; `dir` is made readable to
 /// all. The server, a client of it, and the user's uid and gid.
@@ -126,10 +139,7 @@ pub(crate) async fn serve_as_user(dir: &Path) -> (Serving, Server, u32, u32) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_control_plane_runs_as_an_unprivileged_user() {
-    if !as_root() {
-        println!(
-            "skipped: the tests do not run as root, so no user can be made to run the server as"
-        );
+    if !user_can_be_made() {
         return;
     }
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -194,10 +204,7 @@ async fn the_control_plane_runs_as_an_unprivileged_user() {
 /// when it ends.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committed_code() {
-    if !as_root() {
-        println!(
-            "skipped: the tests do not run as root, so no user can be made to run the server as"
-        );
+    if !user_can_be_made() {
         return;
     }
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -241,17 +248,7 @@ async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committ
         "{log}"
     );
     let run_dir = server.home.join("runs").join(&id);
-    let host_view: Vec<_> = std::fs::read_dir(run_dir.join("workspace"))
-        .expect("the workspace folder")
-        .collect();
-    assert!(
-        host_view.is_empty(),
-        "a copy, or a mount on the host: {host_view:?}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(run_dir.join("overlay/upper/new/f")).expect("the run's file"),
-        "x\n"
-    );
+    crate::harness::assert_overlay_not_copied(&run_dir);
     let unchanged = || {
         assert_eq!(
             std::fs::read_to_string(committed.join("train.py")).expect("train.py"),
