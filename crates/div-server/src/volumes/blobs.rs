@@ -202,36 +202,65 @@ pub(crate) fn store_pack(
     Ok(json!({ "stored": stored.len(), "held": held }))
 }
 
-/// Writes `data` as the blob `hash`, made under its own name in the blob folder `blobs`
-/// (`O_CREAT | O_EXCL | O_NOFOLLOW`): one name made and nothing renamed or linked, as
-/// `tar -x` makes a file. A write that fails removes what it made. `Ok(false)` when anything
-/// is already at that name (what a write cut short by a crash left, or a blob another pack
-/// is writing now): the caller writes it the other way, beside it and renamed over it.
-///
-/// Nothing reads a blob by its name before its record is made, and the record is made only
-/// after every blob of the pack is written whole ([`store_pack`]), so a blob being written,
-/// or one left half-written without a record, is never linked into a tree; a pack of the
-/// same blob later finds no record and writes it again over what is there.
+/// Writes `data` as the blob `hash` in the blob folder `blobs`: written whole into a file
+/// with no name (`O_TMPFILE`), then linked under its name, which `linkat(2)` never puts over
+/// anything. So a blob's name only ever holds a whole file, whoever looks and whenever (a
+/// file made under its name and then written would be seen part-written, and a write that
+/// failed and removed its name could remove a whole one another pack had put there meanwhile;
+/// `hostile::packs_of_one_new_blob_sent_at_once_leave_it_whole`). One name made and nothing
+/// renamed, as `tar -x` makes a file. `Ok(false)` when anything is already at that name (a
+/// blob another pack has written, or a file put there by hand) or the folder's file system
+/// cannot make a file with no name: the caller writes it the other way, beside it and
+/// renamed over it. A write that fails leaves nothing: the unnamed file goes with its
+/// descriptor.
 fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let fd = match rustix::fs::openat(
         blobs,
-        hash,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        ".",
+        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o666),
     ) {
         Ok(fd) => fd,
-        Err(Errno::EXIST) => return Ok(false),
+        // The file system makes no file without a name (`EOPNOTSUPP`, or `EISDIR` from a
+        // kernel that does not know the flag).
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
     let mut file = fs::File::from(fd);
-    match file.write_all(data) {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            drop(file);
-            let _ = rustix::fs::unlinkat(blobs, hash, AtFlags::empty());
-            Err(e)
+    file.write_all(data)?;
+    // Named through its descriptor where the server may (`AT_EMPTY_PATH` wants
+    // `CAP_DAC_READ_SEARCH` before Linux 6.10), else through `/proc/self/fd`, as `open(2)`
+    // shows; which works is learnt once.
+    static BY_PROC: AtomicBool = AtomicBool::new(false);
+    let linked = if BY_PROC.load(Ordering::Relaxed) {
+        Err(Errno::NOENT)
+    } else {
+        rustix::fs::linkat(file.as_fd(), "", blobs, hash, AtFlags::EMPTY_PATH)
+    };
+    let linked = match linked {
+        Err(Errno::NOENT | Errno::PERM) => {
+            use std::os::fd::AsRawFd;
+            let named = rustix::fs::linkat(
+                rustix::fs::CWD,
+                format!("/proc/self/fd/{}", file.as_raw_fd()),
+                blobs,
+                hash,
+                AtFlags::SYMLINK_FOLLOW,
+            );
+            if named.is_ok() {
+                BY_PROC.store(true, Ordering::Relaxed);
+            }
+            named
         }
+        other => other,
+    };
+    match linked {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST | Errno::NOENT | Errno::PERM | Errno::XDEV) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -29,7 +29,7 @@ fn listing(dir: &std::path::Path) -> Vec<String> {
     out
 }
 
-async fn volume_with_empty_blob(server: &Server) {
+pub(crate) async fn volume_with_empty_blob(server: &Server) {
     let (s, v) = server
         .request("POST", "/v1/volumes", Some(json!({"name": "vol"})))
         .await;
@@ -45,7 +45,7 @@ async fn volume_with_empty_blob(server: &Server) {
 }
 
 /// Commits one file at `path` (in a tree at `at`); returns the status and the error message.
-async fn commit(server: &Server, at: &str, entries: Value) -> (u16, String) {
+pub(crate) async fn commit(server: &Server, at: &str, entries: Value) -> (u16, String) {
     let (status, body) = server
         .request(
             "POST",
@@ -289,7 +289,7 @@ async fn the_server_says_whether_it_holds_a_tree_only_for_its_exact_digest() {
 }
 
 /// `POST /v1/volumes/vol/blobs/pack` with `body`: the status and the answer.
-async fn pack(server: &Server, volume: &str, body: Vec<u8>) -> (u16, Value) {
+pub(crate) async fn pack(server: &Server, volume: &str, body: Vec<u8>) -> (u16, Value) {
     let (status, bytes) = server
         .try_request(
             "POST",
@@ -305,7 +305,7 @@ async fn pack(server: &Server, volume: &str, body: Vec<u8>) -> (u16, Value) {
     )
 }
 
-fn packed(data: &[u8]) -> div_api::PackBlob {
+pub(crate) fn packed(data: &[u8]) -> div_api::PackBlob {
     div_api::PackBlob {
         hash: blake3::hash(data).to_hex().to_string(),
         data: data.to_vec(),

@@ -292,3 +292,52 @@ async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committ
     assert_eq!(ended["exit_code"], 137, "{ended}");
     drop(serving);
 }
+
+/// A pack sent to an unprivileged server is stored whole under each blob's name and committed
+/// into a tree, with nothing left beside the blobs: each is written into a file with no name and
+/// then named, which before Linux 6.10 a server without `CAP_DAC_READ_SEARCH` does through
+/// `/proc/self/fd` rather than by the descriptor itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_server_stores_a_pack_whole() {
+    if !user_can_be_made() {
+        return;
+    }
+    use crate::hostile::{commit, pack, packed, volume_with_empty_blob};
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (_serving, server, uid, _gid) = serve_as_user(dir.path()).await;
+    volume_with_empty_blob(&server).await;
+    let (a, b) = (packed(b"alpha\n"), packed(&vec![9u8; 300_000]));
+    let (status, answer) = pack(&server, "vol", div_api::pack_frame(&[a.clone(), b.clone()])).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["stored"], 2, "{answer}");
+    let blobs = server.home.join("blobs/vol");
+    for blob in [&a, &b] {
+        let meta = std::fs::symlink_metadata(blobs.join(&blob.hash)).expect("the blob");
+        assert!(meta.is_file());
+        assert_eq!(meta.uid(), uid, "written by the server's user");
+        assert_eq!(
+            std::fs::read(blobs.join(&blob.hash)).expect("read"),
+            blob.data
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(blobs.join("partial"))
+        .expect("the partial folder")
+        .collect();
+    assert!(left.is_empty(), "nothing left beside the blobs: {left:?}");
+    let (status, message) = commit(
+        &server,
+        "code/1",
+        json!([
+            {"path": "a.txt", "kind": "file", "size": 6, "hash": a.hash},
+            {"path": "b.bin", "kind": "file", "size": 300_000, "hash": b.hash},
+        ]),
+    )
+    .await;
+    assert_eq!(status, 201, "{message}");
+    let tree = server.home.join("volumes/vol/code/1");
+    assert_eq!(std::fs::read(tree.join("a.txt")).expect("read"), b"alpha\n");
+    assert_eq!(
+        std::fs::read(tree.join("b.bin")).expect("read").len(),
+        300_000
+    );
+}
