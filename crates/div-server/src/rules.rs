@@ -166,8 +166,9 @@ pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
     div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| div_api::error_chain(&e))
 }
 
-/// Writes a committed code tree into `dest`, all or nothing, each file that is not executable
-/// a hard link to its blob (div-ship's `materialise_linked`): nothing ever writes to either.
+/// Writes a committed code tree into `dest`, all or nothing, each file a hard link to its blob
+/// or, executable, to the blob's executable twin (div-ship's `materialise_linked`): nothing
+/// ever writes to either.
 pub(crate) fn materialise_linked(
     entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,

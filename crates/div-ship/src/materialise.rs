@@ -196,11 +196,13 @@ pub fn materialise(
     materialise_with(entries, &blob_path, dest, Files::Copied)
 }
 
-/// [`materialise`], but each file that is not executable is a hard link to its blob rather
-/// than a copy, so a content shipped in many trees is stored once. Only for trees that nothing
-/// ever writes to (committed code: the blob and every tree holding it are one file); an
-/// executable file, whose mode its blob cannot also have for others, and a link that cannot
-/// be made (another filesystem) are copied.
+/// [`materialise`], but each file is a hard link to its blob rather than a copy, so a content
+/// shipped in many trees is stored once. Only for trees that nothing ever writes to
+/// (committed code: the blob and every tree holding it are one file). An executable file,
+/// whose mode its blob cannot also have for the trees that hold it as a plain file, is a
+/// link to the blob's executable twin, [`executable_blob`] beside it, made from the blob the
+/// first time a tree needs it. A link that cannot be made (another file system), or a twin
+/// that cannot, is a copy.
 pub fn materialise_linked(
     entries: &[ManifestEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,
@@ -260,6 +262,78 @@ fn temporary_sibling(dest: &Path) -> PathBuf {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     );
     dest.with_file_name(unique)
+}
+
+/// Where the executable twin of the blob at `blob` lives: beside it, its name with `.x`
+/// added. The same bytes with mode `0755`, which [`materialise_linked`] links executable
+/// files to; whoever lets the blob go lets its twin go with it.
+pub fn executable_blob(blob: &Path) -> PathBuf {
+    let mut name = blob.file_name().unwrap_or_default().to_owned();
+    name.push(".x");
+    blob.with_file_name(name)
+}
+
+/// Makes `twin`, the executable twin of `blob` ([`executable_blob`]): the blob's bytes copied
+/// into a file with no name in the same folder, given mode `0755`, then named, never over
+/// anything (one made meanwhile by another commit is as good).
+fn make_executable_twin(blob: &Path, twin: &Path) -> io::Result<()> {
+    let (Some(folder), Some(name)) = (twin.parent(), twin.file_name()) else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    let mut from = fs::File::from(rustix::fs::open(
+        blob,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?);
+    let dir = rustix::fs::open(
+        folder,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let mut to = fs::File::from(rustix::fs::openat(
+        &dir,
+        ".",
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )?);
+    io::copy(&mut from, &mut to)?;
+    rustix::fs::fchmod(&to, rustix::fs::Mode::from_raw_mode(0o755))?;
+    match name_unnamed_file(&to, &dir, name) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Names `file`, made with `O_TMPFILE` and so without a name, as `name` in the folder `dir`,
+/// with `linkat(2)`, which never names over anything (`EEXIST` when something is there). By
+/// the descriptor itself where the process may (`AT_EMPTY_PATH` wants `CAP_DAC_READ_SEARCH`
+/// before Linux 6.10), else through `/proc/self/fd`, as `open(2)` shows; which works is learnt
+/// once.
+pub fn name_unnamed_file(
+    file: &fs::File,
+    dir: &rustix::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+) -> rustix::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::AtomicBool;
+    static BY_PROC: AtomicBool = AtomicBool::new(false);
+    if !BY_PROC.load(Ordering::Relaxed) {
+        match rustix::fs::linkat(file, "", dir, name, rustix::fs::AtFlags::EMPTY_PATH) {
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::PERM) => {}
+            done => return done,
+        }
+    }
+    let named = rustix::fs::linkat(
+        rustix::fs::CWD,
+        format!("/proc/self/fd/{}", file.as_raw_fd()),
+        dir,
+        name,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    );
+    if named.is_ok() {
+        BY_PROC.store(true, Ordering::Relaxed);
+    }
+    named
 }
 
 /// Links the blob at `blob` in as `name` in the folder `dir`, by its name beneath its folder,
@@ -343,8 +417,17 @@ fn write_files(
         let blob = blob_path(hash);
         let mode = if entry.executable { 0o755 } else { 0o644 };
         let linked = how == Files::Linked
-            && !entry.executable
-            && link_blob(&mut blobs, &blob, dir, name).is_ok();
+            && if entry.executable {
+                let twin = executable_blob(&blob);
+                match link_blob(&mut blobs, &twin, dir, name) {
+                    Err(rustix::io::Errno::NOENT) => make_executable_twin(&blob, &twin)
+                        .and_then(|()| link_blob(&mut blobs, &twin, dir, name).map_err(Into::into))
+                        .is_ok(),
+                    linked => linked.is_ok(),
+                }
+            } else {
+                link_blob(&mut blobs, &blob, dir, name).is_ok()
+            };
         let copied = if linked {
             let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(&path)(e.into()))?;

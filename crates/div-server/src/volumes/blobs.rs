@@ -6,7 +6,7 @@ use std::fs;
 use std::os::fd::OwnedFd;
 
 use div_api::MissingBlobs;
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde_json::json;
 
@@ -215,8 +215,6 @@ pub(crate) fn store_pack(
 /// descriptor.
 fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
-    use std::os::fd::AsFd;
-    use std::sync::atomic::{AtomicBool, Ordering};
     let fd = match rustix::fs::openat(
         blobs,
         ".",
@@ -231,32 +229,7 @@ fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> 
     };
     let mut file = fs::File::from(fd);
     file.write_all(data)?;
-    // Named through its descriptor where the server may (`AT_EMPTY_PATH` wants
-    // `CAP_DAC_READ_SEARCH` before Linux 6.10), else through `/proc/self/fd`, as `open(2)`
-    // shows; which works is learnt once.
-    static BY_PROC: AtomicBool = AtomicBool::new(false);
-    let linked = if BY_PROC.load(Ordering::Relaxed) {
-        Err(Errno::NOENT)
-    } else {
-        rustix::fs::linkat(file.as_fd(), "", blobs, hash, AtFlags::EMPTY_PATH)
-    };
-    let linked = match linked {
-        Err(Errno::NOENT | Errno::PERM) => {
-            use std::os::fd::AsRawFd;
-            let named = rustix::fs::linkat(
-                rustix::fs::CWD,
-                format!("/proc/self/fd/{}", file.as_raw_fd()),
-                blobs,
-                hash,
-                AtFlags::SYMLINK_FOLLOW,
-            );
-            if named.is_ok() {
-                BY_PROC.store(true, Ordering::Relaxed);
-            }
-            named
-        }
-        other => other,
-    };
+    let linked = div_ship::name_unnamed_file(&file, blobs, std::ffi::OsStr::new(hash));
     match linked {
         Ok(()) => Ok(true),
         Err(Errno::EXIST | Errno::NOENT | Errno::PERM | Errno::XDEV) => Ok(false),

@@ -22,9 +22,10 @@
 //! - then each blob that one of its files was a link to, and that no other tree now links
 //!   (one link left: the blob's own), is let go as well, record first.
 //!
-//! An executable's blob is never let go this way: a tree holds a copy of it, not a link (its
-//! mode), so nothing says which trees still need it. Neither is a blob that `div storage put`
-//! sent (puts copy). Both are rare and small next to the snapshots.
+//! An executable file is a link to its blob's executable twin (`<hash>.x`, the same bytes
+//! with mode `0755`): a blob goes when neither it nor its twin is linked by a tree any more,
+//! and a twin no tree links goes alone. A blob that `div storage put` sent is never let go
+//! this way (puts copy, so nothing says which files still need it).
 
 use std::collections::HashSet;
 use std::fs;
@@ -156,7 +157,10 @@ fn links_in(dir: &Path, out: &mut HashSet<(u64, u64)>) {
     }
 }
 
-/// Lets go each blob of `volume` that is one of `freed` and that no tree links any more.
+/// Lets go each blob of `volume` that one of `freed` is, itself or its executable twin
+/// (`div_ship::executable_blob`), and that no tree links any more, through either: its
+/// record, its twin and itself. A twin no tree links any more, of a blob some tree still
+/// links, goes alone.
 ///
 /// In two steps: every blob to let go is picked first, while all of them still exist, and
 /// only then deleted. An inode's number names a file only while the file exists: picking
@@ -167,23 +171,78 @@ fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<
     let Ok(entries) = fs::read_dir(blob_dir(server, volume)) else {
         return Ok(0);
     };
-    let mut picked = Vec::new();
+    /// What is on disk of one blob: itself and its twin, each with its path, whether no
+    /// tree links it (one link left) and whether it is one of `freed`.
+    #[derive(Default)]
+    struct OnDisk {
+        blob: Option<(PathBuf, bool, bool)>,
+        twin: Option<(PathBuf, bool, bool)>,
+    }
+    let mut found: std::collections::HashMap<String, OnDisk> = std::collections::HashMap::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(hash) = name.to_str().filter(|h| valid_hash(h)) else {
-            continue;
+        let Some(name) = name.to_str() else { continue };
+        let (hash, twin) = match name.strip_suffix(".x") {
+            Some(hash) => (hash, true),
+            None => (name, false),
         };
+        if !valid_hash(hash) {
+            continue;
+        }
         let Ok(m) = entry.metadata() else { continue };
-        if m.is_file() && m.nlink() == 1 && freed.contains(&(m.dev(), m.ino())) {
-            picked.push((hash.to_owned(), entry.path()));
+        if !m.is_file() {
+            continue;
+        }
+        let seen = (
+            entry.path(),
+            m.nlink() == 1,
+            freed.contains(&(m.dev(), m.ino())),
+        );
+        let on_disk = found.entry(hash.to_owned()).or_default();
+        if twin {
+            on_disk.twin = Some(seen);
+        } else {
+            on_disk.blob = Some(seen);
+        }
+    }
+    let mut picked = Vec::new();
+    let mut twins = Vec::new();
+    for (hash, on_disk) in found {
+        let files = [&on_disk.blob, &on_disk.twin];
+        let unlinked = files.iter().all(|f| f.as_ref().is_none_or(|f| f.1));
+        let touched = files.iter().any(|f| f.as_ref().is_some_and(|f| f.2));
+        match (on_disk.blob, on_disk.twin) {
+            (Some(blob), twin) if unlinked && touched => {
+                picked.push((hash, blob.0, twin.map(|t| t.0)));
+            }
+            (_, Some((twin, true, true))) => twins.push((hash, twin)),
+            _ => {}
         }
     }
     let mut n = 0;
-    for (hash, path) in picked {
+    for (hash, path, twin) in picked {
         server.store.remove_blob(volume, &hash)?;
+        if let Some(twin) = twin
+            && let Err(e) = fs::remove_file(&twin)
+        {
+            tracing::warn!(
+                volume,
+                hash,
+                "could not delete a blob's executable twin: {e}"
+            );
+        }
         match fs::remove_file(&path) {
             Ok(()) => n += 1,
             Err(e) => tracing::warn!(volume, hash, "could not delete a blob let go: {e}"),
+        }
+    }
+    for (hash, twin) in twins {
+        if let Err(e) = fs::remove_file(&twin) {
+            tracing::warn!(
+                volume,
+                hash,
+                "could not delete a blob's executable twin: {e}"
+            );
         }
     }
     Ok(n)

@@ -31,6 +31,11 @@ async fn start(keep: u64) -> Server {
 
 /// Sends `files` (path, content) in one pack and commits them at `at`.
 async fn snapshot(server: &Server, at: &str, files: &[(&str, &[u8])]) {
+    snapshot_with(server, at, files, &[]).await;
+}
+
+/// [`snapshot`], the files at `executables` executable.
+async fn snapshot_with(server: &Server, at: &str, files: &[(&str, &[u8])], executables: &[&str]) {
     let blobs: Vec<div_api::PackBlob> = files
         .iter()
         .map(|(_, data)| div_api::PackBlob {
@@ -50,7 +55,7 @@ async fn snapshot(server: &Server, at: &str, files: &[(&str, &[u8])]) {
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let entries: Vec<Value> = files
         .iter()
-        .map(|(path, data)| json!({"path": path, "kind": "file", "size": data.len(), "hash": hash(data)}))
+        .map(|(path, data)| json!({"path": path, "kind": "file", "size": data.len(), "hash": hash(data), "executable": executables.contains(path)}))
         .collect();
     let (status, v) = server
         .request(
@@ -77,6 +82,24 @@ fn snapshot_dir(server: &Server, at: &str) -> std::path::PathBuf {
 
 fn blob(server: &Server, data: &[u8]) -> std::path::PathBuf {
     server.home.join("blobs").join(VOLUME).join(hash(data))
+}
+
+/// The executable twin of the blob of `data`.
+fn twin(server: &Server, data: &[u8]) -> std::path::PathBuf {
+    div_ship::executable_blob(&blob(server, data))
+}
+
+/// Which of `hashes` the server says the volume lacks.
+async fn missing(server: &Server, hashes: &[String]) -> Value {
+    let (status, missing) = server
+        .request(
+            "POST",
+            &format!("/v1/volumes/{VOLUME}/blobs/missing"),
+            Some(json!({ "hashes": hashes })),
+        )
+        .await;
+    assert_eq!(status, 200, "{missing}");
+    missing["missing"].clone()
 }
 
 /// Polls until `done`, or fails after 30 s saying `what`.
@@ -281,4 +304,64 @@ async fn a_link_a_run_left_on_a_snapshots_way_is_never_followed_when_it_is_remov
         "keep me"
     );
     assert!(snapshot_dir(&server, "code/2").join("train.py").exists());
+}
+
+/// An executable file is stored once however many snapshots hold it: a link to its blob's
+/// executable twin. The twin goes when no snapshot links it any more, the blob with it when
+/// nothing links the blob either; a blob still linked as a plain file stays, its twin alone
+/// going.
+#[tokio::test(flavor = "multi_thread")]
+async fn executables_are_stored_once_and_go_with_the_last_snapshot_that_holds_them() {
+    let server = start(1).await;
+    let (run, lib) = (vec![b'r'; 300_000], b"echo lib\n".to_vec());
+    let first: Vec<(&str, &[u8])> = vec![("run.sh", &run), ("lib.sh", &lib), ("bin/lib", &lib)];
+    snapshot_with(&server, "code/0", &first, &["run.sh", "bin/lib"]).await;
+    age_snapshots(&server);
+    let ino = |p: std::path::PathBuf| std::fs::metadata(p).expect("there").ino();
+    let mode = |p: std::path::PathBuf| std::fs::metadata(p).expect("there").mode() & 0o777;
+    let tree = snapshot_dir(&server, "code/0");
+    assert_eq!(ino(tree.join("run.sh")), ino(twin(&server, &run)));
+    assert_eq!(mode(tree.join("run.sh")), 0o755);
+    assert_eq!(ino(tree.join("bin/lib")), ino(twin(&server, &lib)));
+    assert_eq!(ino(tree.join("lib.sh")), ino(blob(&server, &lib)));
+    assert_eq!(mode(tree.join("lib.sh")) & 0o111, 0);
+    // The same executable in a second snapshot: still one file, now linked three times.
+    snapshot_with(&server, "code/1", &first, &["run.sh", "bin/lib"]).await;
+    assert_eq!(
+        ino(snapshot_dir(&server, "code/1").join("run.sh")),
+        ino(twin(&server, &run))
+    );
+    until("code/0 removed", || !tree.exists()).await;
+    assert_eq!(
+        std::fs::metadata(twin(&server, &run))
+            .expect("kept")
+            .nlink(),
+        2,
+        "the twin and code/1's run.sh"
+    );
+    age_snapshots(&server);
+    // code/2 holds lib.sh as a plain file only: once code/1 goes, run.sh's blob and twin go
+    // (no snapshot links either), lib's twin goes, and lib's blob stays.
+    let second: Vec<(&str, &[u8])> = vec![("lib.sh", &lib)];
+    snapshot_with(&server, "code/2", &second, &[]).await;
+    until("code/1's executables let go", || {
+        !snapshot_dir(&server, "code/1").exists()
+            && !twin(&server, &run).exists()
+            && !blob(&server, &run).exists()
+            && !twin(&server, &lib).exists()
+    })
+    .await;
+    assert!(blob(&server, &lib).exists());
+    assert_eq!(
+        missing(&server, &[hash(&run), hash(&lib)]).await,
+        json!([hash(&run)])
+    );
+    // Shipped again, it is made again, whole and executable.
+    age_snapshots(&server);
+    snapshot_with(&server, "code/3", &first, &["run.sh", "bin/lib"]).await;
+    let tree = snapshot_dir(&server, "code/3");
+    assert_eq!(std::fs::read(tree.join("run.sh")).expect("read"), run);
+    assert_eq!(mode(tree.join("run.sh")), 0o755);
+    assert_eq!(ino(tree.join("bin/lib")), ino(twin(&server, &lib)));
+    assert_eq!(ino(tree.join("lib.sh")), ino(blob(&server, &lib)));
 }

@@ -278,8 +278,12 @@ fn escaped_names_are_taken_only_in_their_one_spelling() {
     );
 }
 
+/// Two linked trees of the same files are the blobs themselves: a plain file is a link to
+/// its blob, an executable one a link to the blob's executable twin, made once beside it;
+/// the same bytes plain in one place and executable in another are two files, each with its
+/// own mode.
 #[test]
-fn a_linked_tree_shares_its_plain_files_with_their_blobs_and_copies_executables() {
+fn a_linked_tree_shares_its_files_with_their_blobs_executables_with_their_twins() {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     let blob_path = blobs(tmp.path(), &["print(1)\n", "#!/bin/sh\n"]);
@@ -293,34 +297,63 @@ fn a_linked_tree_shares_its_plain_files_with_their_blobs_and_copies_executables(
     let entries = [
         file("a/train.py", "print(1)\n"),
         file("b/same.py", "print(1)\n"),
+        file("bin/plain.sh", "#!/bin/sh\n"),
         run,
     ];
     let (one, two) = (tmp.path().join("code/1"), tmp.path().join("code/2"));
     fs::create_dir_all(tmp.path().join("code")).unwrap();
     div_ship::materialise_linked(&entries, &blob_path, &one).unwrap();
     div_ship::materialise_linked(&entries, &blob_path, &two).unwrap();
-    let inode = |p: PathBuf| fs::metadata(p).unwrap().ino();
+    let inode = |p: &Path| fs::metadata(p).unwrap().ino();
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
     // One file on disk for the blob and its four places in two trees.
-    let blob = inode(blob_of("print(1)\n"));
+    let blob = inode(&blob_of("print(1)\n"));
     for tree in [&one, &two] {
-        assert_eq!(inode(tree.join("a/train.py")), blob);
-        assert_eq!(inode(tree.join("b/same.py")), blob);
+        assert_eq!(inode(&tree.join("a/train.py")), blob);
+        assert_eq!(inode(&tree.join("b/same.py")), blob);
         assert_eq!(
             fs::read_to_string(tree.join("a/train.py")).unwrap(),
             "print(1)\n"
         );
     }
     assert_eq!(fs::metadata(blob_of("print(1)\n")).unwrap().nlink(), 5);
-    // An executable is a copy with its own mode; its blob keeps its own.
-    assert_ne!(inode(one.join("bin/run.sh")), inode(blob_of("#!/bin/sh\n")));
-    assert_eq!(
-        fs::metadata(one.join("bin/run.sh")).unwrap().mode() & 0o777,
-        0o755
-    );
-    assert_eq!(
-        fs::metadata(blob_of("#!/bin/sh\n")).unwrap().mode() & 0o111,
-        0
-    );
+    // The executable: one twin for both trees, mode 0755, the blob itself left plain and
+    // linked by the plain copies.
+    let script = blob_of("#!/bin/sh\n");
+    let twin = div_ship::executable_blob(&script);
+    assert_eq!(twin.file_name().unwrap().to_str().unwrap().len(), 64 + 2);
+    assert_eq!(inode(&one.join("bin/run.sh")), inode(&twin));
+    assert_eq!(inode(&two.join("bin/run.sh")), inode(&twin));
+    assert_eq!(fs::metadata(&twin).unwrap().nlink(), 3);
+    assert_eq!(mode(&twin), 0o755);
+    assert_eq!(fs::read_to_string(&twin).unwrap(), "#!/bin/sh\n");
+    assert_eq!(inode(&one.join("bin/plain.sh")), inode(&script));
+    assert_eq!(mode(&script) & 0o111, 0);
+    assert_eq!(fs::metadata(&script).unwrap().nlink(), 3);
+}
+
+/// A twin is made from its blob whatever is at the twin's name is not: something already
+/// there (one made meanwhile) is used, never written over.
+#[test]
+fn an_executable_twin_already_there_is_linked_never_written_over() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let blob_path = blobs(tmp.path(), &["#!/bin/sh\n"]);
+    let script = tmp
+        .path()
+        .join("blobs")
+        .join(blake3::hash(b"#!/bin/sh\n").to_hex().as_str());
+    let twin = div_ship::executable_blob(&script);
+    fs::copy(&script, &twin).unwrap();
+    fs::set_permissions(&twin, fs::Permissions::from_mode(0o755)).unwrap();
+    let before = fs::metadata(&twin).unwrap().ino();
+    let mut run = file("run.sh", "#!/bin/sh\n");
+    run.executable = true;
+    fs::create_dir_all(tmp.path().join("code")).unwrap();
+    let dest = tmp.path().join("code/1");
+    div_ship::materialise_linked(&[run], &blob_path, &dest).unwrap();
+    assert_eq!(fs::metadata(dest.join("run.sh")).unwrap().ino(), before);
+    assert_eq!(fs::metadata(&twin).unwrap().ino(), before);
 }
 
 /// A tree big enough to be written by several threads (10,000 files in 200 folders, some
