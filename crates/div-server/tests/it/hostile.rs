@@ -343,22 +343,30 @@ async fn a_pack_stores_each_blob_verified_and_a_bad_one_stores_none() {
         .await;
     assert_eq!(missing["missing"], json!([]), "{missing}");
     // And a tree of them commits and reads back.
+    commit_two_and_read_back(&server, "code/p", &a, &b).await;
+}
+
+/// Commits `a` and `b` as the files `a` and `b` of a tree at `at` in the volume `vol`, and
+/// reads them back from it.
+pub(crate) async fn commit_two_and_read_back(
+    server: &Server,
+    at: &str,
+    a: &div_api::PackBlob,
+    b: &div_api::PackBlob,
+) {
     let (status, message) = commit(
-        &server,
-        "code/p",
+        server,
+        at,
         json!([
-            {"path": "a", "kind": "file", "size": 6, "hash": a.hash},
-            {"path": "b", "kind": "file", "size": 300_000, "hash": b.hash},
+            {"path": "a", "kind": "file", "size": a.data.len(), "hash": a.hash},
+            {"path": "b", "kind": "file", "size": b.data.len(), "hash": b.hash},
         ]),
     )
     .await;
     assert_eq!(status, 201, "{message}");
-    let committed = server.home.join("volumes/vol/code/p");
-    assert_eq!(std::fs::read(committed.join("a")).expect("a"), b"alpha\n");
-    assert_eq!(
-        std::fs::read(committed.join("b")).expect("b").len(),
-        300_000
-    );
+    let committed = server.home.join("volumes/vol").join(at);
+    assert_eq!(std::fs::read(committed.join("a")).expect("a"), a.data);
+    assert_eq!(std::fs::read(committed.join("b")).expect("b"), b.data);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -302,7 +302,7 @@ async fn an_unprivileged_server_stores_a_pack_whole() {
     if !user_can_be_made() {
         return;
     }
-    use crate::hostile::{commit, pack, packed, volume_with_empty_blob};
+    use crate::hostile::{commit_two_and_read_back, pack, packed, volume_with_empty_blob};
     let dir = tempfile::tempdir().expect("a temp dir");
     let (_serving, server, uid, _gid) = serve_as_user(dir.path()).await;
     volume_with_empty_blob(&server).await;
@@ -324,20 +324,5 @@ async fn an_unprivileged_server_stores_a_pack_whole() {
         .expect("the partial folder")
         .collect();
     assert!(left.is_empty(), "nothing left beside the blobs: {left:?}");
-    let (status, message) = commit(
-        &server,
-        "code/1",
-        json!([
-            {"path": "a.txt", "kind": "file", "size": 6, "hash": a.hash},
-            {"path": "b.bin", "kind": "file", "size": 300_000, "hash": b.hash},
-        ]),
-    )
-    .await;
-    assert_eq!(status, 201, "{message}");
-    let tree = server.home.join("volumes/vol/code/1");
-    assert_eq!(std::fs::read(tree.join("a.txt")).expect("read"), b"alpha\n");
-    assert_eq!(
-        std::fs::read(tree.join("b.bin")).expect("read").len(),
-        300_000
-    );
+    commit_two_and_read_back(&server, "code/1", &a, &b).await;
 }
