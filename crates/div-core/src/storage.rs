@@ -259,6 +259,7 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
         manifest: Manifest { entries },
         warnings: Vec::new(),
         stats: HashStats::default(),
+        kept: Default::default(),
     };
     Ok((shipment, warnings))
 }

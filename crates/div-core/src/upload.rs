@@ -163,7 +163,8 @@ async fn send_missing(
         group_bytes += blob.size;
     }
     let read = |group: Vec<(String, std::path::PathBuf)>| {
-        tokio::task::spawn_blocking(move || read_pack(group))
+        let kept = shipment.kept.clone();
+        tokio::task::spawn_blocking(move || read_pack(group, &kept))
     };
     let got = |reading: Result<_, tokio::task::JoinError>| match reading {
         Ok(read) => read,
@@ -173,26 +174,45 @@ async fn send_missing(
             source: std::io::Error::other(e),
         }),
     };
-    // Two packs go at once, so the server writes one while it checks the other (its two
-    // requests are served on two threads), and the next two are read meanwhile.
+    // Two packs are in flight at all times, so the server writes one while it checks the
+    // other (its two requests are served on two threads): each that ends is followed at once
+    // by the next, whose files were read meanwhile, two ahead.
     let mut groups = groups.into_iter();
-    let mut next = (groups.next().map(read), groups.next().map(read));
-    while let (Some(first), second) = (next.0.take(), next.1.take()) {
-        let (first, first_bytes) = got(first.await)?;
-        let second = match second {
-            Some(reading) => Some(got(reading.await)?),
-            None => None,
-        };
-        next = (groups.next().map(read), groups.next().map(read));
-        let (a, b) = tokio::join!(cp.upload_pack(volume, &first), async {
-            match &second {
-                Some((pack, _)) => cp.upload_pack(volume, pack).await.map(Some),
-                None => Ok(None),
+    let mut reading: std::collections::VecDeque<_> = groups.by_ref().take(2).map(read).collect();
+    type Sending<'a> = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<u64, div_api::ApiError>> + Send + 'a>,
+    >;
+    let mut slots: [Option<Sending<'_>>; 2] = [None, None];
+    loop {
+        for slot in &mut slots {
+            if slot.is_some() {
+                continue;
             }
-        });
-        a.map_err(api(words.send))?;
-        b.map_err(api(words.send))?;
-        sent += first_bytes + second.as_ref().map_or(0, |(_, n)| *n);
+            let Some(next) = reading.pop_front() else {
+                break;
+            };
+            let (pack, bytes) = got(next.await)?;
+            reading.extend(groups.next().map(read));
+            *slot = Some(Box::pin(async move {
+                cp.upload_pack(volume, &pack).await.map(|_| bytes)
+            }));
+        }
+        if slots.iter().all(Option::is_none) {
+            break;
+        }
+        let (i, done) = std::future::poll_fn(|cx| {
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if let Some(sending) = slot
+                    && let std::task::Poll::Ready(done) = sending.as_mut().poll(cx)
+                {
+                    return std::task::Poll::Ready((i, done));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        slots[i] = None;
+        sent += done.map_err(api(words.send))?;
         sink.event(Event::UploadProgress { sent });
     }
     for blob in large {
@@ -243,16 +263,54 @@ async fn send_missing(
     Ok(())
 }
 
-/// Reads a pack's files: each whole, with the hash it was listed under.
+/// Reads a pack's files: each whole, with the hash it was listed under; from the bytes
+/// `kept` when the listing kept them (the bytes it hashed), else from the file.
 fn read_pack(
     files: Vec<(String, std::path::PathBuf)>,
+    kept: &div_ship::Kept,
 ) -> Result<(Vec<div_api::PackBlob>, u64), RunError> {
     let mut pack = Vec::with_capacity(files.len());
     let mut bytes = 0u64;
     for (hash, path) in files {
-        let data = std::fs::read(&path).map_err(|source| RunError::Read { path, source })?;
+        let data = match kept.get(&hash) {
+            Some(data) => data.to_vec(),
+            None => std::fs::read(&path).map_err(|source| RunError::Read { path, source })?,
+        };
         bytes += data.len() as u64;
         pack.push(div_api::PackBlob { hash, data });
     }
     Ok((pack, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pack carries the bytes the listing kept, the ones it hashed, even when the file has
+    /// changed since (the server would refuse the file as it is now: its hash is another);
+    /// a file whose bytes were not kept is read.
+    #[test]
+    fn a_pack_carries_the_bytes_kept_from_hashing_not_the_file_as_it_is_now() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (kept_path, read_path) = (tmp.path().join("kept.py"), tmp.path().join("read.py"));
+        std::fs::write(&kept_path, "version 2\n").unwrap();
+        std::fs::write(&read_path, "read now\n").unwrap();
+        let hash = |b: &[u8]| blake3::hash(b).to_hex().to_string();
+        let kept = div_ship::Kept(std::sync::Arc::new(
+            [(hash(b"version 1\n"), b"version 1\n".to_vec())]
+                .into_iter()
+                .collect(),
+        ));
+        let (pack, bytes) = read_pack(
+            vec![
+                (hash(b"version 1\n"), kept_path),
+                (hash(b"read now\n"), read_path),
+            ],
+            &kept,
+        )
+        .unwrap();
+        assert_eq!(pack[0].data, b"version 1\n");
+        assert_eq!(pack[1].data, b"read now\n");
+        assert_eq!(bytes, 19);
+    }
 }

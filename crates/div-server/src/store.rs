@@ -203,6 +203,8 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "cache_size", -32768)?;
+        conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
         migrate(&mut conn)?;
         Ok(Store {
             conn: Mutex::new(Some(conn)),

@@ -230,6 +230,37 @@ pub(crate) struct Looked {
     /// Files only: the stat the hash belongs to, for the cache.
     pub(crate) key: Option<StatKeyRef>,
     pub(crate) hashed: bool,
+    /// Files hashed now and kept ([`Keep`]): the bytes that were hashed.
+    pub(crate) data: Option<Vec<u8>>,
+}
+
+/// How many bytes of the files hashed to keep, for an upload that then sends them without
+/// reading them again: files of at most [`KEEP_FILE_MAX`] bytes, while `left` lasts.
+#[derive(Debug)]
+pub(crate) struct Keep {
+    left: AtomicU64,
+}
+
+/// The largest file whose bytes are kept: what a pack carries (`div_api::PACK_BLOB_MAX_BYTES`).
+pub(crate) const KEEP_FILE_MAX: u64 = 1 << 20;
+
+impl Keep {
+    pub(crate) fn new(bytes: u64) -> Keep {
+        Keep {
+            left: AtomicU64::new(bytes),
+        }
+    }
+
+    /// Takes `size` bytes of what is left, if that many are.
+    fn take(&self, size: u64) -> bool {
+        size <= KEEP_FILE_MAX
+            && self
+                .left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(size)
+                })
+                .is_ok()
+    }
 }
 
 /// Looks at every listed path (sorted, unique) under `root` on disk, using all cores: files
@@ -240,6 +271,7 @@ pub(crate) fn look_all(
     listed: Vec<Listed>,
     cache: &Cache,
     hashed: Option<&AtomicU64>,
+    keep: &Keep,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
     const CHUNK: usize = 64;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
@@ -261,7 +293,8 @@ pub(crate) fn look_all(
                             return Ok(());
                         };
                         for (item, slot) in items.iter().zip(out) {
-                            *slot = look(root, item, cache, hashed, &mut folder, &mut cursor)?;
+                            *slot =
+                                look(root, item, cache, hashed, keep, &mut folder, &mut cursor)?;
                         }
                     }
                 })
@@ -367,6 +400,7 @@ fn look(
     item: &Listed,
     cache: &Cache,
     hashed: Option<&AtomicU64>,
+    keep: &Keep,
     folder: &mut Folder,
     cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
@@ -404,16 +438,17 @@ fn look(
             },
             key: None,
             hashed: false,
+            data: None,
         }));
     }
     if file_type != rustix::fs::FileType::RegularFile {
         return Ok(None);
     }
     let key = StatKey::of_stat(&stat);
-    let (hash, hashed) = match cache.get(&item.path, &key, cursor) {
-        Some(hash) => (hash, false),
-        None => match hash_at(dir, name, hashed).map_err(io_err)? {
-            Some(hash) => (hash, true),
+    let (hash, hashed, data) = match cache.get(&item.path, &key, cursor) {
+        Some(hash) => (hash, false, None),
+        None => match hash_at(dir, name, hashed, keep, key.size).map_err(io_err)? {
+            Some((hash, data)) => (hash, true, data),
             // Replaced by something that is not a file since it was looked at.
             None => return Ok(None),
         },
@@ -429,17 +464,22 @@ fn look(
         },
         key: Some(StatKeyRef(key)),
         hashed,
+        data,
     }))
 }
 
 /// The hash of the file `name` in the folder `dir`, opened without following a link and
 /// without waiting (a fifo put there since it was looked at would block a read forever);
-/// `None` when it is no longer a plain file.
+/// `None` when it is no longer a plain file. A file of `size` bytes (as it was looked at)
+/// that `keep` takes is read whole and its bytes returned with the hash, when it still holds
+/// that many.
 fn hash_at(
     dir: &rustix::fd::OwnedFd,
     name: &OsStr,
     hashed: Option<&AtomicU64>,
-) -> io::Result<Option<String>> {
+    keep: &Keep,
+    size: u64,
+) -> io::Result<Option<(String, Option<Vec<u8>>)>> {
     use rustix::fs::{Mode, OFlags};
     let fd = match rustix::fs::openat(
         dir,
@@ -451,11 +491,23 @@ fn hash_at(
         Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let file = File::from(fd);
+    let mut file = File::from(fd);
     if !file.metadata()?.is_file() {
         return Ok(None);
     }
-    hash_reader(file, hashed).map(Some)
+    if keep.take(size) {
+        use std::io::Read;
+        // One byte more than expected, to see a file that grew without a second read.
+        let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+        file.read_to_end(&mut data)?;
+        if let Some(counter) = hashed {
+            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        let hash = blake3::hash(&data).to_hex().as_str().to_owned();
+        let kept = (data.len() as u64 == size).then_some(data);
+        return Ok(Some((hash, kept)));
+    }
+    hash_reader(file, hashed).map(|hash| Some((hash, None)))
 }
 
 /// A relative path's folder (`""` at the top) and name, as bytes.
@@ -537,7 +589,10 @@ mod tests {
         .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(hash_at(&dir, OsStr::new("result.json"), None).map_err(|e| e.kind()));
+            let keep = Keep::new(1 << 20);
+            let _ = tx.send(
+                hash_at(&dir, OsStr::new("result.json"), None, &keep, 0).map_err(|e| e.kind()),
+            );
         });
         let got = rx
             .recv_timeout(std::time::Duration::from_secs(20))
@@ -552,11 +607,63 @@ mod tests {
             rustix::fs::Mode::empty(),
         )
         .unwrap();
-        assert_eq!(hash_at(&dir, OsStr::new("link"), None).unwrap(), None);
+        let keep = Keep::new(1 << 20);
         assert_eq!(
-            hash_at(&dir, OsStr::new("real"), None).unwrap().as_deref(),
-            Some(blake3::hash(b"x").to_hex().as_str())
+            hash_at(&dir, OsStr::new("link"), None, &keep, 1).unwrap(),
+            None
         );
+        let x = blake3::hash(b"x").to_hex().as_str().to_owned();
+        assert_eq!(
+            hash_at(&dir, OsStr::new("real"), None, &Keep::new(0), 1).unwrap(),
+            Some((x.clone(), None))
+        );
+        assert_eq!(
+            hash_at(&dir, OsStr::new("real"), None, &keep, 1).unwrap(),
+            Some((x, Some(b"x".to_vec())))
+        );
+    }
+
+    /// The bytes of a small file are kept with its hash while the budget lasts, and only when
+    /// they are as many as the file had when it was looked at (one that changed meanwhile is
+    /// hashed as it is read, and read again to be sent).
+    #[test]
+    fn a_small_files_bytes_are_kept_while_the_budget_lasts_and_only_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a"), "12345").unwrap();
+        std::fs::write(
+            tmp.path().join("big"),
+            vec![1u8; (KEEP_FILE_MAX + 1) as usize],
+        )
+        .unwrap();
+        let dir = rustix::fs::open(
+            tmp.path(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let five = blake3::hash(b"12345").to_hex().as_str().to_owned();
+        let keep = Keep::new(8);
+        let hashed = AtomicU64::new(0);
+        let got = hash_at(&dir, OsStr::new("a"), Some(&hashed), &keep, 5).unwrap();
+        assert_eq!(got, Some((five.clone(), Some(b"12345".to_vec()))));
+        assert_eq!(hashed.load(Ordering::Relaxed), 5);
+        // 3 bytes of budget left: not enough for five.
+        let got = hash_at(&dir, OsStr::new("a"), None, &keep, 5).unwrap();
+        assert_eq!(got, Some((five.clone(), None)));
+        // Looked at when it had 4 bytes: hashed as read, not kept.
+        let got = hash_at(&dir, OsStr::new("a"), None, &Keep::new(100), 4).unwrap();
+        assert_eq!(got, Some((five, None)));
+        // Past a pack's largest blob: never kept.
+        let big = hash_at(
+            &dir,
+            OsStr::new("big"),
+            None,
+            &Keep::new(u64::MAX),
+            KEEP_FILE_MAX + 1,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(big.1, None);
     }
 
     #[test]

@@ -123,6 +123,11 @@ pub struct ShipOptions {
     /// repository's `core.bare` and `core.worktree` say (a work tree of a bare repository).
     /// The shipped folder must be inside it. Relative to the process's directory.
     pub work_tree: Option<PathBuf>,
+    /// How many bytes, in all, of the small files hashed (a pack's worth, 1 MiB, each at most)
+    /// to keep in [`Shipment::kept`], so that an upload sends them without reading them again
+    /// (and sends exactly the bytes that were hashed); 0, the default, keeps none. Files the
+    /// hash cache answers for are not read, so not kept.
+    pub keep_bytes: u64,
 }
 
 /// How the shipped set was decided.
@@ -147,6 +152,28 @@ pub struct Shipment {
     pub warnings: Vec<String>,
     /// How much was hashed and how much came from the cache.
     pub stats: HashStats,
+    /// The bytes of files hashed by this listing, by hash, as [`ShipOptions::keep_bytes`]
+    /// allows.
+    pub kept: Kept,
+}
+
+/// Files' bytes kept from their hashing, by hash (see [`ShipOptions::keep_bytes`]). Shared,
+/// so that an upload hands them to the threads that build its requests.
+#[derive(Clone, Default)]
+pub struct Kept(pub std::sync::Arc<std::collections::HashMap<String, Vec<u8>>>);
+
+impl Kept {
+    /// The bytes of the file that hashes to `hash`, if they were kept.
+    pub fn get(&self, hash: &str) -> Option<&[u8]> {
+        self.0.get(hash).map(Vec::as_slice)
+    }
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes: usize = self.0.values().map(Vec::len).sum();
+        write!(f, "Kept({} files, {bytes} bytes)", self.0.len())
+    }
 }
 
 /// A shipment large enough to say so before uploading (see [`Shipment::large`]).
@@ -349,7 +376,9 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         (listing, cache.join().unwrap_or_default())
     });
     let (source, listed, mut warnings) = listing?;
-    let (mut looked, stats) = hash::look_all(&root, listed, &cache, options.hashed.as_deref())?;
+    let keep = hash::Keep::new(options.keep_bytes);
+    let (mut looked, stats) =
+        hash::look_all(&root, listed, &cache, options.hashed.as_deref(), &keep)?;
     let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
     relative_absolute_links(&mut looked, &[&root, &given]);
     let looked = drop_unsafe_links(looked, &mut warnings);
@@ -370,8 +399,17 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             ));
         }
     }
+    let mut kept = std::collections::HashMap::new();
     let manifest = Manifest {
-        entries: looked.into_iter().map(|l| l.entry).collect(),
+        entries: looked
+            .into_iter()
+            .map(|l| {
+                if let (Some(data), Some(hash)) = (l.data, &l.entry.hash) {
+                    kept.insert(hash.clone(), data);
+                }
+                l.entry
+            })
+            .collect(),
     };
     // The cache holds a record per file (57,000 of them in a big repository): freed on a
     // thread of their own rather than before the answer.
@@ -387,6 +425,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         manifest,
         warnings,
         stats,
+        kept: Kept(std::sync::Arc::new(kept)),
     })
 }
 

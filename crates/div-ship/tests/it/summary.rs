@@ -152,6 +152,7 @@ proptest::proptest! {
             manifest,
             warnings: Vec::new(),
             stats: Default::default(),
+            kept: Default::default(),
         };
         proptest::prop_assert_eq!(shipment.largest_files(n), expected);
     }
