@@ -273,14 +273,19 @@ pub(crate) fn look_all(
     hashed: Option<&AtomicU64>,
     keep: &Keep,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
-    const CHUNK: usize = 64;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
-    let threads = threads.min(listed.len().div_ceil(CHUNK)).max(1);
+    // Each worker takes about sixteen chunks, so that none is left alone with the last big
+    // files; no chunk is longer than 512 paths, and none shorter than 16. A worker reaches
+    // each chunk's first folder afresh from the folders it holds (the chunk before it went to
+    // another worker): 64 paths a chunk opened 5,815 folders for test262's 4,838, 512 opens
+    // fewer.
+    let chunk = (listed.len() / (threads * 16)).clamp(16, 512);
+    let threads = threads.min(listed.len().div_ceil(chunk)).max(1);
     // One slot per listed path, filled in place by whichever worker takes its chunk: no
     // worker's list grows and is copied, and nothing is sorted back into order after.
     let mut slots: Vec<Option<Looked>> = Vec::with_capacity(listed.len());
     slots.resize_with(listed.len(), || None);
-    let work = std::sync::Mutex::new(listed.chunks(CHUNK).zip(slots.chunks_mut(CHUNK)));
+    let work = std::sync::Mutex::new(listed.chunks(chunk).zip(slots.chunks_mut(chunk)));
     let results: Vec<Result<(), ShipError>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -313,7 +318,10 @@ pub(crate) fn look_all(
             looked.entry.path = item.path;
         }
     }
-    let looked: Vec<Looked> = slots.into_iter().flatten().collect();
+    // `filter_map` (not `flatten`) so that the slots' own memory is reused for the answer:
+    // 57,000 of them are 10 MB, which `flatten` copied into new pages.
+    #[allow(clippy::filter_map_identity)]
+    let looked: Vec<Looked> = slots.into_iter().filter_map(|slot| slot).collect();
     let mut stats = HashStats::default();
     for l in &looked {
         if l.hashed {
