@@ -505,9 +505,10 @@ fn hash_at(
     }
     if keep.take(size) {
         use std::io::Read;
-        // One byte more than expected, to see a file that grew without a second read.
+        // One byte more than expected, to see a file that grew without a second read; read
+        // through `Reads`, as `File`'s own `read_to_end` asks the file's size and place again.
         let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-        file.read_to_end(&mut data)?;
+        Reads(&mut file).read_to_end(&mut data)?;
         if let Some(counter) = hashed {
             counter.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
@@ -551,6 +552,16 @@ fn hash_reader(mut file: File, hashed: Option<&AtomicU64>) -> io::Result<String>
         }
     }
     Ok(hasher.finalize().to_hex().as_str().to_owned())
+}
+
+/// A reader that only reads: `read_to_end` through it fills the room the buffer has, with
+/// no `statx` and `lseek` first.
+struct Reads<'a>(&'a mut File);
+
+impl io::Read for Reads<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
 }
 
 /// A reader that adds what it reads to a counter.
