@@ -465,22 +465,34 @@ async fn packs_of_one_new_blob_sent_at_once_leave_it_whole() {
                 tokio::spawn(async move { pack(&server, "vol", body).await })
             })
             .collect();
-        // While they go, whatever is at the blob's place is whole whenever it is there.
+        // While they go, whatever is at the blob's place is whole whenever it is there: a
+        // thread of its own looks, again and again, until they are done.
         let place = server.home.join("blobs/vol").join(&blob.hash);
-        for _ in 0..200 {
-            if let Ok(meta) = std::fs::metadata(&place) {
-                assert_eq!(
-                    meta.len(),
-                    700_000,
-                    "round {round}: a blob seen part-written"
-                );
-            }
-            tokio::task::yield_now().await;
-        }
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let looking = {
+            let done = std::sync::Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(meta) = std::fs::metadata(&place)
+                        && meta.len() != 700_000
+                    {
+                        seen.push(meta.len());
+                    }
+                }
+                seen
+            })
+        };
         for task in tasks {
             let (status, answer) = task.await.expect("the pack");
             assert_eq!(status, 200, "{answer}");
         }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = looking.join().expect("the looking thread");
+        assert!(
+            seen.is_empty(),
+            "round {round}: a blob seen part-written, of these sizes: {seen:?}"
+        );
         let (status, message) = commit(
             &server,
             &format!("code/r{round}"),
