@@ -163,6 +163,13 @@ pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
 /// own, with every mount in it private: what is mounted there afterwards is seen by no other
 /// process, and goes away with the namespace's last process. Needs `CAP_SYS_ADMIN`.
 pub(crate) fn private_mount_namespace() -> io::Result<()> {
+    enter_private_mount_namespace()
+}
+
+/// The body of [`private_mount_namespace`]: it allocates nothing, so it may also run between
+/// a fork and its exec.
+fn enter_private_mount_namespace() -> io::Result<()> {
+    use rustix::mount::{MountPropagationFlags, mount_change};
     use rustix::thread::UnshareFlags;
     // SAFETY: rustix marks `unshare` unsafe for `UnshareFlags::FILES` alone, which would give
     // this thread its own file-descriptor table, so that a descriptor opened by another
@@ -173,9 +180,8 @@ pub(crate) fn private_mount_namespace() -> io::Result<()> {
     unsafe {
         rustix::thread::unshare_unsafe(UnshareFlags::NEWNS)?;
     }
-    use rustix::mount::MountPropagationFlags;
-    rustix::mount::mount_change(
-        "/",
+    mount_change(
+        c"/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )?;
     Ok(())
@@ -236,21 +242,25 @@ fn enter_own_user_namespace(uid_map: &[u8], gid_map: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Makes `command`'s process, between its fork and its exec, do what a supervisor without
-/// root does before it starts a run's bubblewrap ([`private_user_and_mount_namespace`], then
-/// [`mount_writable_overlay`] with `options` on `merged`): how the server tries, once,
-/// whether runs' `/workspace` can be overlays here (`workspace::overlay_works`). The server
-/// has threads, so this cannot be done in its own process; the forked child has one.
-pub(crate) fn with_overlay_in_own_user_namespace(
+/// Makes `command`'s process, between its fork and its exec, do what a run's supervisor does
+/// before it starts the run's bubblewrap: as root, [`private_mount_namespace`]; without,
+/// [`private_user_and_mount_namespace`]; then [`mount_writable_overlay`] with `options` on
+/// `merged`. How the server tries, once, whether runs' `/workspace` can be overlays here
+/// (`workspace::overlay_works`). The server has threads, so this cannot be done in its own
+/// process; the forked child has one.
+pub(crate) fn with_overlay_in_private_namespace(
     command: &mut std::process::Command,
     options: &str,
     merged: &std::path::Path,
 ) -> io::Result<()> {
     // Everything the child needs, made here: between fork and exec nothing may allocate.
-    let (uid_map, gid_map) = own_id_maps();
+    let maps = (!rustix::process::geteuid().is_root()).then(own_id_maps);
     let (volatile, plain, merged) = overlay_args(options, merged)?;
     let child = move || -> io::Result<()> {
-        enter_own_user_namespace(&uid_map, &gid_map)?;
+        match &maps {
+            Some((uid_map, gid_map)) => enter_own_user_namespace(uid_map, gid_map)?,
+            None => enter_private_mount_namespace()?,
+        }
         mount_overlay_volatile_or_not(&volatile, &plain, &merged)
     };
     // SAFETY: `child` runs in the forked child before exec, and only makes system calls on

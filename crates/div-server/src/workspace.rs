@@ -71,28 +71,6 @@ impl Overlay {
         }
     }
 
-    /// The program and arguments that mount this overlay on `merged` in a mount namespace of
-    /// their own and become the rest of the command line: `unshare`, then a shell that mounts
-    /// with `mount(8)` and execs. What [`overlay_works`] tries, the way
-    /// [`Overlay::mount`] mounts a run's.
-    fn mount_prefix(&self, merged: &Path) -> Vec<String> {
-        let exec = "exec \"$@\"";
-        vec![
-            program("unshare").display().to_string(),
-            "--mount".to_owned(),
-            "--propagation".to_owned(),
-            "private".to_owned(),
-            "--".to_owned(),
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            format!("\"$1\" -t overlay overlay -o \"$2\" \"$3\" || exit 125; shift 3; {exec}"),
-            "sh".to_owned(),
-            program("mount").display().to_string(),
-            self.options(),
-            merged.display().to_string(),
-        ]
-    }
-
     /// overlayfs's mount options for these layers.
     fn options(&self) -> String {
         format!(
@@ -106,7 +84,7 @@ impl Overlay {
     /// Mounts this overlay on `merged`. The caller (a run's supervisor) has made a mount
     /// namespace its own first (`sys::private_mount_namespace`), so that only it and what it
     /// starts afterwards (the run's bubblewrap) see the mount, and nothing is left mounted
-    /// when it exits. The same as [`Overlay::mount_prefix`], with no process started.
+    /// when it exits.
     ///
     /// Mounted `volatile` (Linux 5.10 and later; mounted without it where the kernel refuses
     /// it): overlayfs then skips every sync of the upper layer, its own unmount's included.
@@ -117,16 +95,6 @@ impl Overlay {
     pub(crate) fn mount(&self, merged: &Path) -> io::Result<()> {
         crate::sys::mount_writable_overlay(&self.options(), merged)
     }
-}
-
-/// Where `unshare` and `mount` are looked for: fixed folders, never a PATH.
-const DIRS: [&str; 4] = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"];
-
-fn program(name: &str) -> PathBuf {
-    DIRS.iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| Path::new("/usr/bin").join(name))
 }
 
 /// Copies a tree (a run's `/workspace` where it is not an overlay, a Slurm node's copy):
@@ -162,7 +130,6 @@ fn remove_all(dir: &Path) {
 /// program and its first flags), and takes bubblewrap's writes in its upper layer alone.
 /// Tried once, when the server starts.
 pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
-    let root = rustix::process::geteuid().is_root();
     let probe = home.join(format!("overlay-probe-{}", std::process::id()));
     let works = (|| -> io::Result<bool> {
         let lower = probe.join("lower");
@@ -174,14 +141,8 @@ pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             return Ok(false);
         };
         overlay.prepare()?;
-        // As root, `unshare` and `mount(8)` before bubblewrap; without, the same done by
-        // the forked child itself, in a user namespace of its own (as a supervisor does).
-        let mut argv = if root {
-            overlay.mount_prefix(&merged)
-        } else {
-            Vec::new()
-        };
-        argv.extend(bwrap.iter().cloned());
+        // The forked child mounts it as a supervisor does, then execs bubblewrap.
+        let mut argv = bwrap.to_vec();
         argv.extend(
             [
                 "--ro-bind",
@@ -205,13 +166,7 @@ pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if !root {
-            crate::sys::with_overlay_in_own_user_namespace(
-                &mut command,
-                &overlay.options(),
-                &merged,
-            )?;
-        }
+        crate::sys::with_overlay_in_private_namespace(&mut command, &overlay.options(), &merged)?;
         let status = command.status()?;
         Ok(status.success()
             && overlay.upper.join("new").is_file()
@@ -243,19 +198,5 @@ mod tests {
             );
             assert_eq!(Overlay::for_run(run, Path::new(bad)), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn the_mount_prefix_names_each_layer_and_execs_the_rest() {
-        let o = Overlay::for_run(Path::new("/r"), Path::new("/code")).unwrap();
-        let argv = o.mount_prefix(Path::new("/r/workspace"));
-        assert!(argv[0].ends_with("/unshare"), "{argv:?}");
-        assert_eq!(argv[1..5], ["--mount", "--propagation", "private", "--"]);
-        assert!(argv[7].ends_with("exec \"$@\""), "{argv:?}");
-        assert_eq!(
-            argv[10],
-            "lowerdir=/code,upperdir=/r/overlay/upper,workdir=/r/overlay/work"
-        );
-        assert_eq!(argv[11], "/r/workspace");
     }
 }
