@@ -502,3 +502,54 @@ async fn packs_of_one_new_blob_sent_at_once_leave_it_whole() {
         assert_eq!(status, 201, "round {round}: {message}");
     }
 }
+
+/// The attack on an executable that two snapshots share (one file on disk: the blob's
+/// executable twin): a run of the first appends to it, changes its mode and runs it. What it
+/// changed is its own; the twin, the second snapshot's file and the first's are as committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cannot_change_an_executable_other_snapshots_share() {
+    use std::os::unix::fs::MetadataExt;
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    volume_with_empty_blob(&server).await;
+    let script = packed(b"#!/bin/sh\necho original\n");
+    let (status, answer) = pack(
+        &server,
+        "vol",
+        div_api::pack_frame(std::slice::from_ref(&script)),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let entries = json!([{"path": "run.sh", "kind": "file", "size": script.data.len(),
+                          "hash": script.hash, "executable": true}]);
+    for at in ["code/1", "code/2"] {
+        let (status, message) = commit(&server, at, entries.clone()).await;
+        assert_eq!(status, 201, "{message}");
+    }
+    let twin = div_ship::executable_blob(&server.home.join("blobs/vol").join(&script.hash));
+    let shared = |at: &str| server.home.join("volumes/vol").join(at).join("run.sh");
+    let ino = |p: &std::path::Path| std::fs::metadata(p).expect("there").ino();
+    assert_eq!(ino(&shared("code/1")), ino(&twin));
+    assert_eq!(ino(&shared("code/2")), ino(&twin));
+    let (status, run) = server
+        .create_run(
+            "./run.sh; echo 'echo evil' >> run.sh; chmod 600 run.sh; chmod 700 run.sh; ./run.sh",
+            json!({"code": {"volume": "vol", "path": "code/1"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    let ended = server.wait_end(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let log = server.log_text(&id).await;
+    assert!(log.contains("original\noriginal\nevil\n"), "{log}");
+    for file in [twin.clone(), shared("code/1"), shared("code/2")] {
+        let meta = std::fs::metadata(&file).expect("there");
+        assert_eq!(
+            std::fs::read(&file).expect("read"),
+            script.data,
+            "{file:?} changed"
+        );
+        assert_eq!(meta.mode() & 0o777, 0o755, "{file:?}'s mode changed");
+        assert_eq!(meta.ino(), ino(&twin));
+    }
+}
