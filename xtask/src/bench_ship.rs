@@ -1,10 +1,15 @@
 //! `cargo xtask bench ship [--repo PATH] [--files N] [--shape mixed|test262] [--mib N]
-//! [--runs N] [--div PATH]`: div-ship's listing against `git ls-files -co --exclude-standard`
+//! [--runs N] [--div PATH] [--user NAME]`: div-ship's listing against `git ls-files -co --exclude-standard`
 //! in the same run; when a `div` binary is there (`--div`, or `target/release/div`), `div run
 //! --dry-run` against `git status --porcelain -uall`, and on a fresh local control plane the
 //! first ship of the repository against `git ls-files | tar | tar` into the same filesystem,
 //! then a run of the unchanged repository and the bytes the state directory takes; hashing a
 //! tree cold then unchanged, and what a second upload would send.
+//!
+//! With `--user NAME` (as root), only the first ship and the unchanged runs are measured, and
+//! both sides run as that user: `div` (so its local control plane is an unprivileged server)
+//! and `git ls-files | tar | tar`. git and div refuse a repository another user owns, so a
+//! generated one is given to that user, and a `--repo` must be that user's already.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -23,6 +28,60 @@ struct Args {
     mib: usize,
     runs: usize,
     div: Option<PathBuf>,
+    user: Option<String>,
+}
+
+/// Who the commands of a `--user` bench run as: `setpriv` in front of each.
+#[derive(Clone)]
+struct As {
+    uid: u32,
+    gid: u32,
+}
+
+impl As {
+    fn of(name: &str) -> Result<As> {
+        let id = |flag: &str| -> Result<u32> {
+            let out = Command::new("id")
+                .args([flag, name])
+                .output()
+                .context("running id")?;
+            ensure!(
+                out.status.success(),
+                "no user `{name}` here (`useradd -m {name}`)"
+            );
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .with_context(|| format!("`id {flag} {name}`"))
+        };
+        Ok(As {
+            uid: id("-u")?,
+            gid: id("-g")?,
+        })
+    }
+
+    /// `program` run as this user.
+    fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new("setpriv");
+        command
+            .arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--clear-groups", "--"])
+            .arg(program);
+        command
+    }
+
+    /// Gives `path`, and everything below it, to this user.
+    fn own(&self, path: &Path) -> Result<()> {
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", self.uid, self.gid))
+            .arg(path)
+            .status()
+            .context("running chown")?;
+        ensure!(status.success(), "chown -R {} failed", path.display());
+        Ok(())
+    }
 }
 
 /// The generated repository.
@@ -43,6 +102,7 @@ fn parse(rest: &[String]) -> Result<Args> {
         mib: 1024,
         runs: 9,
         div: None,
+        user: None,
     };
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
@@ -67,8 +127,9 @@ fn parse(rest: &[String]) -> Result<Args> {
             }
             "--mib" => args.mib = value()?.parse().context("--mib is a count of MiB")?,
             "--runs" => args.runs = value()?.parse().context("--runs is a count")?,
+            "--user" => args.user = Some(value()?.clone()),
             other => bail!(
-                "unknown flag `{other}`; expected --repo, --files, --shape, --mib, --runs or --div"
+                "unknown flag `{other}`; expected --repo, --files, --shape, --mib, --runs, --div or --user"
             ),
         }
     }
@@ -102,15 +163,37 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             repo
         }
     };
-    listing(&repo, args.runs)?;
     let div = args.div.clone().or_else(|| {
         let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/div");
         built.is_file().then_some(built)
     });
+    if let Some(name) = &args.user {
+        let who = As::of(name)?;
+        if args.repo.is_some() {
+            use std::os::unix::fs::MetadataExt;
+            ensure!(
+                fs::metadata(&repo)?.uid() == who.uid,
+                "`{}` is not `{name}`'s: git and div refuse another user's repository (give it to `{name}`, or leave out --repo to bench a generated one)",
+                repo.display()
+            );
+        } else {
+            // The generated repository, and the folders above it, the user's to read.
+            who.own(tmp.path())?;
+        }
+        let div = div.context(
+            "--user needs a `div` binary (`cargo build --release -p div-cli`, or --div PATH)",
+        )?;
+        println!(
+            "as `{name}` (uid {}): the first ship and the unchanged runs only",
+            who.uid
+        );
+        return ship(&repo, &div, args.runs, Some(&who));
+    }
+    listing(&repo, args.runs)?;
     match div {
         Some(div) => {
             dry_run(&repo, &div, args.runs)?;
-            ship(&repo, &div, args.runs)?;
+            ship(&repo, &div, args.runs, None)?;
         }
         None => println!(
             "dry run: no `div` binary (`cargo build --release -p div-cli`, or --div PATH): skipped"
@@ -224,6 +307,7 @@ fn dry_run(repo: &Path, div: &Path, runs: usize) -> Result<()> {
             div,
             home.path(),
             &["run", "--dry-run", "--gpu", "cpu", "--", "true"],
+            None,
         )
     };
     let run_git = || {
@@ -285,9 +369,15 @@ fn dry_run(repo: &Path, div: &Path, runs: usize) -> Result<()> {
 /// unchanged repository on the last round's control plane, and what its state directory takes.
 /// Nothing is deleted until the end (on ext4, files deleted moments before make creating new
 /// ones slower, the deleting tool's and the next one alike).
-fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
+fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
     let tmp = tempfile::tempdir_in(repo.parent().unwrap_or(repo))
         .context("creating a temporary folder beside the repository")?;
+    if let Some(who) = who {
+        who.own(tmp.path())?;
+    }
+    let div_in = |repo: &Path, div: &Path, scratch: &Path, args: &[&str]| {
+        div_in(repo, div, scratch, args, who)
+    };
     let sync = || Command::new("sync").status().map(|_| ());
     let rounds = runs.max(3);
     let scratch = |round: usize| tmp.path().join(format!("round-{round}"));
@@ -299,9 +389,17 @@ fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
             div_in(repo, div, &scratch, &["server", "start"])?;
             let copy = scratch.join("tar-copy");
             fs::create_dir_all(&copy)?;
+            if let Some(who) = who {
+                who.own(&copy)?;
+            }
             sync()?;
             let started = Instant::now();
-            let status = Command::new("sh")
+            let sh = Path::new("/bin/sh");
+            let mut tar = who.map_or_else(|| Command::new(sh), |who| who.command(sh));
+            if who.is_some() {
+                tar.env("HOME", &scratch);
+            }
+            let status = tar
                 .args([
                     "-c",
                     "git ls-files -z -co --exclude-standard | tar --null -T - -c | tar -x -C \"$1\"",
@@ -372,8 +470,18 @@ fn ship(repo: &Path, div: &Path, runs: usize) -> Result<()> {
 
 /// `div args…` in `repo`, its state directory, cache and config under `scratch`; its stderr,
 /// or why it failed.
-fn div_in(repo: &Path, div: &Path, scratch: &Path, args: &[&str]) -> Result<Vec<u8>> {
-    let out = Command::new(div)
+fn div_in(
+    repo: &Path,
+    div: &Path,
+    scratch: &Path,
+    args: &[&str],
+    who: Option<&As>,
+) -> Result<Vec<u8>> {
+    let mut command = who.map_or_else(|| Command::new(div), |who| who.command(div));
+    if who.is_some() {
+        command.env("HOME", scratch);
+    }
+    let out = command
         .args(args)
         .current_dir(repo)
         .env("DIVERGENT_HOME", scratch.join("div"))
