@@ -206,6 +206,17 @@ impl Server {
         (status, value)
     }
 
+    /// Places a run ([`Server::create_run`]), waits for its end, which must be a success,
+    /// and gives its log.
+    pub(crate) async fn succeeded_log(&self, command: &str, extra: Value) -> String {
+        let (status, run) = self.create_run(command, extra).await;
+        assert_eq!(status, 201, "{run}");
+        let id = run["id"].as_str().expect("an id").to_owned();
+        let ended = self.wait_end(&id).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+        self.log_text(&id).await
+    }
+
     /// Places a run; `extra` fields override the defaults.
     pub(crate) async fn create_run(&self, command: &str, extra: Value) -> (u16, Value) {
         let mut body = serde_json::json!({
