@@ -124,7 +124,7 @@ async fn a_runs_variables_past_1_mib_together_are_refused_when_set() {
 
     // An `--env` of a secret's name replaces it, so a smaller one fits: the run gets all.
     let log = server
-        .succeeded_log(
+        .run_to_success(
             "printenv S1; for i in 2 3 4 5 6 7 8; do printenv S$i | wc -c; done",
             json!({"env": [{"key": "S1", "value": "m".repeat(9_000)}]}),
         )

@@ -206,17 +206,6 @@ impl Server {
         (status, value)
     }
 
-    /// Places a run ([`Server::create_run`]), waits for its end, which must be a success,
-    /// and gives its log.
-    pub(crate) async fn succeeded_log(&self, command: &str, extra: Value) -> String {
-        let (status, run) = self.create_run(command, extra).await;
-        assert_eq!(status, 201, "{run}");
-        let id = run["id"].as_str().expect("an id").to_owned();
-        let ended = self.wait_end(&id).await;
-        assert_eq!(ended["status"], "succeeded", "{ended}");
-        self.log_text(&id).await
-    }
-
     /// Places a run; `extra` fields override the defaults.
     pub(crate) async fn create_run(&self, command: &str, extra: Value) -> (u16, Value) {
         let mut body = serde_json::json!({
@@ -240,8 +229,6 @@ impl Server {
             .await
     }
 
-    /// A tree of code in the volume `tests-code` (made if missing), written straight into the
-    /// volume's folder: the `code` field of a run that shipped these files.
     /// Places a run of `command` (with `extra` fields), waits for its end, checks that it
     /// succeeded, and gives its log.
     pub(crate) async fn run_to_success(&self, command: &str, extra: Value) -> String {
@@ -253,6 +240,8 @@ impl Server {
         self.log_text(&id).await
     }
 
+    /// A tree of code in the volume `tests-code` (made if missing), written straight into the
+    /// volume's folder: the `code` field of a run that shipped these files.
     pub(crate) async fn code(&self, files: &[(&str, &str)]) -> Value {
         let (status, volume) = self
             .request(

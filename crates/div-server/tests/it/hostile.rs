@@ -531,7 +531,7 @@ async fn a_run_cannot_change_an_executable_other_snapshots_share() {
     assert_eq!(ino(&shared("code/1")), ino(&twin));
     assert_eq!(ino(&shared("code/2")), ino(&twin));
     let log = server
-        .succeeded_log(
+        .run_to_success(
             "./run.sh; echo 'echo evil' >> run.sh; chmod 600 run.sh; chmod 700 run.sh; ./run.sh",
             json!({"code": {"volume": "vol", "path": "code/1"}}),
         )
