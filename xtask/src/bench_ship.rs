@@ -375,7 +375,8 @@ fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
     if let Some(who) = who {
         who.own(tmp.path())?;
     }
-    let div_in = |repo: &Path, div: &Path, scratch: &Path, args: &[&str]| {
+    // Every `div` of the bench runs as `who` when one is given.
+    let div_as = |repo: &Path, div: &Path, scratch: &Path, args: &[&str]| {
         div_in(repo, div, scratch, args, who)
     };
     let sync = || Command::new("sync").status().map(|_| ());
@@ -386,7 +387,7 @@ fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
         for round in 0..rounds {
             let scratch = scratch(round);
             // A cache folder of its own (`XDG_CACHE_HOME`): the first ship hashes every file.
-            div_in(repo, div, &scratch, &["server", "start"])?;
+            div_as(repo, div, &scratch, &["server", "start"])?;
             let copy = scratch.join("tar-copy");
             fs::create_dir_all(&copy)?;
             if let Some(who) = who {
@@ -413,15 +414,15 @@ fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
             tar_times.push(started.elapsed());
             sync()?;
             let started = Instant::now();
-            div_in(repo, div, &scratch, &["run", "--gpu", "cpu", "--", "true"])?;
+            div_as(repo, div, &scratch, &["run", "--gpu", "cpu", "--", "true"])?;
             div_times.push(started.elapsed());
             if round + 1 < rounds {
-                div_in(repo, div, &scratch, &["server", "stop"])?;
+                div_as(repo, div, &scratch, &["server", "stop"])?;
             }
         }
         let last = scratch(rounds - 1);
         let (unchanged, ()) = median(runs.min(5), || {
-            div_in(repo, div, &last, &["run", "--gpu", "cpu", "--", "true"]).map(|_| ())
+            div_as(repo, div, &last, &["run", "--gpu", "cpu", "--", "true"]).map(|_| ())
         })?;
         let on_disk = crate::bench_run::du(&[&last.join("div")])?;
         let each: Vec<String> = div_times
@@ -462,7 +463,7 @@ fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
     // Each round's control plane, stopped (a failed round leaves its own running).
     for round in 0..rounds {
         if scratch(round).join("div").exists() {
-            let _ = div_in(repo, div, &scratch(round), &["server", "stop"]);
+            let _ = div_as(repo, div, &scratch(round), &["server", "stop"]);
         }
     }
     result

@@ -176,26 +176,26 @@ async fn send_missing(
     };
     // Two packs are in flight at all times, so the server writes one while it checks the
     // other (its two requests are served on two threads): each that ends is followed at once
-    // by the next, whose files were read meanwhile, two ahead.
+    // by the next, whose files are read on a blocking thread two packs ahead.
     let mut groups = groups.into_iter();
     let mut reading: std::collections::VecDeque<_> = groups.by_ref().take(2).map(read).collect();
-    type Sending<'a> = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<u64, div_api::ApiError>> + Send + 'a>,
-    >;
+    type Sending<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, RunError>> + Send + 'a>>;
+    type Read = tokio::task::JoinHandle<Result<(Vec<div_api::PackBlob>, u64), RunError>>;
+    let send = |reading: Read| -> Sending<'_> {
+        Box::pin(async move {
+            let (pack, bytes) = got(reading.await)?;
+            cp.upload_pack(volume, &pack)
+                .await
+                .map_err(api(words.send))?;
+            Ok(bytes)
+        })
+    };
     let mut slots: [Option<Sending<'_>>; 2] = [None, None];
     loop {
-        for slot in &mut slots {
-            if slot.is_some() {
-                continue;
-            }
-            let Some(next) = reading.pop_front() else {
-                break;
-            };
-            let (pack, bytes) = got(next.await)?;
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            *slot = reading.pop_front().map(send);
             reading.extend(groups.next().map(read));
-            *slot = Some(Box::pin(async move {
-                cp.upload_pack(volume, &pack).await.map(|_| bytes)
-            }));
         }
         if slots.iter().all(Option::is_none) {
             break;
@@ -212,7 +212,7 @@ async fn send_missing(
         })
         .await;
         slots[i] = None;
-        sent += done.map_err(api(words.send))?;
+        sent += done?;
         sink.event(Event::UploadProgress { sent });
     }
     for blob in large {

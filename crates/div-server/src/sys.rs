@@ -161,14 +161,9 @@ pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
 
 /// Moves the calling thread (and what it spawns afterwards) into a mount namespace of its
 /// own, with every mount in it private: what is mounted there afterwards is seen by no other
-/// process, and goes away with the namespace's last process. Needs `CAP_SYS_ADMIN`.
+/// process, and goes away with the namespace's last process. Needs `CAP_SYS_ADMIN`. It
+/// allocates nothing, so it may also run between a fork and its exec.
 pub(crate) fn private_mount_namespace() -> io::Result<()> {
-    enter_private_mount_namespace()
-}
-
-/// The body of [`private_mount_namespace`]: it allocates nothing, so it may also run between
-/// a fork and its exec.
-fn enter_private_mount_namespace() -> io::Result<()> {
     use rustix::mount::{MountPropagationFlags, mount_change};
     use rustix::thread::UnshareFlags;
     // SAFETY: rustix marks `unshare` unsafe for `UnshareFlags::FILES` alone, which would give
@@ -259,7 +254,7 @@ pub(crate) fn with_overlay_in_private_namespace(
     let child = move || -> io::Result<()> {
         match &maps {
             Some((uid_map, gid_map)) => enter_own_user_namespace(uid_map, gid_map)?,
-            None => enter_private_mount_namespace()?,
+            None => private_mount_namespace()?,
         }
         mount_overlay_volatile_or_not(&volatile, &plain, &merged)
     };

@@ -505,16 +505,22 @@ fn hash_at(
     }
     if keep.take(size) {
         use std::io::Read;
-        // One byte more than expected, to see a file that grew without a second read; read
-        // through `Reads`, as `File`'s own `read_to_end` asks the file's size and place again.
+        // One byte more than expected, to see a file that grew without a second read, and no
+        // more: a file still growing (a log being written) is hashed on as a stream, never
+        // held whole. Read through `Reads`, as `File`'s own `read_to_end` asks the file's
+        // size and place again.
         let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-        Reads(&mut file).read_to_end(&mut data)?;
+        Reads(&mut file).take(size + 1).read_to_end(&mut data)?;
         if let Some(counter) = hashed {
             counter.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
-        let hash = blake3::hash(&data).to_hex().as_str().to_owned();
-        let kept = (data.len() as u64 == size).then_some(data);
-        return Ok(Some((hash, kept)));
+        if data.len() as u64 == size {
+            let hash = blake3::hash(&data).to_hex().as_str().to_owned();
+            return Ok(Some((hash, Some(data))));
+        }
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&data);
+        return hash_rest(hasher, file, hashed).map(|hash| Some((hash, None)));
     }
     hash_reader(file, hashed).map(|hash| Some((hash, None)))
 }
@@ -537,8 +543,17 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
 }
 
 /// blake3 of what `file` holds from where it is, adding what is read to `hashed`.
-fn hash_reader(mut file: File, hashed: Option<&AtomicU64>) -> io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
+fn hash_reader(file: File, hashed: Option<&AtomicU64>) -> io::Result<String> {
+    hash_rest(blake3::Hasher::new(), file, hashed)
+}
+
+/// `hasher`, given what `file` holds from where it is, finished; what is read is added to
+/// `hashed`.
+fn hash_rest(
+    mut hasher: blake3::Hasher,
+    mut file: File,
+    hashed: Option<&AtomicU64>,
+) -> io::Result<String> {
     match hashed {
         None => {
             hasher.update_reader(&mut file)?;
@@ -671,6 +686,9 @@ mod tests {
         assert_eq!(got, Some((five.clone(), None)));
         // Looked at when it had 4 bytes: hashed as read, not kept.
         let got = hash_at(&dir, OsStr::new("a"), None, &Keep::new(100), 4).unwrap();
+        assert_eq!(got, Some((five.clone(), None)));
+        // Looked at when it had 2: no more than 3 bytes are held, the rest hashed as read.
+        let got = hash_at(&dir, OsStr::new("a"), None, &Keep::new(100), 2).unwrap();
         assert_eq!(got, Some((five, None)));
         // Past a pack's largest blob: never kept.
         let big = hash_at(

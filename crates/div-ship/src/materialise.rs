@@ -264,12 +264,16 @@ fn temporary_sibling(dest: &Path) -> PathBuf {
     dest.with_file_name(unique)
 }
 
-/// Where the executable twin of the blob at `blob` lives: beside it, its name with `.x`
-/// added. The same bytes with mode `0755`, which [`materialise_linked`] links executable
-/// files to; whoever lets the blob go lets its twin go with it.
+/// What the name of a blob's executable twin adds to the blob's ([`executable_blob`]).
+pub const EXECUTABLE_TWIN_SUFFIX: &str = ".x";
+
+/// Where the executable twin of the blob at `blob` lives: beside it, its name with
+/// [`EXECUTABLE_TWIN_SUFFIX`] added. The same bytes with mode `0755`, which
+/// [`materialise_linked`] links executable files to; whoever lets the blob go lets its twin
+/// go with it.
 pub fn executable_blob(blob: &Path) -> PathBuf {
     let mut name = blob.file_name().unwrap_or_default().to_owned();
-    name.push(".x");
+    name.push(EXECUTABLE_TWIN_SUFFIX);
     blob.with_file_name(name)
 }
 

@@ -182,7 +182,7 @@ fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let (hash, twin) = match name.strip_suffix(".x") {
+        let (hash, twin) = match name.strip_suffix(div_ship::EXECUTABLE_TWIN_SUFFIX) {
             Some(hash) => (hash, true),
             None => (name, false),
         };
