@@ -215,6 +215,37 @@ pub trait ControlPlane: Send + Sync {
     async fn upload_pack(&self, volume: &str, blobs: &[PackBlob]) -> Result<(), ApiError> {
         upload_one_by_one(self, volume, blobs).await
     }
+    /// Stage `tree` (at a path that is not the volume's root) to be written as its blobs
+    /// arrive ([`StagedTree`]); `None` when this control plane stages no trees (the default
+    /// here): the caller then asks [`ControlPlane::missing_blobs`], sends them, and commits
+    /// the tree with [`ControlPlane::commit_tree`].
+    async fn stage_tree(
+        &self,
+        _volume: &str,
+        _tree: &CommitTree,
+    ) -> Result<Option<StagedTree>, ApiError> {
+        Ok(None)
+    }
+    /// [`ControlPlane::upload_pack`], for the staged tree `stage`: the server writes each
+    /// blob straight into its places in the tree. The default sends an ordinary pack, which
+    /// the stage's commit links in as it does every blob the volume holds.
+    async fn upload_staged_pack(
+        &self,
+        volume: &str,
+        _stage: &str,
+        blobs: &[PackBlob],
+    ) -> Result<(), ApiError> {
+        self.upload_pack(volume, blobs).await
+    }
+    /// Commit the staged tree `stage`, once every blob it lacked was sent: the same answer
+    /// as [`ControlPlane::commit_tree`]'s, and the same refusal when blobs are missing
+    /// (`details.missing`), after which the stage is gone.
+    async fn commit_stage(&self, _volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        Err(ApiError::new(
+            ErrorKind::NotFound,
+            format!("this control plane stages no trees (no stage `{stage}`)"),
+        ))
+    }
     /// Commit a tree of sent blobs at a path in the volume.
     async fn commit_tree(&self, volume: &str, tree: &CommitTree)
     -> Result<CommittedTree, ApiError>;

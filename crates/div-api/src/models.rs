@@ -152,6 +152,24 @@ pub struct CommittedTree {
     pub extra: Extra,
 }
 
+/// The answer to `POST /v1/volumes/{name}/stages` (a [`CommitTree`] as its body): a tree the
+/// server writes as its blobs arrive, each new file once, in its place, and commits when asked
+/// (`POST /v1/volumes/{name}/stages/{id}/commit`). Blobs for it go in packs sent with
+/// `?stage={id}`; larger ones, and those of [`StagedTree::partial`], one by one as always,
+/// linked in at the commit as are the blobs the volume held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedTree {
+    /// What names the stage in the requests that follow.
+    pub id: String,
+    /// The tree's blobs the volume lacks, each once, in the tree's order.
+    pub missing: Vec<String>,
+    /// As [`MissingBlobs::partial`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub partial: BTreeMap<String, u64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// A tree's digest: blake3 of its entries, sorted by path (bytewise), as JSON. Two trees
 /// with the same digest are the same tree; `GET /v1/volumes/{name}/trees?path=&digest=`
 /// asks the server whether it holds this one at a path, so that an unchanged project's

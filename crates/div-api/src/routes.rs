@@ -24,6 +24,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/volumes/{name}/blobs/{hash}"),
     ("POST", "/v1/volumes/{name}/blobs/pack"),
     ("POST", "/v1/volumes/{name}/trees"),
+    ("POST", "/v1/volumes/{name}/stages"),
+    ("POST", "/v1/volumes/{name}/stages/{stage}/commit"),
     ("GET", "/v1/volumes/{name}/trees"),
     ("GET", "/v1/volumes/{name}/tree"),
     ("GET", "/v1/volumes/{name}/file"),
@@ -188,6 +190,58 @@ impl ControlPlane for HttpControlPlane {
             Method::POST,
             format!("/v1/volumes/{}/trees", segment(volume)),
             tree,
+        ))
+        .await
+    }
+
+    async fn stage_tree(
+        &self,
+        volume: &str,
+        tree: &CommitTree,
+    ) -> Result<Option<StagedTree>, ApiError> {
+        let got = self
+            .json(Call::with_json(
+                Method::POST,
+                format!("/v1/volumes/{}/stages", segment(volume)),
+                tree,
+            ))
+            .await;
+        match got {
+            Ok(staged) => Ok(Some(staged)),
+            // A control plane without stages (the route is unknown to it): the tree is sent
+            // the other way. (A volume that is not there fails again there, and says so.)
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn upload_staged_pack(
+        &self,
+        volume: &str,
+        stage: &str,
+        blobs: &[PackBlob],
+    ) -> Result<(), ApiError> {
+        let call = Call {
+            method: Method::POST,
+            body: crate::client::CallBody::Bytes(bytes::Bytes::from(crate::pack_frame(blobs))),
+            ..Call::get(format!(
+                "/v1/volumes/{}/blobs/pack?stage={}",
+                segment(volume),
+                query_value(stage)
+            ))
+        };
+        self.json::<Value>(call).await.map(drop)
+    }
+
+    async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        self.json(Call::with_json(
+            Method::POST,
+            format!(
+                "/v1/volumes/{}/stages/{}/commit",
+                segment(volume),
+                segment(stage)
+            ),
+            &serde_json::json!({}),
         ))
         .await
     }

@@ -87,9 +87,39 @@ pub(crate) async fn upload(
         return Ok(());
     }
     cp.create_volume(volume).await.map_err(api(words.make))?;
+    // A snapshot is staged where the control plane can: it writes each new file once, in
+    // its place, as its pack arrives, and the tree is sent once, before the blobs.
+    let staged = if path.is_empty() {
+        None
+    } else {
+        cp.stage_tree(volume, &tree).await.map_err(api(words.ask))?
+    };
+    if let Some(stage) = staged {
+        let sent = send_missing(cp, shipment, volume, words, sink, Some(&stage)).await;
+        let committed = match sent {
+            Ok(()) => cp
+                .commit_stage(volume, &stage.id)
+                .await
+                .map_err(api(words.commit)),
+            Err(e) => Err(e),
+        };
+        match committed {
+            Ok(_) => {
+                sink.event(Event::UploadFinished);
+                return Ok(());
+            }
+            // The stage is gone (the control plane restarted, or it let the stage go), or
+            // blobs the volume held when the stage was made were let go before its commit
+            // (retention freed the last snapshot holding them): the tree is sent the other
+            // way, which asks again what the volume lacks.
+            Err(RunError::Api { source, .. })
+                if source.is_not_found() || names_missing_blobs(&source) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let mut asked_again = false;
     loop {
-        send_missing(cp, shipment, volume, words, sink).await?;
+        send_missing(cp, shipment, volume, words, sink, None).await?;
         match cp.commit_tree(volume, &tree).await {
             Ok(_) => break,
             // Blobs the volume held when asked were let go before the commit (the server's
@@ -112,28 +142,37 @@ fn names_missing_blobs(e: &div_api::ApiError) -> bool {
 }
 
 /// Sends what `volume` lacks of `shipment`: small whole files in packs, the rest one by one,
-/// resuming partial blobs.
+/// resuming partial blobs. What it lacks is what `stage` says, when the tree is staged (and
+/// its packs then go to the stage), else asked.
 async fn send_missing(
     cp: &dyn ControlPlane,
     shipment: &Shipment,
     volume: &str,
     words: &UploadWords,
     sink: &mut dyn EventSink,
+    stage: Option<&div_api::StagedTree>,
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
-    let mut hashes: Vec<String> = shipment
-        .manifest
-        .entries
-        .iter()
-        .filter_map(|e| e.hash.clone())
-        .collect();
-    hashes.sort();
-    hashes.dedup();
-    let missing = cp
-        .missing_blobs(volume, &hashes)
-        .await
-        .map_err(api(words.ask))?;
-    let plan = UploadPlan::new(shipment, &missing.missing, &missing.partial);
+    let asked;
+    let (missing, partial) = match stage {
+        Some(stage) => (&stage.missing, &stage.partial),
+        None => {
+            let mut hashes: Vec<String> = shipment
+                .manifest
+                .entries
+                .iter()
+                .filter_map(|e| e.hash.clone())
+                .collect();
+            hashes.sort();
+            hashes.dedup();
+            asked = cp
+                .missing_blobs(volume, &hashes)
+                .await
+                .map_err(api(words.ask))?;
+            (&asked.missing, &asked.partial)
+        }
+    };
+    let plan = UploadPlan::new(shipment, missing, partial);
     sink.event(Event::UploadStarted {
         bytes: plan.total_bytes,
         blobs: plan.blobs.len() as u64,
@@ -185,9 +224,11 @@ async fn send_missing(
     let send = |reading: Read| -> Sending<'_> {
         Box::pin(async move {
             let (pack, bytes) = got(reading.await)?;
-            cp.upload_pack(volume, &pack)
-                .await
-                .map_err(api(words.send))?;
+            match stage {
+                Some(stage) => cp.upload_staged_pack(volume, &stage.id, &pack).await,
+                None => cp.upload_pack(volume, &pack).await,
+            }
+            .map_err(api(words.send))?;
             Ok(bytes)
         })
     };

@@ -47,6 +47,8 @@ pub(crate) struct Server {
     /// Blocking work in flight that may write the store (handlers', the scheduler's, the
     /// retention rule's): a stopping server lets it end before it closes the store.
     busy: std::sync::atomic::AtomicUsize,
+    /// Trees being written as their blobs arrive (`volumes::stage`).
+    pub(crate) stages: crate::volumes::Stages,
 }
 
 /// The state directory's lock file, `home/server.pid`: held while the server runs, so two
@@ -155,6 +157,7 @@ impl Server {
             kick: Arc::new(tokio::sync::Notify::new()),
             changed: tokio::sync::Notify::new(),
             busy: std::sync::atomic::AtomicUsize::new(0),
+            stages: Default::default(),
         }
     }
 

@@ -119,7 +119,7 @@ impl std::ops::DerefMut for Conn<'_> {
 /// Version 1 is the schema div had before it kept a version: its statements are all
 /// `IF NOT EXISTS`, so a state directory made then (at version 0, holding these tables)
 /// migrates to version 1 without change, as does a new, empty one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// The schema version this div writes.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -169,6 +169,13 @@ CREATE TABLE IF NOT EXISTS secrets (
 /// keeps by (`volumes::retention`).
 const SCHEMA_V2: &str = "
 ALTER TABLE trees ADD COLUMN used_ms INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Version 3: where a blob lives when it is not in the volume's blob folder: the path (in
+/// the volume) of a committed tree's file that is the blob, written there once by a staged
+/// commit (`volumes::stage`); `NULL` for a blob in the blob folder, as every blob was before.
+const SCHEMA_V3: &str = "
+ALTER TABLE blobs ADD COLUMN home TEXT;
 ";
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses one a newer div wrote.
@@ -475,6 +482,83 @@ impl Store {
             tx.commit()?;
         }
         Ok(held)
+    }
+
+    /// Where the volume holds each of `hashes`, in order: `None` when it does not, `Some(None)`
+    /// in its blob folder, `Some(Some(home))` as the committed file at `home`
+    /// ([`Store::add_homed_blobs`]). In one read transaction per 4,096, as [`Store::has_blobs`].
+    pub(crate) fn blob_homes(
+        &self,
+        volume: &str,
+        hashes: &[&str],
+    ) -> Result<Vec<Option<Option<String>>>, StoreError> {
+        let mut found = Vec::with_capacity(hashes.len());
+        for some in hashes.chunks(4096) {
+            let mut conn = self.conn()?;
+            let tx = conn.transaction()?;
+            {
+                let mut query =
+                    tx.prepare_cached("SELECT home FROM blobs WHERE volume = ?1 AND hash = ?2")?;
+                for hash in some {
+                    found.push(
+                        query
+                            .query_row(params![volume, hash], |r| r.get::<_, Option<String>>(0))
+                            .optional()?,
+                    );
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(found)
+    }
+
+    /// Records blobs written once, each as the committed file at its `home` (a path in the
+    /// volume), all in one transaction. A blob the volume already holds keeps the record it
+    /// has (another commit wrote it meanwhile): this copy is then only its tree's file.
+    pub(crate) fn add_homed_blobs(
+        &self,
+        volume: &str,
+        blobs: &[(&str, u64, String)],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO blobs (volume, hash, size, home) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (hash, size, home) in blobs {
+                insert.execute(params![volume, hash, *size as i64, home])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The blobs whose home is under the committed tree at `path` (`code/<id>`): each hash
+    /// with its home.
+    pub(crate) fn blobs_homed_in(
+        &self,
+        volume: &str,
+        path: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn()?;
+        let mut query = conn.prepare_cached(
+            "SELECT hash, home FROM blobs WHERE volume = ?1 AND home >= ?2 AND home < ?3",
+        )?;
+        // Every path strictly under `path/`: from `path/` up to `path0` (`0` follows `/`).
+        let (from, to) = (format!("{path}/"), format!("{path}0"));
+        let rows = query.query_map(params![volume, from, to], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The blob now lives in the volume's blob folder (its home was removed, a link to it
+    /// kept there first).
+    pub(crate) fn unhome_blob(&self, volume: &str, hash: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE blobs SET home = NULL WHERE volume = ?1 AND hash = ?2",
+            params![volume, hash],
+        )?;
+        Ok(())
     }
 
     /// Whether the volume holds this blob.

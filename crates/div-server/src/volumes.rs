@@ -17,8 +17,10 @@ use crate::server::Server;
 mod beneath;
 mod blobs;
 pub(crate) mod retention;
+pub(crate) mod stage;
 
 pub(crate) use blobs::{finish_upload, missing_blobs, store_pack};
+pub(crate) use stage::{Stages, commit_stage, stage_tree};
 
 use beneath::{folder_beneath, holds, open_in, place, split};
 
@@ -47,6 +49,70 @@ pub(crate) fn held_blobs<'h>(
         .zip(held)
         .filter_map(|(hash, held)| held.then_some(hash))
         .collect())
+}
+
+/// Where each blob a tree links is on disk: in the volume's blob folder, or as the file of a
+/// committed tree that is its home (`volumes::stage`), keyed by hash.
+pub(crate) type Sources = std::collections::HashMap<String, PathBuf>;
+
+/// Where the volume holds each of `hashes` ([`Sources`]), and the ones it lacks, each once,
+/// in the order asked (one that is not a blob's hash never is held).
+pub(crate) fn locate_blobs(
+    server: &Server,
+    volume: &str,
+    hashes: &[&str],
+) -> Result<(Sources, Vec<String>), HttpError> {
+    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
+    let homes = server.store.blob_homes(volume, &valid)?;
+    let mut sources = Sources::with_capacity(valid.len());
+    for (hash, home) in valid.into_iter().zip(homes) {
+        let at = match home {
+            None => continue,
+            Some(None) => blob_path(server, volume, hash),
+            Some(Some(home)) => server.volume_dir(volume).join(on_disk(&home)?),
+        };
+        sources.insert(hash.to_owned(), at);
+    }
+    let mut missing = Vec::new();
+    let mut named = std::collections::HashSet::new();
+    for hash in hashes {
+        if !sources.contains_key(*hash) && named.insert(*hash) {
+            missing.push((*hash).to_owned());
+        }
+    }
+    Ok((sources, missing))
+}
+
+/// Where the blob `hash` is, as `sources` found it (in the blob folder where they did not).
+fn source(server: &Server, volume: &str, sources: &Sources, hash: &str) -> PathBuf {
+    sources
+        .get(hash)
+        .cloned()
+        .unwrap_or_else(|| blob_path(server, volume, hash))
+}
+
+/// Writes `entries` into the folder `dir` (which exists), each file a hard link to its blob
+/// where `sources` found it or, executable, to the blob's executable twin, which lives in the
+/// blob folder whoever is the blob's home (div-ship's `link_into`): a committed tree is
+/// never written again, so a file is stored once however many trees hold it.
+fn link_tree(
+    server: &Server,
+    volume: &str,
+    entries: &[div_api::TreeEntry],
+    sources: &Sources,
+    dir: &Path,
+) -> Result<(), HttpError> {
+    rules::link_into(
+        entries,
+        |h| source(server, volume, sources, h),
+        |h| {
+            let mut twin = blob_path(server, volume, h).into_os_string();
+            twin.push(div_ship::EXECUTABLE_TWIN_SUFFIX);
+            PathBuf::from(twin)
+        },
+        dir,
+    )
+    .map_err(HttpError::invalid)
 }
 
 pub(crate) fn valid_hash(hash: &str) -> bool {
@@ -169,14 +235,7 @@ pub(crate) fn commit_tree(
         };
         hashes.push(hash);
     }
-    let held = held_blobs(server, volume, &hashes)?;
-    let mut missing: Vec<String> = Vec::new();
-    let mut named = std::collections::HashSet::new();
-    for hash in hashes {
-        if !held.contains(hash) && named.insert(hash) {
-            missing.push(hash.to_owned());
-        }
-    }
+    let (sources, missing) = locate_blobs(server, volume, &hashes)?;
     if !missing.is_empty() {
         return Err(HttpError::invalid(format!(
             "{} blob(s) of the tree were not sent",
@@ -185,7 +244,7 @@ pub(crate) fn commit_tree(
         .with_details(json!({ "missing": missing })));
     }
     let Some(digest) = digest else {
-        return add_to_root(server, volume, &entries);
+        return add_to_root(server, volume, &entries, &sources);
     };
     let committed = committed_tree(volume, &tree.path, &entries, Some(&digest));
     if let Some((existing, _, _)) = server.store.tree(volume, &tree.path)? {
@@ -197,59 +256,17 @@ pub(crate) fn commit_tree(
             tree.path
         )));
     }
-    let dest = server.volume_dir(volume).join(&tree.path);
-    if fs::symlink_metadata(&dest).is_ok() {
-        return Err(HttpError::conflict(format!(
-            "`{}` already exists in volume `{volume}`",
-            tree.path
-        )));
-    }
-    // A folder on the way that is a link (a run can leave one in a volume: `code` → /etc)
-    // would carry the commit out of the volume: refused, never followed.
-    let parts: Vec<&str> = tree.path.split('/').collect();
-    for depth in 1..parts.len() {
-        let above = parts[..depth].join("/");
-        if fs::symlink_metadata(server.volume_dir(volume).join(&above)).is_ok_and(|m| !m.is_dir()) {
-            return Err(HttpError::conflict(format!(
-                "`{above}` in volume `{volume}` is not a folder (a link or a file left there, perhaps by a run); remove it to commit `{}`",
-                tree.path
-            )));
-        }
-    }
-    // Written whole where no run sees it, then moved into place beneath folders opened
-    // without following links (made when missing), never over anything: a folder a run
-    // swaps for a link meanwhile refuses the commit instead of carrying it out of the volume.
+    check_place(server, volume, &tree.path)?;
+    // Written whole where no run sees it, then moved into place.
     let root = server.volume_dir(volume);
-    let tmp = staging(server, volume, &root)?;
+    let tmp = staging(server, volume, &root, "put")?;
     // A tree committed at a path is never written again (a run sees it read-only, a put into
     // it is refused): its files are its blobs, linked, so a file is stored once however many
     // trees hold it.
-    let placed = rules::materialise_linked(&entries, |h| blob_path(server, volume, h), &tmp)
-        .map_err(HttpError::invalid)
-        .and_then(|()| {
-            let rel = on_disk(&tree.path)?;
-            let (parts, name) = split(&rel);
-            let dir = folder_beneath(&root, &parts, true)
-                .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
-                .map_err(|e| on_the_way(volume, &tree.path, e))?;
-            let moved = rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                &tmp,
-                &dir,
-                name,
-                rustix::fs::RenameFlags::NOREPLACE,
-            );
-            // A filesystem without `RENAME_NOREPLACE` (NFS): a plain rename, which still
-            // never replaces a folder that holds anything (the commit lock is held, and the
-            // place was checked empty above).
-            let moved = match moved {
-                Err(rustix::io::Errno::INVAL) => {
-                    rustix::fs::renameat(rustix::fs::CWD, &tmp, &dir, name)
-                }
-                other => other,
-            };
-            moved.map_err(|e| on_the_way(volume, &tree.path, e.into()))
-        });
+    let placed = fs::create_dir(&tmp)
+        .map_err(HttpError::from)
+        .and_then(|()| link_tree(server, volume, &entries, &sources, &tmp))
+        .and_then(|()| move_into_place(server, volume, &tree.path, &tmp));
     let _ = fs::remove_dir_all(&tmp);
     placed?;
     server.store.add_tree(
@@ -260,6 +277,56 @@ pub(crate) fn commit_tree(
         committed.bytes,
     )?;
     Ok((201, committed))
+}
+
+/// Refuses a commit at `path` where something is already (409), or where a folder on the
+/// way is not a folder: a link there (a run can leave one in a volume: `code` → /etc) would
+/// carry the commit out of the volume.
+fn check_place(server: &Server, volume: &str, path: &str) -> Result<(), HttpError> {
+    let dest = server.volume_dir(volume).join(path);
+    if fs::symlink_metadata(&dest).is_ok() {
+        return Err(HttpError::conflict(format!(
+            "`{path}` already exists in volume `{volume}`"
+        )));
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    for depth in 1..parts.len() {
+        let above = parts[..depth].join("/");
+        if fs::symlink_metadata(server.volume_dir(volume).join(&above)).is_ok_and(|m| !m.is_dir()) {
+            return Err(HttpError::conflict(format!(
+                "`{above}` in volume `{volume}` is not a folder (a link or a file left there, perhaps by a run); remove it to commit `{path}`"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Moves the tree written whole at `tmp` (where no run sees it) to `path` in the volume,
+/// beneath folders opened without following links (made when missing), never over anything:
+/// a folder a run swaps for a link meanwhile refuses the commit instead of carrying it out of
+/// the volume. The caller holds the volume's commit lock.
+fn move_into_place(server: &Server, volume: &str, path: &str, tmp: &Path) -> Result<(), HttpError> {
+    let root = server.volume_dir(volume);
+    let rel = on_disk(path)?;
+    let (parts, name) = split(&rel);
+    let dir = folder_beneath(&root, &parts, true)
+        .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| on_the_way(volume, path, e))?;
+    let moved = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        tmp,
+        &dir,
+        name,
+        rustix::fs::RenameFlags::NOREPLACE,
+    );
+    // A filesystem without `RENAME_NOREPLACE` (NFS): a plain rename, which still never
+    // replaces a folder that holds anything (the commit lock is held, and the place was
+    // checked empty).
+    let moved = match moved {
+        Err(rustix::io::Errno::INVAL) => rustix::fs::renameat(rustix::fs::CWD, tmp, &dir, name),
+        other => other,
+    };
+    moved.map_err(|e| on_the_way(volume, path, e.into()))
 }
 
 /// A tree committed at `""` (what `div storage put` sends) is put into the volume's root as
@@ -278,6 +345,7 @@ fn add_to_root(
     server: &Server,
     volume: &str,
     entries: &[div_api::TreeEntry],
+    sources: &Sources,
 ) -> Result<(u16, CommittedTree), HttpError> {
     let root = server.volume_dir(volume);
     let refuse = |path: &str, why: &str| {
@@ -350,8 +418,8 @@ fn add_to_root(
     if write.is_empty() {
         return Ok((200, committed));
     }
-    let tmp = staging(server, volume, &root)?;
-    let placed = rules::materialise(&write, |h| blob_path(server, volume, h), &tmp)
+    let tmp = staging(server, volume, &root, "put")?;
+    let placed = rules::materialise(&write, |h| source(server, volume, sources, h), &tmp)
         .map_err(HttpError::invalid)
         .and_then(|()| {
             for entry in &write {
@@ -374,9 +442,9 @@ fn add_to_root(
 /// blob folder, which no run sees, when it is on the volume's filesystem (a rename cannot
 /// cross filesystems); else beside the volume's files (`.tmp-put-…`, left out of listings),
 /// as before.
-fn staging(server: &Server, volume: &str, root: &Path) -> Result<PathBuf, HttpError> {
+fn staging(server: &Server, volume: &str, root: &Path, prefix: &str) -> Result<PathBuf, HttpError> {
     use std::os::unix::fs::MetadataExt;
-    let name = unique_name("put");
+    let name = unique_name(prefix);
     let blobs = blob_dir(server, volume);
     fs::create_dir_all(&blobs)?;
     let same_disk = fs::metadata(&blobs)?.dev() == fs::metadata(root)?.dev();

@@ -42,8 +42,8 @@ mod walk;
 pub use hash::{HashStats, cache_file_for, hash_file};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
 pub use materialise::{
-    EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, materialise, materialise_linked,
-    name_unnamed_file, validate_entries,
+    EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, link_into, materialise,
+    materialise_linked, name_unnamed_file, validate_entries,
 };
 pub use name::{decode_path, display_path, encode_path, fs_path};
 pub use plan::{PlannedBlob, UploadPlan};

@@ -211,6 +211,33 @@ pub fn materialise_linked(
     materialise_with(entries, &blob_path, dest, Files::Linked)
 }
 
+/// Writes `entries` into the folder `root`, which exists (a staged commit's, part written
+/// already; what is there is left as it is, and a folder there already is taken as it is):
+/// each file a hard link, as [`materialise_linked`] makes them, to the blob at
+/// `blob_path(hash)`, or, executable, to the executable twin at `twin_path(hash)`, made from
+/// the blob the first time one is needed. The caller has [validated](validate_entries) the
+/// whole tree `entries` are part of.
+pub fn link_into(
+    entries: &[ManifestEntry],
+    blob_path: impl Fn(&str) -> PathBuf + Sync,
+    twin_path: impl Fn(&str) -> PathBuf + Sync,
+    root: &Path,
+) -> Result<(), MaterialiseError> {
+    let sources = Sources {
+        blob: &blob_path,
+        twin: Some(&twin_path),
+    };
+    write_tree(entries, &sources, root, Files::Linked)
+}
+
+/// Where a tree's files come from: each blob by its hash, and, where given, each blob's
+/// executable twin (else beside the blob, [`executable_blob`]).
+#[derive(Clone, Copy)]
+struct Sources<'a> {
+    blob: &'a (dyn Fn(&str) -> PathBuf + Sync),
+    twin: Option<&'a (dyn Fn(&str) -> PathBuf + Sync)>,
+}
+
 /// How files get into a materialised tree.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Files {
@@ -235,7 +262,11 @@ fn materialise_with(
         path: tmp.clone(),
         source,
     })?;
-    match write_tree(entries, blob_path, &tmp, files) {
+    let sources = Sources {
+        blob: blob_path,
+        twin: None,
+    };
+    match write_tree(entries, &sources, &tmp, files) {
         Ok(()) => fs::rename(&tmp, dest).map_err(|source| {
             let _ = fs::remove_dir_all(&tmp);
             MaterialiseError::Io {
@@ -383,7 +414,7 @@ const FILES_PER_THREAD: usize = 4096;
 /// Writes `files` (sorted, all plain files) into the tree at `root`.
 fn write_files(
     files: &[&ManifestEntry],
-    blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
+    sources: &Sources<'_>,
     root: &Path,
     how: Files,
 ) -> Result<(), MaterialiseError> {
@@ -418,11 +449,13 @@ fn write_files(
             unreachable!("opened just above")
         };
         let hash = entry.hash.as_deref().expect("validated: a file has a hash");
-        let blob = blob_path(hash);
+        let blob = (sources.blob)(hash);
         let mode = if entry.executable { 0o755 } else { 0o644 };
         let linked = how == Files::Linked
             && if entry.executable {
-                let twin = executable_blob(&blob);
+                let twin = sources
+                    .twin
+                    .map_or_else(|| executable_blob(&blob), |twin| twin(hash));
                 match link_blob(&mut blobs, &twin, dir, name) {
                     Err(rustix::io::Errno::NOENT) => make_executable_twin(&blob, &twin)
                         .and_then(|()| link_blob(&mut blobs, &twin, dir, name).map_err(Into::into))
@@ -466,7 +499,7 @@ fn write_files(
 
 fn write_tree(
     entries: &[ManifestEntry],
-    blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
+    sources: &Sources<'_>,
     root: &Path,
     how: Files,
 ) -> Result<(), MaterialiseError> {
@@ -482,13 +515,13 @@ fn write_tree(
         .min(files.len() / FILES_PER_THREAD)
         .max(1);
     if threads == 1 {
-        write_files(&files, blob_path, root, how)?;
+        write_files(&files, sources, root, how)?;
     } else {
         let chunk = files.len().div_ceil(threads);
         let results: Vec<Result<(), MaterialiseError>> = std::thread::scope(|scope| {
             let workers: Vec<_> = files
                 .chunks(chunk)
-                .map(|part| scope.spawn(move || write_files(part, blob_path, root, how)))
+                .map(|part| scope.spawn(move || write_files(part, sources, root, how)))
                 .collect();
             workers
                 .into_iter()

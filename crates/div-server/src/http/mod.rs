@@ -130,7 +130,11 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         (&Method::POST, ["v1", "volumes", name, "blobs", "pack"]) => {
             let name = name.to_string();
             let body = read_body(req).await?;
-            let answer = blocking(server, move |s| volumes::store_pack(s, &name, &body)).await?;
+            let stage = param(&q, "stage");
+            let answer = blocking(server, move |s| {
+                volumes::store_pack(s, &name, &body, stage.as_deref())
+            })
+            .await?;
             Ok(wire::json(200, &answer))
         }
         (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
@@ -145,6 +149,26 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
             // A new code snapshot: the volume's old ones are let go by the retention rule,
             // after the answer (removing a large tree takes a while).
+            if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
+                crate::server::spawn_work(server, move |server| {
+                    if let Err(e) = volumes::retention::prune(server, &volume) {
+                        tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
+                    }
+                });
+            }
+            Ok(wire::json(status, &t))
+        }
+        (&Method::POST, ["v1", "volumes", name, "stages"]) => {
+            let name = name.to_string();
+            let body: CommitTree = read_json(req).await?;
+            let staged = blocking(server, move |s| volumes::stage_tree(s, &name, &body)).await?;
+            Ok(wire::json(201, &staged))
+        }
+        (&Method::POST, ["v1", "volumes", name, "stages", stage, "commit"]) => {
+            let (name, stage) = (name.to_string(), stage.to_string());
+            let volume = name.clone();
+            let (status, t) =
+                blocking(server, move |s| volumes::commit_stage(s, &name, &stage)).await?;
             if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
                 crate::server::spawn_work(server, move |server| {
                     if let Err(e) = volumes::retention::prune(server, &volume) {

@@ -110,6 +110,7 @@ pub(crate) fn store_pack(
     server: &Server,
     volume: &str,
     body: &[u8],
+    stage: Option<&str>,
 ) -> Result<serde_json::Value, HttpError> {
     require_volume(server, volume)?;
     let blobs = div_api::parse_pack(body).map_err(HttpError::malformed)?;
@@ -132,6 +133,12 @@ pub(crate) fn store_pack(
             .with_details(json!({ "expected": hash, "actual": got })));
         }
     }
+    // For a staged tree, the blobs it wants are written straight into it; the rest are
+    // stored as any pack's.
+    let (blobs, staged) = match stage {
+        Some(id) => super::stage::write_into_stage(server, volume, id, &blobs)?,
+        None => (blobs.iter().collect(), 0),
+    };
     let partial = blob_dir(server, volume).join("partial");
     fs::create_dir_all(&partial)?;
     let full = |e: std::io::Error| {
@@ -156,8 +163,8 @@ pub(crate) fn store_pack(
     // already is the store asked whether the volume holds it (a cold ship's pack asks about
     // none of its 4,096).
     let mut there: Vec<(&str, &[u8])> = Vec::new();
-    for (hash, data) in &blobs {
-        if !seen.insert(&**hash) {
+    for &&(hash, data) in &blobs {
+        if !seen.insert(hash) {
             held += 1;
             continue;
         }
@@ -199,7 +206,7 @@ pub(crate) fn store_pack(
         stored.push((hash, data.len() as u64));
     }
     server.store.add_blobs(volume, &stored)?;
-    Ok(json!({ "stored": stored.len(), "held": held }))
+    Ok(json!({ "stored": stored.len() + staged, "held": held }))
 }
 
 /// Writes `data` as the blob `hash` in the blob folder `blobs`: written whole into a file

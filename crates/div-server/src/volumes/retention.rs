@@ -90,12 +90,17 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
         server.store.remove_tree(volume, &path)?;
         match take_away(server, volume, &path) {
             Ok(Some(trash)) => {
+                rehome(server, volume, &path, &trash)?;
                 links_in(&trash, &mut freed);
                 if let Err(e) = fs::remove_dir_all(&trash) {
                     tracing::warn!(volume, path, "could not delete a removed snapshot: {e}");
                 }
             }
-            Ok(None) => {}
+            Ok(None) => {
+                for (hash, _) in server.store.blobs_homed_in(volume, &path)? {
+                    server.store.remove_blob(volume, &hash)?;
+                }
+            }
             Err(e) => tracing::warn!(volume, path, "could not remove a snapshot: {e}"),
         }
         pruned.snapshots.push(path);
@@ -139,6 +144,38 @@ fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Optio
         }
         Err(e) => Err(e),
     }
+}
+
+/// Each blob whose home was a file of the removed snapshot `path` (a staged commit wrote it
+/// there, `volumes::stage`), now at `trash`, is linked into the volume's blob folder under
+/// its hash and lives there from now on: whether it is let go with the snapshot is then
+/// decided as for every blob there (`let_go`: when no tree links it any more). A home that
+/// cannot be kept so (it is not there, or on another file system) is forgotten, and a tree
+/// that needs the blob again has it sent again.
+fn rehome(server: &Server, volume: &str, path: &str, trash: &Path) -> Result<(), HttpError> {
+    let blobs = blob_dir(server, volume);
+    for (hash, home) in server.store.blobs_homed_in(volume, path)? {
+        let file = home
+            .strip_prefix(path)
+            .and_then(|rel| rel.strip_prefix('/'))
+            .and_then(div_ship::fs_path)
+            .map(|rel| trash.join(rel));
+        let kept = valid_hash(&hash)
+            && file.is_some_and(|file| {
+                fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
+                    && match fs::hard_link(&file, blobs.join(&hash)) {
+                        Ok(()) => true,
+                        // A copy sent the other way is there already: it is the blob.
+                        Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+                    }
+            });
+        if kept {
+            server.store.unhome_blob(volume, &hash)?;
+        } else {
+            server.store.remove_blob(volume, &hash)?;
+        }
+    }
+    Ok(())
 }
 
 /// The (device, inode) of each plain file under `dir` that is a link (a snapshot's file

@@ -17,6 +17,7 @@ mod limits;
 mod races;
 mod retention;
 mod runs;
+mod stages;
 mod state;
 mod unprivileged;
 mod workspace;

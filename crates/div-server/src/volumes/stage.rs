@@ -1,0 +1,506 @@
+//! Staged commits: a code snapshot written as its blobs arrive, each new file once, in its
+//! place, as `tar -x` writes it.
+//!
+//! A commit of blobs sent before it writes each new file twice over: once as a blob, named by
+//! its hash in the volume's blob folder, then again as a link in the committed tree. A staged
+//! commit is told the tree first (`POST /v1/volumes/{name}/stages`), so each pack sent for it
+//! (`POST …/blobs/pack?stage={id}`) writes its blobs straight into the tree being built, where
+//! no run sees it: a blob's first plain file made and written once, the tree's other files
+//! with the same bytes linked to it. The commit (`POST …/stages/{id}/commit`) links in what the
+//! volume held already (and what came some other way: large blobs, executable-only ones), moves
+//! the tree into place and records each blob written into it with that file as its **home**
+//! (`blobs.home`): a later tree links to the home as it would to a blob in the blob folder, and
+//! code snapshots' retention keeps a home's blob (in the blob folder) before it removes its
+//! tree.
+//!
+//! Stages live in the server's memory: a server that restarts has none, and a client whose
+//! stage is gone (404) sends its tree the other way. At most [`MAX_STAGES`] are kept; making
+//! one more lets the oldest idle one go.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use div_api::{CommitTree, CommittedTree, EntryKind, StagedTree, TreeEntry};
+use rustix::fs::{Mode, OFlags};
+use serde_json::json;
+
+use super::{
+    blob_dir, check_place, commit_lock, committed_tree, link_tree, locate_blobs, move_into_place,
+    on_disk, partial_path, require_volume, rules, staging, valid_hash, valid_rel,
+};
+use crate::clock::now_ms;
+use crate::error::HttpError;
+use crate::server::Server;
+
+/// A blob of a pack, as `div_api::parse_pack` reads it: its hash and its bytes.
+pub(crate) type PackBlobRef<'b> = (&'b str, &'b [u8]);
+
+/// The most stages kept at once, across volumes.
+pub(crate) const MAX_STAGES: usize = 16;
+
+/// The server's stages, by volume and id.
+#[derive(Default, Debug)]
+pub(crate) struct Stages(Mutex<HashMap<(String, String), Arc<Stage>>>);
+
+/// One staged tree.
+#[derive(Debug)]
+pub(crate) struct Stage {
+    /// Where the tree goes in its volume, and its digest.
+    path: String,
+    digest: String,
+    /// Its entries, sorted by path.
+    entries: Vec<TreeEntry>,
+    /// Where it is written, in the volume's blob folder (no run sees it).
+    dir: PathBuf,
+    made_ms: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default, Debug)]
+struct State {
+    /// For each blob the volume lacked when the stage was made, the plain (not executable)
+    /// files of the tree that are it and are not written yet: indices into `entries`.
+    wanted: HashMap<String, Vec<usize>>,
+    /// Each file written into the tree, by its index, and whether it is the first of its
+    /// blob (its home, once committed).
+    written: Vec<(usize, bool)>,
+    /// Packs writing into the tree now.
+    writing: usize,
+    /// Committed or let go: no pack writes into it any more.
+    closed: bool,
+}
+
+impl Stages {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Stage>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stage `id` of `volume`, if the server holds it.
+    fn get(&self, volume: &str, id: &str) -> Option<Arc<Stage>> {
+        self.lock()
+            .get(&(volume.to_owned(), id.to_owned()))
+            .map(Arc::clone)
+    }
+}
+
+impl Stage {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn no_stage(volume: &str, id: &str) -> HttpError {
+    HttpError::not_found(format!(
+        "no stage `{id}` in volume `{volume}` (it was committed, let go, or the server restarted); send the tree again"
+    ))
+}
+
+/// `POST /v1/volumes/{name}/stages`: checks `tree` as a commit would, and answers which of its
+/// blobs the volume lacks, and an id for the packs and the commit that follow.
+pub(crate) fn stage_tree(
+    server: &Server,
+    volume: &str,
+    tree: &CommitTree,
+) -> Result<StagedTree, HttpError> {
+    require_volume(server, volume)?;
+    if tree.path.is_empty() || !valid_rel(&tree.path) {
+        return Err(HttpError::invalid(format!(
+            "`{}` is not a path inside the volume for a tree of its own (a tree for the volume's root is committed with `POST /v1/volumes/{{name}}/trees`)",
+            tree.path
+        )));
+    }
+    rules::validate_entries(&tree.entries).map_err(HttpError::invalid)?;
+    let mut entries = tree.entries.clone();
+    entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let digest = div_api::tree_digest(&entries);
+    if let Some((existing, _, _)) = server.store.tree(volume, &tree.path)?
+        && existing != digest
+    {
+        return Err(HttpError::conflict(format!(
+            "`{}` in volume `{volume}` holds another tree",
+            tree.path
+        )));
+    }
+    let mut hashes: Vec<&str> = Vec::new();
+    for entry in &entries {
+        if entry.kind != EntryKind::File {
+            continue;
+        }
+        let Some(hash) = &entry.hash else {
+            return Err(HttpError::invalid(format!(
+                "the file `{}` has no hash",
+                entry.path
+            )));
+        };
+        hashes.push(hash);
+    }
+    let (_, missing) = locate_blobs(server, volume, &hashes)?;
+    let mut wanted: HashMap<String, Vec<usize>> =
+        missing.iter().map(|h| (h.clone(), Vec::new())).collect();
+    for (i, entry) in entries.iter().enumerate() {
+        if entry.kind == EntryKind::File
+            && !entry.executable
+            && let Some(files) = entry.hash.as_ref().and_then(|h| wanted.get_mut(h))
+        {
+            files.push(i);
+        }
+    }
+    // A blob that only executable files are is sent to the blob folder as always (its files
+    // link to its executable twin there).
+    wanted.retain(|_, files| !files.is_empty());
+    let mut partial = std::collections::BTreeMap::new();
+    for hash in &missing {
+        if valid_hash(hash)
+            && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
+            && m.len() > 0
+        {
+            partial.insert(hash.clone(), m.len());
+        }
+    }
+    let root = server.volume_dir(volume);
+    clear_leftovers(server, volume);
+    let dir = staging(server, volume, &root, "stage")?;
+    fs::create_dir(&dir)?;
+    let id = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let stage = Arc::new(Stage {
+        path: tree.path.clone(),
+        digest,
+        entries,
+        dir,
+        made_ms: now_ms(),
+        state: Mutex::new(State {
+            wanted,
+            ..State::default()
+        }),
+    });
+    let mut stages = server.stages.lock();
+    stages.insert((volume.to_owned(), id.clone()), stage);
+    // Too many: the oldest that no pack is writing into goes.
+    while stages.len() > MAX_STAGES {
+        let oldest = stages
+            .iter()
+            .filter(|(_, s)| s.state().writing == 0)
+            .min_by_key(|(_, s)| s.made_ms)
+            .map(|(key, _)| key.clone());
+        let Some(key) = oldest else { break };
+        if let Some(gone) = stages.remove(&key) {
+            gone.state().closed = true;
+            let _ = fs::remove_dir_all(&gone.dir);
+        }
+    }
+    Ok(StagedTree {
+        id,
+        missing,
+        partial,
+        extra: Default::default(),
+    })
+}
+
+/// Removes the stages a server before this one left in the volume's blob folder (once per
+/// volume in this server's life).
+fn clear_leftovers(server: &Server, volume: &str) {
+    static CLEARED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let blobs = blob_dir(server, volume);
+    let mut cleared = CLEARED.lock().unwrap_or_else(|e| e.into_inner());
+    if cleared.contains(&blobs) {
+        return;
+    }
+    let mine = format!("stage-{}-", std::process::id());
+    if let Ok(entries) = fs::read_dir(&blobs) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with("stage-")
+                && !name.starts_with(&mine)
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+            {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    cleared.push(blobs);
+}
+
+/// Writes the blobs of a pack (checked already: each its hash) that the stage `id` wants into
+/// its tree: each blob's first plain file made and written, its others linked to it. Answers
+/// the blobs it did not want (the volume held them, or another pack wrote them, or only
+/// executable files are them), for the caller to store as any pack's, and how many it wrote.
+pub(crate) fn write_into_stage<'p, 'b>(
+    server: &Server,
+    volume: &str,
+    id: &str,
+    blobs: &'p [PackBlobRef<'b>],
+) -> Result<(Vec<&'p PackBlobRef<'b>>, usize), HttpError> {
+    let stage = server
+        .stages
+        .get(volume, id)
+        .ok_or_else(|| no_stage(volume, id))?;
+    // What this pack writes, taken from the stage in one turn of its lock: each blob's
+    // files, so no other pack writes them too.
+    let mut mine: Vec<(&'b [u8], Vec<usize>)> = Vec::new();
+    let mut rest = Vec::new();
+    {
+        let mut state = stage.state();
+        if state.closed {
+            return Err(no_stage(volume, id));
+        }
+        for blob in blobs {
+            let Some(files) = state.wanted.get(blob.0) else {
+                rest.push(blob);
+                continue;
+            };
+            // The tree says what size each of its files is: a blob of another size is not
+            // theirs, and nothing of the pack is written.
+            if let Some(&i) = files
+                .iter()
+                .find(|&&i| stage.entries[i].size != blob.1.len() as u64)
+            {
+                return Err(HttpError::invalid(format!(
+                    "the tree staged as `{id}` says `{}` has {} bytes, but its blob `{}` has {}; nothing of the pack was kept",
+                    div_ship::display_path(&stage.entries[i].path),
+                    stage.entries[i].size,
+                    blob.0,
+                    blob.1.len()
+                )));
+            }
+        }
+        for blob in blobs {
+            if let Some(files) = state.wanted.remove(blob.0) {
+                mine.push((blob.1, files));
+            }
+        }
+        state.writing += 1;
+    }
+    let written = write_files(&stage, &mine);
+    let mut state = stage.state();
+    state.writing -= 1;
+    match written {
+        Ok(done) => {
+            state.written.extend(done);
+            Ok((rest, mine.len()))
+        }
+        Err((done, e)) => {
+            // What was written stays; what was not is wanted again.
+            let written: std::collections::HashSet<usize> = done.iter().map(|d| d.0).collect();
+            state.written.extend(done);
+            for (_, files) in mine {
+                if !files.iter().any(|i| written.contains(i))
+                    && let Some(hash) = stage.entries[files[0]].hash.clone()
+                {
+                    state.wanted.insert(hash, files);
+                }
+            }
+            Err(if crate::error::io_full(&e) {
+                HttpError::disk_full("writing a pack into a staged tree")
+            } else {
+                HttpError::from(e)
+            })
+        }
+    }
+}
+
+/// The umask's bits of `0644`: what a file made with that mode loses (`/proc/self/status`
+/// says the umask without changing it, as `umask(2)` would for every thread).
+fn umask_strips() -> bool {
+    static STRIPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STRIPS.get_or_init(|| {
+        fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Umask:"))
+                    .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+            })
+            .is_none_or(|umask| umask & 0o644 != 0)
+    })
+}
+
+/// Writes each blob of `mine` into the stage's tree: made at its first file (mode `0644`,
+/// `O_EXCL`, never through a link) and written whole, then linked at its others. Answers what
+/// was written (each file's index, and whether it is its blob's first); on an error, what was
+/// written before it, with the error (a blob written in part is removed).
+#[allow(clippy::type_complexity)]
+fn write_files(
+    stage: &Stage,
+    mine: &[(&[u8], Vec<usize>)],
+) -> Result<Vec<(usize, bool)>, (Vec<(usize, bool)>, std::io::Error)> {
+    let mut done = Vec::with_capacity(mine.iter().map(|m| m.1.len()).sum());
+    // The folder the last file went into, held open: the tree's entries are sorted, so one
+    // folder's files most often come together in a pack.
+    let mut folder: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
+    let mut open_folder = |rel: &Path| -> std::io::Result<(rustix::fd::OwnedFd, PathBuf)> {
+        let parent = rel.parent().unwrap_or(Path::new("")).to_owned();
+        if let Some((open, fd)) = &folder
+            && *open == parent
+        {
+            return Ok((fd.try_clone()?, parent));
+        }
+        let at = stage.dir.join(&parent);
+        fs::create_dir_all(&at)?;
+        let fd = rustix::fs::open(
+            &at,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        folder = Some((parent.clone(), fd.try_clone()?));
+        Ok((fd, parent))
+    };
+    for (data, files) in mine {
+        let first = &stage.entries[files[0]];
+        let one = (|| -> std::io::Result<()> {
+            let rel = on_disk(&first.path).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+            let name = rel.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+            let (dir, _) = open_folder(&rel)?;
+            let fd = rustix::fs::openat(
+                &dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )?;
+            let mut file = fs::File::from(fd);
+            let wrote = file.write_all(data).and_then(|()| {
+                if umask_strips() {
+                    rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))?;
+                }
+                Ok(())
+            });
+            if let Err(e) = wrote {
+                let _ = rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty());
+                return Err(e);
+            }
+            Ok(())
+        })();
+        if let Err(e) = one {
+            return Err((done, e));
+        }
+        done.push((files[0], true));
+        let from = on_disk(&first.path).map_err(|_| std::io::ErrorKind::InvalidInput);
+        for &i in &files[1..] {
+            let linked = (|| -> std::io::Result<()> {
+                let from = from.clone()?;
+                let rel = on_disk(&stage.entries[i].path)
+                    .map_err(|_| std::io::ErrorKind::InvalidInput)?;
+                let name = rel.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+                let (dir, _) = open_folder(&rel)?;
+                let src = rustix::fs::open(
+                    stage.dir.join(from.parent().unwrap_or(Path::new(""))),
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                let from_name = from.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+                rustix::fs::linkat(&src, from_name, &dir, name, rustix::fs::AtFlags::empty())?;
+                Ok(())
+            })();
+            match linked {
+                Ok(()) => done.push((i, false)),
+                Err(e) => return Err((done, e)),
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// `POST /v1/volumes/{name}/stages/{id}/commit`: the staged tree, its other files linked in
+/// (blobs the volume holds), moved into place and recorded, each blob written into it homed
+/// at its first file. The same answers as a commit of the tree (`commit_tree`); the stage is
+/// gone after it, whatever it answers.
+pub(crate) fn commit_stage(
+    server: &Server,
+    volume: &str,
+    id: &str,
+) -> Result<(u16, CommittedTree), HttpError> {
+    let stage = {
+        let mut stages = server.stages.lock();
+        let key = (volume.to_owned(), id.to_owned());
+        let stage = stages.get(&key).ok_or_else(|| no_stage(volume, id))?;
+        let mut state = stage.state();
+        if state.writing > 0 {
+            return Err(HttpError::conflict(format!(
+                "packs are still being written into the stage `{id}`; commit it once they are answered"
+            )));
+        }
+        state.closed = true;
+        drop(state);
+        stages.remove(&key).ok_or_else(|| no_stage(volume, id))?
+    };
+    let committed = commit_closed(server, volume, &stage);
+    let _ = fs::remove_dir_all(&stage.dir);
+    committed
+}
+
+fn commit_closed(
+    server: &Server,
+    volume: &str,
+    stage: &Stage,
+) -> Result<(u16, CommittedTree), HttpError> {
+    let lock = commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
+    require_volume(server, volume)?;
+    let committed = committed_tree(volume, &stage.path, &stage.entries, Some(&stage.digest));
+    if let Some((existing, _, _)) = server.store.tree(volume, &stage.path)? {
+        if existing == stage.digest {
+            server.store.touch_tree(volume, &stage.path)?;
+            return Ok((200, committed));
+        }
+        return Err(HttpError::conflict(format!(
+            "`{}` in volume `{volume}` holds another tree",
+            stage.path
+        )));
+    }
+    let written = std::mem::take(&mut stage.state().written);
+    let mut done = vec![false; stage.entries.len()];
+    for (i, _) in &written {
+        done[*i] = true;
+    }
+    let rest: Vec<TreeEntry> = stage
+        .entries
+        .iter()
+        .zip(&done)
+        .filter(|(_, done)| !**done)
+        .map(|(e, _)| e.clone())
+        .collect();
+    let hashes: Vec<&str> = rest
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .filter_map(|e| e.hash.as_deref())
+        .collect();
+    let (sources, missing) = locate_blobs(server, volume, &hashes)?;
+    if !missing.is_empty() {
+        return Err(HttpError::invalid(format!(
+            "{} blob(s) of the tree were not sent",
+            missing.len()
+        ))
+        .with_details(json!({ "missing": missing })));
+    }
+    check_place(server, volume, &stage.path)?;
+    link_tree(server, volume, &rest, &sources, &stage.dir)?;
+    move_into_place(server, volume, &stage.path, &stage.dir)?;
+    server.store.add_tree(
+        volume,
+        &stage.path,
+        &stage.digest,
+        committed.files,
+        committed.bytes,
+    )?;
+    let homes: Vec<(&str, u64, String)> = written
+        .iter()
+        .filter(|(_, first)| *first)
+        .filter_map(|&(i, _)| {
+            let entry = &stage.entries[i];
+            Some((
+                entry.hash.as_deref()?,
+                entry.size,
+                format!("{}/{}", stage.path, entry.path),
+            ))
+        })
+        .collect();
+    server.store.add_homed_blobs(volume, &homes)?;
+    Ok((201, committed))
+}
