@@ -561,6 +561,14 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the volume holds any blob at all (a project's first ship: none).
+    pub(crate) fn holds_blobs(&self, volume: &str) -> Result<bool, StoreError> {
+        let conn = self.conn()?;
+        let mut query =
+            conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM blobs WHERE volume = ?1)")?;
+        Ok(query.query_row(params![volume], |r| r.get(0))?)
+    }
+
     /// Whether the volume holds this blob.
     pub(crate) fn has_blob(&self, volume: &str, hash: &str) -> Result<bool, StoreError> {
         let conn = self.conn()?;

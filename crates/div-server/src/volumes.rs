@@ -63,7 +63,12 @@ pub(crate) fn locate_blobs(
     hashes: &[&str],
 ) -> Result<(Sources, Vec<String>), HttpError> {
     let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
-    let homes = server.store.blob_homes(volume, &valid)?;
+    // A volume that holds no blob (a project's first ship) is not asked about each.
+    let homes = if server.store.holds_blobs(volume)? {
+        server.store.blob_homes(volume, &valid)?
+    } else {
+        vec![None; valid.len()]
+    };
     let mut sources = Sources::with_capacity(valid.len());
     for (hash, home) in valid.into_iter().zip(homes) {
         let at = match home {

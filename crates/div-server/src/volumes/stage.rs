@@ -56,6 +56,8 @@ pub(crate) struct Stage {
     /// Where it is written, in the volume's blob folder (no run sees it).
     dir: PathBuf,
     made_ms: u64,
+    /// The folders of the tree made so far (paths in it), so that no pack makes one again.
+    made: Mutex<std::collections::HashSet<PathBuf>>,
     state: Mutex<State>,
 }
 
@@ -175,6 +177,7 @@ pub(crate) fn stage_tree(
         entries,
         dir,
         made_ms: now_ms(),
+        made: Mutex::default(),
         state: Mutex::new(State {
             wanted,
             ..State::default()
@@ -322,6 +325,51 @@ fn umask_strips() -> bool {
     })
 }
 
+/// Folders of a stage's tree held open by one pack's writes: the last one written into
+/// (the tree's entries are sorted, so one folder's files most often come together), and the
+/// last one a file was linked from.
+struct Folders<'s> {
+    stage: &'s Stage,
+    open: [Option<(PathBuf, rustix::fd::OwnedFd)>; 2],
+}
+
+impl Folders<'_> {
+    /// The folder `rel` (a path in the tree) is in, made if it is not yet (with every folder
+    /// above it), opened without following a link, held in slot `slot`.
+    fn of(&mut self, rel: &Path, slot: usize) -> std::io::Result<&rustix::fd::OwnedFd> {
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let held = &mut self.open[slot];
+        if held.as_ref().is_none_or(|(open, _)| open != parent) {
+            let at = self.stage.dir.join(parent);
+            let made = self
+                .stage
+                .made
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(parent);
+            if !made {
+                fs::create_dir_all(&at)?;
+                let mut made = self.stage.made.lock().unwrap_or_else(|e| e.into_inner());
+                for above in parent.ancestors() {
+                    if !made.insert(above.to_owned()) {
+                        break;
+                    }
+                }
+            }
+            let fd = rustix::fs::open(
+                &at,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            *held = Some((parent.to_owned(), fd));
+        }
+        match held {
+            Some((_, fd)) => Ok(fd),
+            None => unreachable!("opened just above"),
+        }
+    }
+}
+
 /// Writes each blob of `mine` into the stage's tree: made at its first file (mode `0644`,
 /// `O_EXCL`, never through a link) and written whole, then linked at its others. Answers what
 /// was written (each file's index, and whether it is its blob's first); on an error, what was
@@ -331,35 +379,30 @@ fn write_files(
     stage: &Stage,
     mine: &[(&[u8], Vec<usize>)],
 ) -> Result<Vec<(usize, bool)>, (Vec<(usize, bool)>, std::io::Error)> {
+    const WRITTEN: usize = 0;
+    const LINKED: usize = 1;
     let mut done = Vec::with_capacity(mine.iter().map(|m| m.1.len()).sum());
-    // The folder the last file went into, held open: the tree's entries are sorted, so one
-    // folder's files most often come together in a pack.
-    let mut folder: Option<(PathBuf, rustix::fd::OwnedFd)> = None;
-    let mut open_folder = |rel: &Path| -> std::io::Result<(rustix::fd::OwnedFd, PathBuf)> {
-        let parent = rel.parent().unwrap_or(Path::new("")).to_owned();
-        if let Some((open, fd)) = &folder
-            && *open == parent
-        {
-            return Ok((fd.try_clone()?, parent));
+    let mut folders = Folders {
+        stage,
+        open: [None, None],
+    };
+    let path_of = |i: usize| -> std::io::Result<PathBuf> {
+        let rel = on_disk(&stage.entries[i].path).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        if rel.file_name().is_none() {
+            return Err(std::io::ErrorKind::InvalidInput.into());
         }
-        let at = stage.dir.join(&parent);
-        fs::create_dir_all(&at)?;
-        let fd = rustix::fs::open(
-            &at,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        folder = Some((parent.clone(), fd.try_clone()?));
-        Ok((fd, parent))
+        Ok(rel)
     };
     for (data, files) in mine {
-        let first = &stage.entries[files[0]];
+        let first = match path_of(files[0]) {
+            Ok(rel) => rel,
+            Err(e) => return Err((done, e)),
+        };
         let one = (|| -> std::io::Result<()> {
-            let rel = on_disk(&first.path).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-            let name = rel.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
-            let (dir, _) = open_folder(&rel)?;
+            let name = first.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+            let dir = folders.of(&first, WRITTEN)?;
             let fd = rustix::fs::openat(
-                &dir,
+                dir,
                 name,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
@@ -372,7 +415,7 @@ fn write_files(
                 Ok(())
             });
             if let Err(e) = wrote {
-                let _ = rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty());
+                let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
                 return Err(e);
             }
             Ok(())
@@ -381,21 +424,19 @@ fn write_files(
             return Err((done, e));
         }
         done.push((files[0], true));
-        let from = on_disk(&first.path).map_err(|_| std::io::ErrorKind::InvalidInput);
         for &i in &files[1..] {
             let linked = (|| -> std::io::Result<()> {
-                let from = from.clone()?;
-                let rel = on_disk(&stage.entries[i].path)
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?;
+                let rel = path_of(i)?;
                 let name = rel.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
-                let (dir, _) = open_folder(&rel)?;
-                let src = rustix::fs::open(
-                    stage.dir.join(from.parent().unwrap_or(Path::new(""))),
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                let from_name = from.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
-                rustix::fs::linkat(&src, from_name, &dir, name, rustix::fs::AtFlags::empty())?;
+                let from_name = first.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+                // The first file's folder, held in the other slot, while the link's own is
+                // made and opened in the first: two folders open at once.
+                folders.of(&first, LINKED)?;
+                folders.of(&rel, WRITTEN)?;
+                let [Some((_, to)), Some((_, from))] = &folders.open else {
+                    unreachable!("both opened just above")
+                };
+                rustix::fs::linkat(from, from_name, to, name, rustix::fs::AtFlags::empty())?;
                 Ok(())
             })();
             match linked {
