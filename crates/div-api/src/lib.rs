@@ -110,7 +110,7 @@ pub(crate) async fn upload_one_by_one<C: ControlPlane + ?Sized>(
     blobs: &[PackBlob],
 ) -> Result<(), ApiError> {
     for blob in blobs {
-        let data = BlobSource::Bytes(Bytes::from(blob.data.clone()));
+        let data = BlobSource::Bytes(blob.data.clone());
         cp.upload_blob(volume, &blob.hash, 0, blob.data.len() as u64, data)
             .await?;
     }

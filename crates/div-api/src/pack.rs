@@ -21,7 +21,8 @@ pub const PACK_BLOB_MAX_BYTES: u64 = 1 << 20;
 pub struct PackBlob {
     /// Its blake3, 64 lowercase hex digits.
     pub hash: String,
-    pub data: Vec<u8>,
+    /// Its bytes (shared, not copied: a client's listing may have kept them, `div_ship::Kept`).
+    pub data: bytes::Bytes,
 }
 
 /// The body of a pack of `blobs`.
@@ -104,7 +105,7 @@ mod tests {
     fn blob(data: &[u8]) -> PackBlob {
         PackBlob {
             hash: blake3::hash(data).to_hex().to_string(),
-            data: data.to_vec(),
+            data: bytes::Bytes::copy_from_slice(data),
         }
     }
 
@@ -115,7 +116,7 @@ mod tests {
         let read = parse_pack(&body).unwrap();
         assert_eq!(read.len(), 3);
         for ((hash, data), b) in read.iter().zip(&blobs) {
-            assert_eq!((*hash, *data), (b.hash.as_str(), b.data.as_slice()));
+            assert_eq!((*hash, *data), (b.hash.as_str(), &b.data[..]));
         }
         assert_eq!(parse_pack(b"").unwrap(), Vec::<(&str, &[u8])>::new());
     }

@@ -8,6 +8,7 @@ mod printer;
 mod settings;
 
 fn main() {
+    div_server::tune_allocator();
     commands::mark_start();
     std::process::exit(commands::main(args::parse(std::env::args_os().collect())));
 }

@@ -314,8 +314,10 @@ fn read_pack(
     let mut bytes = 0u64;
     for (hash, path) in files {
         let data = match kept.get(&hash) {
-            Some(data) => data.to_vec(),
-            None => std::fs::read(&path).map_err(|source| RunError::Read { path, source })?,
+            Some(data) => data,
+            None => std::fs::read(&path)
+                .map_err(|source| RunError::Read { path, source })?
+                .into(),
         };
         bytes += data.len() as u64;
         pack.push(div_api::PackBlob { hash, data });
@@ -338,9 +340,12 @@ mod tests {
         std::fs::write(&read_path, "read now\n").unwrap();
         let hash = |b: &[u8]| blake3::hash(b).to_hex().to_string();
         let kept = div_ship::Kept(std::sync::Arc::new(
-            [(hash(b"version 1\n"), b"version 1\n".to_vec())]
-                .into_iter()
-                .collect(),
+            [(
+                hash(b"version 1\n"),
+                bytes::Bytes::from_static(b"version 1\n"),
+            )]
+            .into_iter()
+            .collect(),
         ));
         let (pack, bytes) = read_pack(
             vec![
@@ -350,8 +355,8 @@ mod tests {
             &kept,
         )
         .unwrap();
-        assert_eq!(pack[0].data, b"version 1\n");
-        assert_eq!(pack[1].data, b"read now\n");
+        assert_eq!(&pack[0].data[..], b"version 1\n");
+        assert_eq!(&pack[1].data[..], b"read now\n");
         assert_eq!(bytes, 19);
     }
 }

@@ -53,6 +53,7 @@ mod images;
 pub mod local;
 pub use images::{DefaultImage, ImageSettings};
 pub use local::{LocalControlPlane, StartError};
+pub use sys::tune_allocator;
 
 use std::future::Future;
 use std::net::SocketAddr;

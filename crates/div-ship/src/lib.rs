@@ -160,18 +160,19 @@ pub struct Shipment {
 /// Files' bytes kept from their hashing, by hash (see [`ShipOptions::keep_bytes`]). Shared,
 /// so that an upload hands them to the threads that build its requests.
 #[derive(Clone, Default)]
-pub struct Kept(pub std::sync::Arc<std::collections::HashMap<String, Vec<u8>>>);
+pub struct Kept(pub std::sync::Arc<std::collections::HashMap<String, bytes::Bytes>>);
 
 impl Kept {
-    /// The bytes of the file that hashes to `hash`, if they were kept.
-    pub fn get(&self, hash: &str) -> Option<&[u8]> {
-        self.0.get(hash).map(Vec::as_slice)
+    /// The bytes of the file that hashes to `hash`, if they were kept (shared, not copied:
+    /// files' bytes are kept in a few large buffers, each file a part of one).
+    pub fn get(&self, hash: &str) -> Option<bytes::Bytes> {
+        self.0.get(hash).cloned()
     }
 }
 
 impl std::fmt::Debug for Kept {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let bytes: usize = self.0.values().map(Vec::len).sum();
+        let bytes: usize = self.0.values().map(bytes::Bytes::len).sum();
         write!(f, "Kept({} files, {bytes} bytes)", self.0.len())
     }
 }

@@ -21,10 +21,34 @@ pub(crate) fn missing_blobs(
 ) -> Result<MissingBlobs, HttpError> {
     require_volume(server, volume)?;
     let mut missing = Vec::new();
-    let mut partial = std::collections::BTreeMap::new();
     let mut seen = BTreeSet::new();
-    // The partial uploads there are, read once (a cold ship asks about every file, and
-    // there are seldom any).
+    let asked: Vec<&str> = hashes
+        .iter()
+        .filter(|h| seen.insert(h.as_str()))
+        .map(String::as_str)
+        .collect();
+    let held = super::held_blobs(server, volume, &asked)?;
+    for hash in asked {
+        if !held.contains(hash) {
+            missing.push(hash.to_owned());
+        }
+    }
+    let partial = partial_sizes(server, volume, &missing);
+    Ok(MissingBlobs {
+        missing,
+        partial,
+        extra: Default::default(),
+    })
+}
+
+/// How many bytes of each of `missing` a partial upload holds, where one holds any. The
+/// partial uploads there are are read once (a cold ship asks about every file, and there are
+/// seldom any): a question for each was a failed `stat` for each.
+pub(crate) fn partial_sizes(
+    server: &Server,
+    volume: &str,
+    missing: &[String],
+) -> std::collections::BTreeMap<String, u64> {
     let partials: std::collections::HashSet<String> =
         fs::read_dir(blob_dir(server, volume).join("partial"))
             .map(|d| {
@@ -33,30 +57,20 @@ pub(crate) fn missing_blobs(
                     .collect()
             })
             .unwrap_or_default();
-    let asked: Vec<&str> = hashes
-        .iter()
-        .filter(|h| seen.insert(h.as_str()))
-        .map(String::as_str)
-        .collect();
-    let held = super::held_blobs(server, volume, &asked)?;
-    for hash in asked {
-        if held.contains(hash) {
-            continue;
-        }
-        missing.push(hash.to_owned());
+    let mut partial = std::collections::BTreeMap::new();
+    if partials.is_empty() {
+        return partial;
+    }
+    for hash in missing {
         if valid_hash(hash)
             && partials.contains(hash)
             && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
             && m.len() > 0
         {
-            partial.insert(hash.to_owned(), m.len());
+            partial.insert(hash.clone(), m.len());
         }
     }
-    Ok(MissingBlobs {
-        missing,
-        partial,
-        extra: Default::default(),
-    })
+    partial
 }
 
 /// After bytes were appended to a partial upload: whole and right (201), whole and wrong

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use super::{
     blob_dir, check_place, commit_lock, committed_tree, link_tree, locate_blobs, move_into_place,
-    on_disk, partial_path, require_volume, rules, staging, valid_hash, valid_rel,
+    on_disk, require_volume, rules, staging, valid_rel,
 };
 use crate::clock::now_ms;
 use crate::error::HttpError;
@@ -153,15 +153,7 @@ pub(crate) fn stage_tree(
     // A blob that only executable files are is sent to the blob folder as always (its files
     // link to its executable twin there).
     wanted.retain(|_, files| !files.is_empty());
-    let mut partial = std::collections::BTreeMap::new();
-    for hash in &missing {
-        if valid_hash(hash)
-            && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
-            && m.len() > 0
-        {
-            partial.insert(hash.clone(), m.len());
-        }
-    }
+    let partial = super::blobs::partial_sizes(server, volume, &missing);
     let root = server.volume_dir(volume);
     clear_leftovers(server, volume);
     let dir = staging(server, volume, &root, "stage")?;

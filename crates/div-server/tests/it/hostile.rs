@@ -308,7 +308,7 @@ pub(crate) async fn pack(server: &Server, volume: &str, body: Vec<u8>) -> (u16, 
 pub(crate) fn packed(data: &[u8]) -> div_api::PackBlob {
     div_api::PackBlob {
         hash: blake3::hash(data).to_hex().to_string(),
-        data: data.to_vec(),
+        data: data.to_vec().into(),
     }
 }
 
@@ -319,7 +319,7 @@ async fn a_pack_stores_each_blob_verified_and_a_bad_one_stores_none() {
     let (a, b) = (packed(b"alpha\n"), packed(&vec![7u8; 300_000]));
     // One blob lies about its bytes: the whole pack is refused, nothing of it kept.
     let mut lying = packed(b"gamma\n");
-    lying.data = b"other\n".to_vec();
+    lying.data = b"other\n".to_vec().into();
     let (status, body) = pack(&server, "vol", div_api::pack_frame(&[a.clone(), lying])).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "hash_mismatch", "{body}");

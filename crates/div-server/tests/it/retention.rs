@@ -40,7 +40,7 @@ async fn snapshot_with(server: &Server, at: &str, files: &[(&str, &[u8])], execu
         .iter()
         .map(|(_, data)| div_api::PackBlob {
             hash: hash(data),
-            data: data.to_vec(),
+            data: data.to_vec().into(),
         })
         .collect();
     let (status, body) = server

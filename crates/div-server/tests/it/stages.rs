@@ -55,7 +55,7 @@ async fn pack(server: &Server, id: &str, blobs: &[&[u8]]) -> (u16, Value) {
         .iter()
         .map(|data| div_api::PackBlob {
             hash: hash(data),
-            data: data.to_vec(),
+            data: data.to_vec().into(),
         })
         .collect();
     let (status, body) = server
@@ -149,7 +149,7 @@ async fn a_staged_tree_is_written_where_it_goes_each_new_file_once() {
     // The first tree the other way: its blob lives in the blob folder.
     let blobs = vec![div_api::PackBlob {
         hash: hash(old),
-        data: old.to_vec(),
+        data: old.to_vec().into(),
     }];
     let (status, _) = server
         .try_request(
