@@ -436,6 +436,40 @@ fn look(
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(io_err(err)),
     };
+    // Nothing in the cache (a first ship): every file is read, so each is opened at once and
+    // looked at through its descriptor, one call fewer than looking first (a link refuses to
+    // open, and is looked at as below).
+    if cache.len() == 0 {
+        match open_at(dir, name) {
+            Ok(file) => {
+                let stat = rustix::fs::fstat(&file).map_err(|e| io_err(e.into()))?;
+                if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                    != rustix::fs::FileType::RegularFile
+                {
+                    return Ok(None);
+                }
+                let key = StatKey::of_stat(&stat);
+                let (hash, data) =
+                    hash_open(file, hashed, (keep, chunk), key.size).map_err(io_err)?;
+                return Ok(Some(Looked {
+                    entry: ManifestEntry {
+                        path: String::new(), // moved in by `look_all`
+                        kind: EntryKind::File,
+                        executable: stat.st_mode & 0o100 != 0,
+                        size: key.size,
+                        hash: Some(hash),
+                        target: None,
+                    },
+                    key: Some(StatKeyRef(key)),
+                    hashed: true,
+                    data,
+                }));
+            }
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(None),
+            // A link (`O_NOFOLLOW`), or a file this user may not read: looked at as below.
+            Err(_) => {}
+        }
+    }
     let stat = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         // A tracked file deleted from the work tree (or a file gone since the listing).
@@ -499,21 +533,38 @@ fn hash_at(
     (keep, chunk): (&Keep, &mut bytes::BytesMut),
     size: u64,
 ) -> io::Result<Option<(String, Option<bytes::Bytes>)>> {
+    let file = match open_at(dir, name) {
+        Ok(file) => file,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    hash_open(file, hashed, (keep, chunk), size).map(Some)
+}
+
+/// The file `name` in the folder `dir`, opened to read without following a link and without
+/// waiting (a fifo put there since it was looked at would block a read forever).
+fn open_at(dir: &rustix::fd::OwnedFd, name: &OsStr) -> rustix::io::Result<File> {
     use rustix::fs::{Mode, OFlags};
-    let fd = match rustix::fs::openat(
+    rustix::fs::openat(
         dir,
         name,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let mut file = File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Ok(None);
-    }
+    )
+    .map(File::from)
+}
+
+/// The hash of the plain file `file` of `size` bytes (as it was looked at), and its bytes
+/// when `keep` takes them and it still holds that many ([`hash_at`]).
+fn hash_open(
+    mut file: File,
+    hashed: Option<&AtomicU64>,
+    (keep, chunk): (&Keep, &mut bytes::BytesMut),
+    size: u64,
+) -> io::Result<(String, Option<bytes::Bytes>)> {
     if keep.take(size) {
         use std::io::Read;
         // One byte more than expected is asked for, and no more: a file still growing (a log
@@ -547,13 +598,13 @@ fn hash_at(
         }
         if data.len() as u64 == size {
             let hash = blake3::hash(&data).to_hex().as_str().to_owned();
-            return Ok(Some((hash, Some(data))));
+            return Ok((hash, Some(data)));
         }
         let mut hasher = blake3::Hasher::new();
         hasher.update(&data);
-        return hash_rest(hasher, file, hashed).map(|hash| Some((hash, None)));
+        return hash_rest(hasher, file, hashed).map(|hash| (hash, None));
     }
-    hash_reader(file, hashed).map(|hash| Some((hash, None)))
+    hash_reader(file, hashed).map(|hash| (hash, None))
 }
 
 /// A relative path's folder (`""` at the top) and name, as bytes.

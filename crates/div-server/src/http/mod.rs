@@ -167,11 +167,21 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         (&Method::POST, ["v1", "volumes", name, "stages", stage, "commit"]) => {
             let (name, stage) = (name.to_string(), stage.to_string());
             let volume = name.clone();
-            let (status, t) =
+            let (status, t, homes) =
                 blocking(server, move |s| volumes::commit_stage(s, &name, &stage)).await?;
-            if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
+            // After the answer: the blobs written into the tree are recorded (where they live
+            // now), then the retention rule is applied, as after any new snapshot.
+            if status == 201 {
+                let (path, digest) = (t.path.clone(), t.digest.clone().unwrap_or_default());
                 crate::server::spawn_work(server, move |server| {
-                    if let Err(e) = volumes::retention::prune(server, &volume) {
+                    if let Err(e) =
+                        volumes::stage::record_homes(server, &volume, &path, &digest, &homes)
+                    {
+                        tracing::warn!(volume, "could not record a staged tree's blobs: {e:?}");
+                    }
+                    if path.starts_with(volumes::retention::SNAPSHOTS)
+                        && let Err(e) = volumes::retention::prune(server, &volume)
+                    {
                         tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
                     }
                 });

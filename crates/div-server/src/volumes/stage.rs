@@ -440,15 +440,19 @@ fn write_files(
     Ok(done)
 }
 
+/// The blobs a staged commit wrote into its tree, each with its size and its home (the path in
+/// the volume of its first file there), for [`record_homes`].
+pub(crate) type Homes = Vec<(String, u64, String)>;
+
 /// `POST /v1/volumes/{name}/stages/{id}/commit`: the staged tree, its other files linked in
-/// (blobs the volume holds), moved into place and recorded, each blob written into it homed
-/// at its first file. The same answers as a commit of the tree (`commit_tree`); the stage is
-/// gone after it, whatever it answers.
+/// (blobs the volume holds), moved into place and recorded. The same answers as a commit of
+/// the tree (`commit_tree`), and the blobs written into it: the caller records them
+/// ([`record_homes`]) after the answer. The stage is gone after it, whatever it answers.
 pub(crate) fn commit_stage(
     server: &Server,
     volume: &str,
     id: &str,
-) -> Result<(u16, CommittedTree), HttpError> {
+) -> Result<(u16, CommittedTree, Homes), HttpError> {
     let stage = {
         let mut stages = server.stages.lock();
         let key = (volume.to_owned(), id.to_owned());
@@ -472,7 +476,7 @@ fn commit_closed(
     server: &Server,
     volume: &str,
     stage: &Stage,
-) -> Result<(u16, CommittedTree), HttpError> {
+) -> Result<(u16, CommittedTree, Homes), HttpError> {
     let lock = commit_lock(volume);
     let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
     require_volume(server, volume)?;
@@ -480,7 +484,7 @@ fn commit_closed(
     if let Some((existing, _, _)) = server.store.tree(volume, &stage.path)? {
         if existing == stage.digest {
             server.store.touch_tree(volume, &stage.path)?;
-            return Ok((200, committed));
+            return Ok((200, committed, Homes::new()));
         }
         return Err(HttpError::conflict(format!(
             "`{}` in volume `{volume}` holds another tree",
@@ -522,18 +526,50 @@ fn commit_closed(
         committed.files,
         committed.bytes,
     )?;
-    let homes: Vec<(&str, u64, String)> = written
+    let homes: Homes = written
         .iter()
         .filter(|(_, first)| *first)
         .filter_map(|&(i, _)| {
             let entry = &stage.entries[i];
             Some((
-                entry.hash.as_deref()?,
+                entry.hash.clone()?,
                 entry.size,
                 format!("{}/{}", stage.path, entry.path),
             ))
         })
         .collect();
+    Ok((201, committed, homes))
+}
+
+/// Records the blobs a staged commit wrote into the tree at `path` ([`commit_stage`]), each
+/// living at its home there, after the commit was answered: a big tree's 57,000 records took
+/// longer than the rest of its commit. Until they are, a tree sent meanwhile has those blobs
+/// sent again (and stores its own copy). In a turn of the volume's commit lock, and only
+/// while the tree is still the one committed there: retention removes a tree's record first,
+/// in its own turn, so no home is recorded in a tree that is gone.
+pub(crate) fn record_homes(
+    server: &Server,
+    volume: &str,
+    path: &str,
+    digest: &str,
+    homes: &Homes,
+) -> Result<(), HttpError> {
+    if homes.is_empty() {
+        return Ok(());
+    }
+    let lock = commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if server
+        .store
+        .tree(volume, path)?
+        .is_none_or(|(held, _, _)| held != digest)
+    {
+        return Ok(());
+    }
+    let homes: Vec<(&str, u64, String)> = homes
+        .iter()
+        .map(|(hash, size, home)| (hash.as_str(), *size, home.clone()))
+        .collect();
     server.store.add_homed_blobs(volume, &homes)?;
-    Ok((201, committed))
+    Ok(())
 }

@@ -222,10 +222,11 @@ async fn a_staged_tree_is_written_where_it_goes_each_new_file_once() {
     assert_eq!(one.nlink(), 2, "and nothing else links it");
     assert_eq!(one.permissions().mode() & 0o7777, 0o644);
     assert!(!blob(&server, twice).exists(), "no name in the blob folder");
-    assert_eq!(
-        record(&server, twice),
-        Some(Some("code/1/a/one.py".to_owned()))
-    );
+    // Recorded after the answer, where it lives.
+    until("the blob written into the tree recorded", || {
+        record(&server, twice) == Some(Some("code/1/a/one.py".to_owned()))
+    })
+    .await;
     // Held from before: the blob folder's file, linked.
     assert_eq!(
         std::fs::metadata(tree.join("old.py")).expect("old").ino(),
@@ -294,10 +295,10 @@ async fn a_blob_outlives_the_snapshot_it_was_written_in_while_another_links_it()
         &[("shared.py", shared, false), ("first.py", first, false)],
     )
     .await;
-    assert_eq!(
-        record(&server, shared),
-        Some(Some("code/a/shared.py".to_owned()))
-    );
+    until("the blob recorded where it was written", || {
+        record(&server, shared) == Some(Some("code/a/shared.py".to_owned()))
+    })
+    .await;
     age_snapshots(&server);
     snapshot(&server, "code/b", &[("again/shared.py", shared, false)]).await;
     // One kept: code/a goes; its blob that code/b links is kept, in the blob folder.
