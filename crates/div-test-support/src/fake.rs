@@ -14,7 +14,8 @@ use bytes::Bytes;
 use div_api::{
     ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
     CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList,
-    RunResult, RunStatus, SecretInfo, SkuOffer, Telemetry, TelemetryPoint, Volume, VolumeEntry,
+    RunResult, RunStatus, SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume,
+    VolumeEntry,
 };
 use div_pricing::{SizeRequest, SkuPrice};
 use div_spec::{MemoryGib, UnknownSku};
@@ -75,12 +76,31 @@ struct State {
     keys: HashMap<String, (Value, String)>,
     secrets: BTreeMap<String, (String, SecretInfo)>,
     next: u64,
+    /// Staged trees by id, with their volume ([`FakeStages`]).
+    stages: HashMap<String, (String, CommitTree)>,
+    /// How many trees were staged, and how many packs were sent for a stage.
+    staged: u64,
+    staged_packs: u64,
+}
+
+/// How the fake answers staged commits ([`ControlPlane::stage_tree`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum FakeStages {
+    /// It stages nothing (as a control plane without stages): the client sends its tree the
+    /// other way.
+    #[default]
+    None,
+    /// It stages trees and commits them.
+    Kept,
+    /// It stages trees, but each is gone when its commit comes (as after a restart): 404.
+    LostAtCommit,
 }
 
 /// An in-memory control plane.
 #[derive(Default)]
 pub struct FakeControlPlane {
     catalogue: Option<Catalogue>,
+    stages: FakeStages,
     state: Mutex<State>,
     /// Told whenever a run ends or its log grows, for followed logs waiting on it.
     changed: tokio::sync::Notify,
@@ -110,9 +130,23 @@ impl FakeControlPlane {
     pub fn new() -> Self {
         FakeControlPlane {
             catalogue: Some(sample_catalogue()),
+            stages: FakeStages::None,
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The fake, staging trees as `how` says.
+    #[must_use]
+    pub fn with_stages(mut self, how: FakeStages) -> Self {
+        self.stages = how;
+        self
+    }
+
+    /// How many trees were staged, and how many packs were sent for a staged tree.
+    pub fn staged(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.staged, state.staged_packs)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -379,6 +413,62 @@ impl ControlPlane for FakeControlPlane {
             v.blobs.insert(hash.to_owned(), Bytes::from(whole));
         }
         Ok(())
+    }
+
+    async fn stage_tree(
+        &self,
+        volume: &str,
+        tree: &CommitTree,
+    ) -> Result<Option<StagedTree>, ApiError> {
+        if self.stages == FakeStages::None {
+            return Ok(None);
+        }
+        let mut hashes: Vec<String> = tree
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .filter_map(|e| e.hash.clone())
+            .collect();
+        hashes.sort();
+        hashes.dedup();
+        let missing = self.missing_blobs(volume, &hashes).await?;
+        let mut state = self.state();
+        state.staged += 1;
+        let id = format!("stage-{}", state.staged);
+        state
+            .stages
+            .insert(id.clone(), (volume.to_owned(), tree.clone()));
+        Ok(Some(StagedTree {
+            id,
+            missing: missing.missing,
+            partial: missing.partial,
+            extra: Default::default(),
+        }))
+    }
+
+    async fn upload_staged_pack(
+        &self,
+        volume: &str,
+        stage: &str,
+        blobs: &[div_api::PackBlob],
+    ) -> Result<(), ApiError> {
+        {
+            let mut state = self.state();
+            if state.stages.get(stage).is_none_or(|(v, _)| v != volume) {
+                return Err(not_found("stage", stage));
+            }
+            state.staged_packs += 1;
+        }
+        self.upload_pack(volume, blobs).await
+    }
+
+    async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        let taken = self.state().stages.remove(stage);
+        let tree = match taken {
+            Some((v, tree)) if v == volume && self.stages == FakeStages::Kept => tree,
+            _ => return Err(not_found("stage", stage)),
+        };
+        self.commit_tree(volume, &tree).await
     }
 
     async fn commit_tree(

@@ -173,3 +173,62 @@ async fn a_second_run_of_the_same_code_sends_nothing_new() {
     assert!(sent(&first).is_some_and(|b| b > 0), "{first:?}");
     assert_eq!(sent(&second).unwrap_or(0), 0, "{second:?}");
 }
+
+/// Runs the project on `cp` to its end: the files of the code it was placed with.
+async fn run_and_list_code(cp: Arc<FakeControlPlane>, tmp: &tempfile::TempDir) -> Vec<String> {
+    let options = options(tmp);
+    let (tx, mut placed) = tokio::sync::mpsc::unbounded_channel();
+    let running = {
+        let cp = Arc::clone(&cp);
+        tokio::spawn(async move {
+            let mut sink = |e: Event| {
+                if let Event::Placed { run, .. } = &e {
+                    tx.send(run.id.clone()).expect("the test listens");
+                }
+            };
+            div_core::run(&*cp, &options, &mut sink).await
+        })
+    };
+    let id = placed.recv().await.expect("the run was placed");
+    cp.finish_run(&id, b"done\n", 0).expect("the run exists");
+    let outcome = running.await.expect("no panic");
+    let Ok(RunOutcome::Ended(run)) = outcome else {
+        panic!("the run ended: {outcome:?}");
+    };
+    let code = run.code.expect("the run names its code");
+    cp.list_tree(&code.volume, &code.path)
+        .await
+        .expect("the code is there")
+        .into_iter()
+        .map(|e| {
+            e.path
+                .trim_start_matches(&format!("{}/", code.path))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Where the control plane stages trees, the code is staged and its packs go to the stage;
+/// where the stage is gone when its commit comes (the control plane restarted), the code is
+/// sent the other way, whole, and the run goes on.
+#[tokio::test]
+async fn the_code_is_staged_where_it_can_be_and_sent_the_other_way_when_the_stage_is_lost() {
+    for how in [
+        div_test_support::FakeStages::Kept,
+        div_test_support::FakeStages::LostAtCommit,
+    ] {
+        let tmp = project();
+        let cp = Arc::new(FakeControlPlane::new().with_stages(how));
+        let files = run_and_list_code(Arc::clone(&cp), &tmp).await;
+        assert_eq!(files, ["data/labels.csv", "train.py"], "{how:?}");
+        let (staged, packs) = cp.staged();
+        assert_eq!(staged, 1, "{how:?}: the tree staged once");
+        assert!(packs >= 1, "{how:?}: its files sent to the stage");
+    }
+    // A control plane without stages gets the tree the other way from the start.
+    let tmp = project();
+    let cp = Arc::new(FakeControlPlane::new());
+    let files = run_and_list_code(Arc::clone(&cp), &tmp).await;
+    assert_eq!(files, ["data/labels.csv", "train.py"]);
+    assert_eq!(cp.staged(), (0, 0));
+}

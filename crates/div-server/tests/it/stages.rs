@@ -391,3 +391,35 @@ async fn a_stage_takes_only_what_its_tree_says_and_is_committed_once() {
         stage(&server, VOLUME, "code/z", &[file("../out.py", data, false)]).await;
     assert!(status == 400 || status == 422, "{status} {refused}");
 }
+
+/// A stage a server before this one left half written in the blob folder (it stopped, or
+/// was killed, between a stage and its commit) is removed when the volume next stages a tree;
+/// this server's own are left to their packs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stage_left_by_an_earlier_server_is_removed() {
+    let server = start(10).await;
+    let blobs = server.home.join("blobs").join(VOLUME);
+    let left = blobs.join("stage-1-1700000000000-0");
+    std::fs::create_dir_all(left.join("src")).expect("mkdir");
+    std::fs::write(left.join("src/half.py"), "half wri").expect("write");
+    let data: &[u8] = b"print('hi')\n";
+    let (status, first) = stage(&server, VOLUME, "code/a", &[file("a.py", data, false)]).await;
+    assert_eq!(status, 201, "{first}");
+    assert!(!left.exists(), "the earlier server's stage is gone");
+    let mine = blobs.join(first["id"].as_str().expect("an id"));
+    let (status, second) = stage(&server, VOLUME, "code/b", &[file("b.py", data, false)]).await;
+    assert_eq!(status, 201, "{second}");
+    assert!(
+        mine.is_dir(),
+        "this server's own stage is kept for its packs"
+    );
+    let id = first["id"].as_str().expect("an id").to_owned();
+    let (status, sent) = pack(&server, &id, &[data]).await;
+    assert_eq!(status, 200, "{sent}");
+    let (status, committed) = commit(&server, VOLUME, &id).await;
+    assert_eq!(status, 201, "{committed}");
+    assert_eq!(
+        std::fs::read(in_volume(&server, "code/a/a.py")).expect("read"),
+        data
+    );
+}
