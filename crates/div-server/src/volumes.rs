@@ -518,6 +518,11 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<VolumeEntry>) -> std::io::Result<
             if rel.starts_with(".tmp-") {
                 continue;
             }
+            // The folder for code snapshots the server makes in every volume before a run
+            // starts (`runs::launcher`), while it holds none, is not the user's.
+            if rel == "code" && fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
+                continue;
+            }
             out.push(VolumeEntry {
                 path: rel,
                 kind: "dir".into(),

@@ -123,6 +123,16 @@ fn prepare(
     for (name, host) in &volumes {
         fs::create_dir_all(mnt.join(name)).map_err(io)?;
         fs::create_dir_all(host).map_err(io)?;
+        // Each volume's `code/` (where code snapshots go) is made before the run starts, so
+        // the sandbox binds it read-only: a run that made it itself could write every
+        // snapshot a commit put there later, and, through their files, every later tree that
+        // links them (`escape::a_run_cannot_make_code_in_a_volume_and_wait_for_a_snapshot_to_land_in_it`).
+        // `mkdir` never follows a link: one there is left, not bound, and refuses commits.
+        match fs::create_dir(host.join("code")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
     }
     let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
     // A settings file that cannot be read is said on the server's log; the defaults hold.

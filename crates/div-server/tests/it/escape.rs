@@ -206,11 +206,13 @@ async fn a_link_a_run_leaves_in_a_volume_never_carries_a_commit_out_of_it() {
         )
         .await;
     assert!(matches!(s, 201 | 204), "{s} {v}");
-    // The volume has no code yet: the run leaves `code` as a link to the host folder.
+    // The volume has no code yet: the run tries to leave `code` as a link to the host folder.
+    // The server made `code/` before the run started, read-only to it: the link cannot be
+    // made there (it made it, before).
     let (_, run) = server
         .create_run(
             &format!(
-                "ln -s {} /mnt/fresh-code/code && echo planted",
+                "ln -sfn {} /mnt/fresh-code/code && echo planted",
                 victim.display()
             ),
             json!({}),
@@ -218,8 +220,17 @@ async fn a_link_a_run_leaves_in_a_volume_never_carries_a_commit_out_of_it() {
         .await;
     let id = run["id"].as_str().expect("an id").to_owned();
     let ended = server.wait_end(&id).await;
-    assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(server.log_text(&id).await, format!("{HOST_LINE}planted\n"));
+    assert_eq!(ended["status"], "failed", "{ended}");
+    let log = server.log_text(&id).await;
+    assert!(log.contains("Read-only file system"), "{log}");
+    let code = server.home.join("volumes/fresh-code/code");
+    assert!(
+        std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()),
+        "code/ is still the server's folder"
+    );
+    // A link left there another way (by a div from before, or by hand) is never followed.
+    std::fs::remove_dir(&code).expect("the empty folder");
+    std::os::unix::fs::symlink(&victim, &code).expect("plant the link");
     // The next `div run` commits its code at code/<id>.
     let (status, body) = server
         .request(
@@ -239,5 +250,85 @@ async fn a_link_a_run_leaves_in_a_volume_never_carries_a_commit_out_of_it() {
         std::fs::read_dir(&victim).expect("victim").count(),
         0,
         "the commit was written outside the volume"
+    );
+}
+
+/// A volume with no `code/` yet (a project that never shipped), mounted by a run: the run
+/// makes `code/` itself, waits for the project's first snapshot to land in it, and rewrites
+/// it. It must find `code/` made already and read-only, so the snapshot stays as shipped,
+/// and so does every later tree that links its files.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cannot_make_code_in_a_volume_and_wait_for_a_snapshot_to_land_in_it() {
+    let server = Server::start_with(None, div_server::SandboxMode::Bwrap).await;
+    let (s, v) = server
+        .request("POST", "/v1/volumes", Some(json!({"name": "victim-code"})))
+        .await;
+    assert!(matches!(s, 200 | 201), "{s} {v}");
+    let command = r#"if mkdir /mnt/victim-code/code 2>/dev/null; then echo "ESCAPED: made code"; else echo "refused: made code"; fi
+i=0
+while [ $i -lt 80 ]; do
+  for f in /mnt/victim-code/code/*/train.py; do
+    if [ -f "$f" ]; then
+      if echo "print(666)" > "$f" 2>/dev/null; then echo "ESCAPED: rewrote $f"; else echo "refused: rewrite"; fi
+      exit 0
+    fi
+  done
+  sleep 0.05; i=$((i+1))
+done
+echo "never saw the snapshot""#;
+    let (status, run) = server.create_run(command, json!({})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("an id").to_owned();
+    server.wait_running(&id).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The project's first ship lands while the run waits.
+    let shipped: &[u8] = b"print('shipped')\n";
+    let hash = blake3::hash(shipped).to_hex().to_string();
+    let entries =
+        json!([{"path": "train.py", "kind": "file", "size": shipped.len(), "hash": hash}]);
+    let (status, staged) = server
+        .request(
+            "POST",
+            "/v1/volumes/victim-code/stages",
+            Some(json!({"path": "code/v1", "entries": entries})),
+        )
+        .await;
+    assert_eq!(status, 201, "{staged}");
+    let stage = staged["id"].as_str().expect("an id").to_owned();
+    let blobs = [div_api::PackBlob {
+        hash,
+        data: shipped.to_vec().into(),
+    }];
+    let (status, _) = server
+        .try_request(
+            "POST",
+            &format!("/v1/volumes/victim-code/blobs/pack?stage={stage}"),
+            Some(div_api::pack_frame(&blobs)),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200);
+    let (status, committed) = server
+        .request(
+            "POST",
+            &format!("/v1/volumes/victim-code/stages/{stage}/commit"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 201, "{committed}");
+    let ended = server.wait_end(&id).await;
+    let log = server.log_text(&id).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}\n{log}");
+    let escaped: Vec<&str> = log.lines().filter(|l| l.starts_with("ESCAPED")).collect();
+    assert!(escaped.is_empty(), "{escaped:?}\n{log}");
+    assert!(log.contains("refused: made code"), "{log}");
+    assert!(
+        log.contains("refused: rewrite"),
+        "the run saw the snapshot land and could not write it: {log}"
+    );
+    assert_eq!(
+        std::fs::read(server.home.join("volumes/victim-code/code/v1/train.py")).expect("read"),
+        shipped
     );
 }
