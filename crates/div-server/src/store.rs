@@ -518,7 +518,7 @@ impl Store {
     pub(crate) fn add_homed_blobs(
         &self,
         volume: &str,
-        blobs: &[(&str, u64, String)],
+        blobs: &[(String, u64, String)],
     ) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
