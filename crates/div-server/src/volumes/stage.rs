@@ -177,16 +177,25 @@ pub(crate) fn stage_tree(
     });
     let mut stages = server.stages.lock();
     stages.insert((volume.to_owned(), id.clone()), stage);
-    // Too many: the oldest that no pack is writing into goes.
+    // Too many: the oldest that no pack is writing into goes, closed in the same turn of its
+    // lock that finds no pack writing (a pack counts itself in, and looks whether the stage
+    // is closed, in a turn of that lock too: none writes into a folder being removed).
     while stages.len() > MAX_STAGES {
-        let oldest = stages
+        let mut idle: Vec<(u64, (String, String))> = stages
             .iter()
-            .filter(|(_, s)| s.state().writing == 0)
-            .min_by_key(|(_, s)| s.made_ms)
-            .map(|(key, _)| key.clone());
-        let Some(key) = oldest else { break };
+            .map(|(key, s)| (s.made_ms, key.clone()))
+            .collect();
+        idle.sort();
+        let gone = idle.into_iter().find_map(|(_, key)| {
+            let stage = stages.get(&key)?;
+            let mut state = stage.state();
+            (state.writing == 0).then(|| {
+                state.closed = true;
+                key.clone()
+            })
+        });
+        let Some(key) = gone else { break };
         if let Some(gone) = stages.remove(&key) {
-            gone.state().closed = true;
             let _ = fs::remove_dir_all(&gone.dir);
         }
     }

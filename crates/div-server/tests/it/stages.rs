@@ -423,3 +423,46 @@ async fn a_stage_left_by_an_earlier_server_is_removed() {
         data
     );
 }
+
+/// The server keeps sixteen stages: a seventeenth lets the oldest go, its folder with it, and
+/// a pack or commit for it then finds no stage; the others are committed as ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seventeenth_stage_lets_the_oldest_go() {
+    let server = start(100).await;
+    let data: &[u8] = b"x = 1\n";
+    let mut ids = Vec::new();
+    for i in 0..17 {
+        let (status, staged) = stage(
+            &server,
+            VOLUME,
+            &format!("code/{i}"),
+            &[file("a.py", data, false)],
+        )
+        .await;
+        assert_eq!(status, 201, "{staged}");
+        ids.push(staged["id"].as_str().expect("an id").to_owned());
+    }
+    let blobs = server.home.join("blobs").join(VOLUME);
+    assert!(
+        !blobs.join(&ids[0]).exists(),
+        "the oldest stage's folder is gone"
+    );
+    let (status, gone) = pack(&server, &ids[0], &[data]).await;
+    assert_eq!(status, 404, "{gone}");
+    let (status, gone) = commit(&server, VOLUME, &ids[0]).await;
+    assert_eq!(status, 404, "{gone}");
+    let (status, sent) = pack(&server, &ids[16], &[data]).await;
+    assert_eq!(status, 200, "{sent}");
+    let (status, committed) = commit(&server, VOLUME, &ids[16]).await;
+    assert_eq!(status, 201, "{committed}");
+    // The second oldest is kept: its pack and commit are taken.
+    assert!(blobs.join(&ids[1]).is_dir());
+    let (status, sent) = pack(&server, &ids[1], &[data]).await;
+    assert_eq!(status, 200, "{sent}");
+    let (status, committed) = commit(&server, VOLUME, &ids[1]).await;
+    assert_eq!(status, 201, "{committed}");
+    assert_eq!(
+        std::fs::read(in_volume(&server, "code/1/a.py")).expect("read"),
+        data
+    );
+}
