@@ -914,6 +914,17 @@ fn a_name_that_is_not_utf8_ships_as_git_lists_it() {
     fs::write(raw(b"new\xfe.py"), "untracked").unwrap();
     std::os::unix::fs::symlink(OsStr::from_bytes(b"caf\xe9.txt"), raw(b"link")).unwrap();
     assert_matches_git(&r);
+    // Modified well before the cache is written: a file modified in the same clock tick as
+    // the cache is racy and hashed again, and a first listing can now end within that tick.
+    let before = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for name in [&b"caf\xe9.txt"[..], b"d\xff/x.py", b"a.py", b"new\xfe.py"] {
+        fs::File::options()
+            .write(true)
+            .open(raw(name))
+            .unwrap()
+            .set_times(fs::FileTimes::new().set_modified(before))
+            .unwrap();
+    }
 
     let cache = tmp.path().join("cache");
     let options = div_ship::ShipOptions {
