@@ -86,14 +86,20 @@ pub(crate) async fn upload(
         sink.event(Event::UploadFinished);
         return Ok(());
     }
-    cp.create_volume(volume).await.map_err(api(words.make))?;
     // A snapshot is staged where the control plane can: it writes each new file once, in
-    // its place, as its pack arrives, and the tree is sent once, before the blobs.
-    let staged = if path.is_empty() {
-        None
-    } else {
-        cp.stage_tree(volume, &tree).await.map_err(api(words.ask))?
-    };
+    // its place, as its pack arrives, and the tree is sent once, before the blobs. The volume
+    // is made only when the stage finds none (the answer to making it carries its size, which
+    // walks every snapshot it holds: 570,000 files for ten of a big repository's).
+    let mut staged = None;
+    if !path.is_empty() {
+        staged = cp.stage_tree(volume, &tree).await.map_err(api(words.ask))?;
+    }
+    if staged.is_none() {
+        cp.create_volume(volume).await.map_err(api(words.make))?;
+        if !path.is_empty() {
+            staged = cp.stage_tree(volume, &tree).await.map_err(api(words.ask))?;
+        }
+    }
     if let Some(stage) = staged {
         let sent = send_missing(cp, shipment, volume, words, sink, Some(&stage)).await;
         let committed = match sent {
