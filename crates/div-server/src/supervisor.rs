@@ -223,10 +223,22 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
     // One supervisor per run, and none for a run already ended or given up on: held until
     // this process exits, after its end is written.
     // (A lock file that cannot be made at all, the run goes on without it, as before locks.)
-    let _claim = match claim(run_dir) {
-        Ok(Some(lock)) => Some(lock),
-        Ok(None) => return 0,
-        Err(_) => None,
+    // Held by another a moment only, it is looked for again for a second before this gives
+    // way: the server takes the lock to see whether a supervisor is gone, and a process it
+    // forks meanwhile holds the lock (its copy of the server's descriptor) until its `exec`
+    // closes it. A supervisor started then found it held, left without a word, and its run
+    // read as lost (`runs::a_supervisor_whose_secrets_never_came_runs_nothing_and_the_run_is_placed_again`,
+    // twice in an afternoon's full runs). Another supervisor of the run holds it for its life.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let _claim = loop {
+        match claim(run_dir) {
+            Ok(Some(lock)) => break Some(lock),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Ok(None) => return 0,
+            Err(_) => break None,
+        }
     };
     if run_dir.join(ABANDONED_FILE).exists() || run_dir.join("end.json").exists() {
         return 0;
