@@ -96,6 +96,29 @@ pub(crate) fn claim(run_dir: &Path) -> io::Result<Option<File>> {
     }
 }
 
+/// The run's lock for its supervisor: `Some(Some(lock))`, or `Some(None)` where no lock file
+/// can be made (the run goes on without it, as before locks); `None` when another holds it
+/// for longer than `patience`, which is another supervisor of the run, holding it for its life:
+/// this one gives way. Held a moment only, it is looked for again: the server takes the lock
+/// to see whether a supervisor is gone, and a process it forks meanwhile holds it (its copy of
+/// the server's descriptor) until its `exec` closes it. A supervisor started then left without
+/// a word and its run read as lost
+/// (`runs::a_supervisor_whose_secrets_never_came_runs_nothing_and_the_run_is_placed_again`,
+/// twice in an afternoon's full runs).
+fn claim_waiting(run_dir: &Path, patience: std::time::Duration) -> Option<Option<File>> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match claim(run_dir) {
+            Ok(Some(lock)) => return Some(Some(lock)),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Ok(None) => return None,
+            Err(_) => return Some(None),
+        }
+    }
+}
+
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunSpec {
@@ -223,22 +246,9 @@ pub(crate) fn supervise(run_dir: &Path) -> i32 {
     // One supervisor per run, and none for a run already ended or given up on: held until
     // this process exits, after its end is written.
     // (A lock file that cannot be made at all, the run goes on without it, as before locks.)
-    // Held by another a moment only, it is looked for again for a second before this gives
-    // way: the server takes the lock to see whether a supervisor is gone, and a process it
-    // forks meanwhile holds the lock (its copy of the server's descriptor) until its `exec`
-    // closes it. A supervisor started then found it held, left without a word, and its run
-    // read as lost (`runs::a_supervisor_whose_secrets_never_came_runs_nothing_and_the_run_is_placed_again`,
-    // twice in an afternoon's full runs). Another supervisor of the run holds it for its life.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    let _claim = loop {
-        match claim(run_dir) {
-            Ok(Some(lock)) => break Some(lock),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            Ok(None) => return 0,
-            Err(_) => break None,
-        }
+    let _claim = match claim_waiting(run_dir, std::time::Duration::from_secs(1)) {
+        Some(lock) => lock,
+        None => return 0,
     };
     if run_dir.join(ABANDONED_FILE).exists() || run_dir.join("end.json").exists() {
         return 0;
@@ -881,6 +891,25 @@ mod tests {
             overlay: None,
             python_shim: None,
         }
+    }
+
+    /// A run's lock held a moment by another open of it (as a process the server forks holds
+    /// the server's until its `exec`) is waited for, not given way to; held past the patience
+    /// (another supervisor, for its life), it is.
+    #[test]
+    fn a_lock_held_a_moment_is_waited_for_and_one_held_on_is_given_way_to() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let held = claim(dir.path()).expect("a lock file").expect("free");
+        let let_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            drop(held);
+        });
+        let got = claim_waiting(dir.path(), std::time::Duration::from_secs(5));
+        let_go.join().expect("no panic");
+        let mine = got.expect("not given way").expect("a lock");
+        // Now held on: a second supervisor gives way once its patience is spent.
+        assert!(claim_waiting(dir.path(), std::time::Duration::from_millis(50)).is_none());
+        drop(mine);
     }
 
     #[test]
