@@ -88,6 +88,33 @@ pub(crate) fn locate_blobs(
     Ok((sources, missing))
 }
 
+/// The hash of each file of a tree, in its order; a file without one refuses the tree.
+fn file_hashes(entries: &[div_api::TreeEntry]) -> Result<Vec<&str>, HttpError> {
+    let mut hashes = Vec::new();
+    for entry in entries {
+        if entry.kind != div_api::EntryKind::File {
+            continue;
+        }
+        let Some(hash) = &entry.hash else {
+            return Err(HttpError::invalid(format!(
+                "the file `{}` has no hash",
+                entry.path
+            )));
+        };
+        hashes.push(hash.as_str());
+    }
+    Ok(hashes)
+}
+
+/// A commit refused for blobs of its tree that the volume lacks (`details.missing`).
+fn not_sent(missing: Vec<String>) -> HttpError {
+    HttpError::invalid(format!(
+        "{} blob(s) of the tree were not sent",
+        missing.len()
+    ))
+    .with_details(json!({ "missing": missing }))
+}
+
 /// Where the blob `hash` is, as `sources` found it (in the blob folder where they did not).
 fn source(server: &Server, volume: &str, sources: &Sources, hash: &str) -> PathBuf {
     sources
@@ -227,26 +254,10 @@ pub(crate) fn commit_tree(
             committed_tree(volume, &tree.path, &entries, Some(digest)),
         ));
     }
-    let mut hashes: Vec<&str> = Vec::new();
-    for entry in &tree.entries {
-        if entry.kind != div_api::EntryKind::File {
-            continue;
-        }
-        let Some(hash) = &entry.hash else {
-            return Err(HttpError::invalid(format!(
-                "the file `{}` has no hash",
-                entry.path
-            )));
-        };
-        hashes.push(hash);
-    }
+    let hashes = file_hashes(&tree.entries)?;
     let (sources, missing) = locate_blobs(server, volume, &hashes)?;
     if !missing.is_empty() {
-        return Err(HttpError::invalid(format!(
-            "{} blob(s) of the tree were not sent",
-            missing.len()
-        ))
-        .with_details(json!({ "missing": missing })));
+        return Err(not_sent(missing));
     }
     let Some(digest) = digest else {
         return add_to_root(server, volume, &entries, &sources);

@@ -451,19 +451,7 @@ fn look(
                 let key = StatKey::of_stat(&stat);
                 let (hash, data) =
                     hash_open(file, hashed, (keep, chunk), key.size).map_err(io_err)?;
-                return Ok(Some(Looked {
-                    entry: ManifestEntry {
-                        path: String::new(), // moved in by `look_all`
-                        kind: EntryKind::File,
-                        executable: stat.st_mode & 0o100 != 0,
-                        size: key.size,
-                        hash: Some(hash),
-                        target: None,
-                    },
-                    key: Some(StatKeyRef(key)),
-                    hashed: true,
-                    data,
-                }));
+                return Ok(Some(file_looked(&stat, key, hash, true, data)));
             }
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(None),
             // A link (`O_NOFOLLOW`), or a file this user may not read: looked at as below.
@@ -506,7 +494,19 @@ fn look(
             None => return Ok(None),
         },
     };
-    Ok(Some(Looked {
+    Ok(Some(file_looked(&stat, key, hash, hashed, data)))
+}
+
+/// What looking at a plain file gave: its entry (mode from `stat`), the stat its hash
+/// belongs to, whether it was hashed now, and its bytes when kept.
+fn file_looked(
+    stat: &rustix::fs::Stat,
+    key: StatKey,
+    hash: String,
+    hashed: bool,
+    data: Option<bytes::Bytes>,
+) -> Looked {
+    Looked {
         entry: ManifestEntry {
             path: String::new(), // moved in by `look_all`
             kind: EntryKind::File,
@@ -518,7 +518,7 @@ fn look(
         key: Some(StatKeyRef(key)),
         hashed,
         data,
-    }))
+    }
 }
 
 /// The hash of the file `name` in the folder `dir`, opened without following a link and

@@ -25,11 +25,10 @@ use std::sync::{Arc, Mutex};
 
 use div_api::{CommitTree, CommittedTree, EntryKind, StagedTree, TreeEntry};
 use rustix::fs::{Mode, OFlags};
-use serde_json::json;
 
 use super::{
-    blob_dir, check_place, commit_lock, committed_tree, link_tree, locate_blobs, move_into_place,
-    on_disk, require_volume, rules, staging, valid_rel,
+    blob_dir, check_place, commit_lock, committed_tree, file_hashes, link_tree, locate_blobs,
+    move_into_place, not_sent, on_disk, require_volume, rules, staging, valid_rel,
 };
 use crate::clock::now_ms;
 use crate::error::HttpError;
@@ -126,19 +125,7 @@ pub(crate) fn stage_tree(
             tree.path
         )));
     }
-    let mut hashes: Vec<&str> = Vec::new();
-    for entry in &entries {
-        if entry.kind != EntryKind::File {
-            continue;
-        }
-        let Some(hash) = &entry.hash else {
-            return Err(HttpError::invalid(format!(
-                "the file `{}` has no hash",
-                entry.path
-            )));
-        };
-        hashes.push(hash);
-    }
+    let hashes = file_hashes(&entries)?;
     let (_, missing) = locate_blobs(server, volume, &hashes)?;
     let mut wanted: HashMap<String, Vec<usize>> =
         missing.iter().map(|h| (h.clone(), Vec::new())).collect();
@@ -519,11 +506,7 @@ fn commit_closed(
         .collect();
     let (sources, missing) = locate_blobs(server, volume, &hashes)?;
     if !missing.is_empty() {
-        return Err(HttpError::invalid(format!(
-            "{} blob(s) of the tree were not sent",
-            missing.len()
-        ))
-        .with_details(json!({ "missing": missing })));
+        return Err(not_sent(missing));
     }
     check_place(server, volume, &stage.path)?;
     link_tree(server, volume, &rest, &sources, &stage.dir)?;
