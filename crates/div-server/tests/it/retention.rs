@@ -11,7 +11,7 @@ use crate::harness::Server;
 
 const VOLUME: &str = "proj-code";
 
-fn hash(data: &[u8]) -> String {
+pub(crate) fn hash(data: &[u8]) -> String {
     blake3::hash(data).to_hex().to_string()
 }
 
@@ -69,7 +69,7 @@ async fn snapshot_with(server: &Server, at: &str, files: &[(&str, &[u8])], execu
 
 /// Moves every snapshot's last use a minute back, keeping their order: the rule then counts
 /// them, rather than keeping them all as just used.
-fn age_snapshots(server: &Server) {
+pub(crate) fn age_snapshots(server: &Server) {
     let db = rusqlite::Connection::open(server.home.join("state.db")).expect("state.db");
     db.busy_timeout(Duration::from_secs(10)).expect("timeout");
     db.execute("UPDATE trees SET used_ms = used_ms - 60000", [])
@@ -103,7 +103,7 @@ async fn missing(server: &Server, hashes: &[String]) -> Value {
 }
 
 /// Polls until `done`, or fails after 30 s saying `what`.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "never: {what}");

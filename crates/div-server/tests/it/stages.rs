@@ -5,17 +5,14 @@
 
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::fs::PermissionsExt as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::harness::Server;
+use crate::retention::{age_snapshots, hash, until};
 
 const VOLUME: &str = "proj-code";
-
-fn hash(data: &[u8]) -> String {
-    blake3::hash(data).to_hex().to_string()
-}
 
 async fn start(keep: u64) -> Server {
     let server = Server::start().await;
@@ -121,21 +118,6 @@ fn record(server: &Server, data: &[u8]) -> Option<Option<String>> {
         |r| r.get(0),
     ))
     .expect("a query")
-}
-
-fn age_snapshots(server: &Server) {
-    let db = rusqlite::Connection::open(server.home.join("state.db")).expect("state.db");
-    db.busy_timeout(Duration::from_secs(10)).expect("timeout");
-    db.execute("UPDATE trees SET used_ms = used_ms - 60000", [])
-        .expect("age the trees");
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// What a pack sends for a staged tree is written once, in its place: the tree's plain files
