@@ -86,6 +86,30 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
         Ok(())
     }
+    /// Whether a run started here first waits in another scheduler's queue (Slurm's): it is
+    /// then shown queued, and billed nothing, until [`Executor::started_ms`] says it runs.
+    fn queues(&self) -> bool {
+        false
+    }
+    /// When a run that [`queues`](Executor::queues) started running; `None` while it waits.
+    fn started_ms(&self, _run_dir: &Path) -> Option<u64> {
+        None
+    }
+    /// Why a started run still waits, in its executor's own words.
+    fn waiting(&self, _run_dir: &Path, _handle: Option<&Handle>) -> Option<String> {
+        None
+    }
+    /// Whether the control plane decides when this executor's runs reach their ceiling and
+    /// time limit, once for the whole run (`crate::decision`), rather than each supervisor
+    /// for its own part: a run on several nodes.
+    fn decides_limits(&self) -> bool {
+        false
+    }
+    /// A part of a running run that stopped reporting, said as the run's reason; `None`
+    /// while every part is well.
+    fn lost(&self, _run_dir: &Path) -> Option<String> {
+        None
+    }
 }
 
 /// Runs each run under a supervisor process on this machine, in its own session so that it

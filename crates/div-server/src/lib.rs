@@ -30,6 +30,7 @@
 // The module map and which module may use which: ARCHITECTURE.md, "div-server".
 mod cgroup;
 mod clock;
+mod decision;
 mod disk;
 mod error;
 mod executor;
@@ -50,6 +51,7 @@ mod volumes;
 mod workspace;
 
 mod images;
+mod init;
 pub mod local;
 pub use images::{DefaultImage, ImageSettings};
 pub use local::{LocalControlPlane, StartError};

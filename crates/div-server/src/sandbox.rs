@@ -192,6 +192,10 @@ pub(crate) struct SandboxInput<'a> {
     /// Whether the supervisor lays the `python` shim over `/usr/local/bin` itself
     /// ([`lay_python_shim`]), so bwrap's arguments leave it out.
     pub(crate) shim_by_supervisor: bool,
+    /// `div-init` on the host (`crate::init`): the sandbox's first process, bound read-only
+    /// at [`crate::init::IN_SANDBOX`]; `None`: bubblewrap's own first process, which ends the
+    /// run with its shell.
+    pub(crate) init: Option<&'a Path>,
 }
 
 fn s(p: &Path) -> String {
@@ -218,6 +222,11 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         ]
         .map(str::to_owned),
     );
+    // div-init is pid 1, not bubblewrap's own first process, which ends the namespace (and
+    // every process of the run) the moment the shell does.
+    if input.init.is_some() {
+        argv.push("--as-pid-1".to_owned());
+    }
     // Its own user namespace, in which no further one can be made: a nested one would hold
     // every capability over itself.
     let own_userns = *OWN_USERNS.get().unwrap_or(&true);
@@ -287,11 +296,24 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         if !input.devices.is_empty() {
             argv.extend(driver_binds(&driver_files()));
         }
+    }
+    if let Some(init) = input.init {
+        argv.extend([
+            "--ro-bind".to_owned(),
+            s(init),
+            crate::init::IN_SANDBOX.to_owned(),
+        ]);
+    }
+    if input.image.is_some() {
         // The root (a tmpfs holding the mount points) read-only too, once they are made.
         argv.extend(["--remount-ro", "/"].map(str::to_owned));
     }
     // By absolute path: the run's own PATH is already set when bwrap looks for it.
-    argv.extend(["--chdir", input.chdir, "/bin/sh", "-lc"].map(str::to_owned));
+    argv.extend(["--chdir", input.chdir].map(str::to_owned));
+    if input.init.is_some() {
+        argv.push(crate::init::IN_SANDBOX.to_owned());
+    }
+    argv.extend(["/bin/sh", "-lc"].map(str::to_owned));
     if input.image.is_some() && !input.devices.is_empty() {
         // Found after the image's own and the run's: appended, never set over them.
         argv.push(format!(
@@ -518,9 +540,10 @@ fn host_root_argv(input: &SandboxInput<'_>) -> Vec<String> {
     argv
 }
 
-/// `sh -lc <command>` without a sandbox; `python` is added at the end of the PATH (from a
-/// link in `bin`) when the host has only `python3`.
-pub(crate) fn direct_argv(command: &str, bin: &Path) -> Vec<String> {
+/// `sh -lc <command>` without a sandbox (under `init`, div-init, where there is one);
+/// `python` is added at the end of the PATH (from a link in `bin`) when the host has only
+/// `python3`.
+pub(crate) fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec<String> {
     let mut text = String::new();
     if let Some(python3) = python_shim()
         && std::fs::create_dir_all(bin).is_ok()
@@ -532,7 +555,9 @@ pub(crate) fn direct_argv(command: &str, bin: &Path) -> Vec<String> {
         }
     }
     text.push_str(command);
-    vec!["/bin/sh".to_owned(), "-lc".to_owned(), text]
+    let mut argv: Vec<String> = init.map(s).into_iter().collect();
+    argv.extend(["/bin/sh".to_owned(), "-lc".to_owned(), text]);
+    argv
 }
 
 /// The GPU device nodes a GPU run gets.
@@ -677,6 +702,7 @@ mod tests {
             chdir: "/",
             image,
             shim_by_supervisor: false,
+            init: None,
         };
         let gpu = bwrap_argv(&input(Some(&image), &devices));
         assert_eq!(

@@ -49,6 +49,10 @@ pub(crate) struct Server {
     busy: std::sync::atomic::AtomicUsize,
     /// Trees being written as their blobs arrive (`volumes::stage`).
     pub(crate) stages: crate::volumes::Stages,
+    /// `div-init` in the state directory (`crate::init`): every run's first process. `None`
+    /// where it could not be laid there (said on the server's log): runs then start under
+    /// bubblewrap's own first process, as before it.
+    pub(crate) init: Option<PathBuf>,
 }
 
 /// The state directory's lock file, `home/server.pid`: held while the server runs, so two
@@ -127,8 +131,15 @@ impl Server {
         // Runs' `/workspace` as overlays where this machine lets them be (see `workspace`).
         let overlay =
             sandboxed && local && crate::workspace::overlay_works(&home, &sandbox::bwrap_head());
+        let init = crate::init::install(&home);
         let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         server.overlay = overlay;
+        match init {
+            Ok(path) => server.init = Some(path),
+            Err(e) => server.warn_once(&format!(
+                "div-init could not be laid into the state directory ({e}); a stop's SIGTERM will not wait for every process of a run"
+            )),
+        }
         Ok((server, HomeLock { _file: lock }))
     }
 
@@ -158,6 +169,7 @@ impl Server {
             changed: tokio::sync::Notify::new(),
             busy: std::sync::atomic::AtomicUsize::new(0),
             stages: Default::default(),
+            init: None,
         }
     }
 

@@ -66,9 +66,28 @@ pub(crate) struct RunInternal {
     /// The GPU indices the scheduler gave it.
     #[serde(default)]
     pub(crate) gpus: Vec<u32>,
-    /// When the command was started, in milliseconds since the epoch.
+    /// When the command was started, in milliseconds since the epoch; for a run that waits
+    /// in its executor's queue (Slurm's), when that says it started, and `None` until then.
     #[serde(default)]
     pub(crate) started_ms: Option<u64>,
+    /// Handed to its executor: a run still queued with this set waits in the executor's own
+    /// queue and is never started a second time (a running one always was).
+    #[serde(default)]
+    pub(crate) launched: bool,
+    /// Its stop grace and time limit, as its spec has them, where the control plane decides
+    /// its limits (`Executor::decides_limits`).
+    #[serde(default)]
+    pub(crate) grace_seconds: Option<u64>,
+    #[serde(default)]
+    pub(crate) max_seconds: Option<u64>,
+}
+
+impl RunRecord {
+    /// Whether the run was handed to its executor (it may still wait in that one's queue).
+    pub(crate) fn launched(&self) -> bool {
+        self.run.status == div_api::RunStatus::Running
+            || (self.run.status == div_api::RunStatus::Queued && self.internal.launched)
+    }
 }
 
 /// A run and what the server keeps beside it.

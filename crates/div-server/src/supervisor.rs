@@ -23,12 +23,13 @@ use serde_json::Value;
 
 use crate::cgroup::{Plan, RunCgroups};
 use crate::clock::now_ms;
+use crate::decision::{self, Decision, Limit};
 use crate::{rules, sys};
 
 mod tree;
 mod untrusted;
 
-use tree::{kill_tree, terminate, tree_rss};
+use tree::{kill_tree, tell_init, terminate, tree_rss};
 pub(crate) use untrusted::read_telemetry;
 use untrusted::{lost_under_mnt, read_result};
 
@@ -179,6 +180,56 @@ pub(crate) struct RunSpec {
     /// or none is needed.
     #[serde(default)]
     pub(crate) python_shim: Option<PathBuf>,
+    /// `div-init` on the host when the run's first process is div-init (`crate::init`): a
+    /// stop is then told to it alone, and it tells every process of the run and waits for
+    /// them all. `None` (a spec of an older server): each process is told from here.
+    #[serde(default)]
+    pub(crate) init: Option<PathBuf>,
+    /// Set for one node of a run of several (a Slurm job's): what it does besides its own run.
+    #[serde(default)]
+    pub(crate) node: Option<NodeDuties>,
+}
+
+/// What the supervisor of one node of a run does besides its own run: it decides no limit of
+/// its own but obeys the control plane's one decision for the whole run, and says it is well.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NodeDuties {
+    /// The run's directory, where the control plane writes its decision ([`decision::FILE`]).
+    pub(crate) run_dir: PathBuf,
+    /// Written every [`HEARTBEAT`] while this node is well: a node whose file stops changing
+    /// is lost (`executor::slurm`).
+    pub(crate) heartbeat: PathBuf,
+    /// The node's slurmd's pid file: while it names no live process, Slurm cannot reach this
+    /// node, and this supervisor stops saying it is well.
+    #[serde(default)]
+    pub(crate) slurmd_pid_file: Option<PathBuf>,
+}
+
+/// How often a node says it is well.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(5);
+
+impl NodeDuties {
+    /// Says this node is well (the time, as this node's clock reads it), where its slurmd is
+    /// there; when it is not, says so once in the log and stays silent.
+    fn beat(&self, log: &mut File, slurmd_gone_said: &mut bool) {
+        if let Some(pid_file) = &self.slurmd_pid_file
+            && let Some(pid) = fs::read_to_string(pid_file)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+            && !sys::alive(pid)
+        {
+            if !*slurmd_gone_said {
+                *slurmd_gone_said = true;
+                let _ = writeln!(
+                    log,
+                    "div: this node's slurmd (pid {pid}, {}) is gone: Slurm can no longer reach this node",
+                    pid_file.display()
+                );
+            }
+            return;
+        }
+        let _ = fs::write(&self.heartbeat, now_ms().to_string());
+    }
 }
 
 fn default_grace() -> u64 {
@@ -343,6 +394,8 @@ enum Stopped {
     Day,
     Memory,
     DiskFull,
+    /// The control plane's decision for the whole run (a node of several).
+    Decided(Decision),
 }
 
 fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
@@ -490,12 +543,17 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     }
     let stop_file = run_dir.join("stop");
     let grace = spec.stop_grace_seconds;
-    let ceiling_at = spec.max_spend_cents.and_then(|ceiling| {
-        rules::ceiling_reached_at(spec.cents_per_hour, ceiling).map(|s| Limit::new(s, grace))
-    });
+    let ceiling_at = Limit::ceiling(spec.cents_per_hour, spec.max_spend_cents, grace);
     let day_at = Limit::new(spec.max_seconds, grace);
     let mut last_poll = std::time::Instant::now();
     let exit = sys::ExitWatch::new(child.id());
+    // A node of several says it is well from the first, and decides no limit of its own.
+    let node = spec.node.as_ref();
+    let mut slurmd_gone_said = false;
+    let mut last_beat = std::time::Instant::now();
+    if let Some(node) = node {
+        node.beat(&mut log, &mut slurmd_gone_said);
+    }
     let stopped = loop {
         // Not reaped here: see `sys::child_exited`.
         match sys::child_exited(child.id()) {
@@ -511,16 +569,27 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         {
             break Stopped::Org(reason.trim().chars().take(200).collect());
         }
+        if let Some(node) = node {
+            if let Some(decided) = decision::read(&node.run_dir) {
+                break Stopped::Decided(decided);
+            }
+            if last_beat.elapsed() >= HEARTBEAT {
+                last_beat = std::time::Instant::now();
+                node.beat(&mut log, &mut slurmd_gone_said);
+            }
+        }
         if sys::stop_requested() || stop_file.exists() {
             break Stopped::Canceled;
         }
         // Near the ceiling or the time limit: told while what is left still buys the grace.
+        // (A node of several is told by the control plane's decision instead.)
         if let Some(at) = ceiling_at
+            && node.is_none()
             && elapsed >= at.told_ms
         {
             break Stopped::Ceiling;
         }
-        if elapsed >= day_at.told_ms {
+        if node.is_none() && elapsed >= day_at.told_ms {
             break Stopped::Day;
         }
         if last_poll.elapsed() >= Duration::from_millis(50) {
@@ -546,40 +615,83 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         ),
         Stopped::Ceiling => ceiling_at.map(|at| at.limit_ms),
         Stopped::Day => Some(day_at.limit_ms),
+        // The decision's moment is the same on every node: as ms since this run's start.
+        Stopped::Decided(d) => Some(d.kill_at_ms.saturating_sub(spec.started_ms)),
         Stopped::Exited | Stopped::Memory | Stopped::DiskFull => None,
     };
+    let mut killed_in_grace_for_memory = false;
     if let Some(kill_at_ms) = kill_at_ms {
         let left = kill_at_ms.saturating_sub(now_ms().saturating_sub(spec.started_ms));
-        let why = match &stopped {
-            Stopped::Ceiling => format!(
-                "its {} ceiling is {} away",
-                div_spec::Money::from_cents(spec.max_spend_cents.unwrap_or_default()),
-                seconds_words(left)
+        let line = match &stopped {
+            Stopped::Ceiling => decision::told_line(
+                &decision::ceiling_words(spec.max_spend_cents.unwrap_or_default(), left),
+                left,
             ),
-            Stopped::Day => format!(
-                "its {} is {} away",
-                time_limit_words(spec.max_seconds),
-                seconds_words(left)
+            Stopped::Day => decision::told_line(
+                &decision::time_limit_line_words(spec.max_seconds, left),
+                left,
             ),
-            _ => "it was asked to stop".to_owned(),
+            Stopped::Decided(d) => d.line.clone(),
+            _ => decision::told_line(decision::ASKED_WORDS, left),
         };
-        let _ = writeln!(
-            log,
-            "div: {why}: SIGTERM sent to the run; SIGKILL in {} if it has not exited",
-            seconds_words(left)
-        );
+        let _ = writeln!(log, "{line}");
         // Each of the run's processes is told once, those it starts during the grace too: a
         // stop that came before the command itself had started reaches it once it does.
+        // Under div-init, it is told and it tells them, and the sandbox stays until they
+        // have all exited; it is told again now and then, which it takes as the same stop,
+        // in case the first came before it was ready to hear it.
         let mut told = BTreeSet::new();
-        terminate(child.id(), sandboxed, &mut told);
+        let init = spec.init.as_deref().map(|host| {
+            if sandboxed {
+                Path::new(crate::init::IN_SANDBOX)
+            } else {
+                host
+            }
+        });
+        let mut told_init = std::time::Instant::now();
+        match init {
+            Some(init) => tell_init(child.id(), sandboxed, init),
+            None => terminate(child.id(), sandboxed, &mut told),
+        }
         while sys::child_exited(child.id()).is_ok_and(|exited| !exited)
             && now_ms().saturating_sub(spec.started_ms) < kill_at_ms
         {
             exit.wait(Duration::from_millis(20));
-            terminate(child.id(), sandboxed, &mut told);
+            if let Some(node) = node
+                && last_beat.elapsed() >= HEARTBEAT
+            {
+                last_beat = std::time::Instant::now();
+                node.beat(&mut log, &mut slurmd_gone_said);
+            }
+            match init {
+                Some(init) if told_init.elapsed() >= Duration::from_millis(100) => {
+                    told_init = std::time::Instant::now();
+                    tell_init(child.id(), sandboxed, init);
+                }
+                Some(_) => {}
+                None => terminate(child.id(), sandboxed, &mut told),
+            }
+            // Held to its memory during its grace too: where no cgroup holds it, a handler
+            // that grows past it is killed now, as the kernel would.
+            if cgroups.memory.is_none() && last_poll.elapsed() >= Duration::from_millis(50) {
+                last_poll = std::time::Instant::now();
+                if tree_rss(child.id()) > spec.memory_bytes {
+                    killed_in_grace_for_memory = true;
+                    break;
+                }
+            }
         }
     }
     let status = kill_tree(&mut child, &cgroups, contained);
+    // Killed for its memory while it was stopping (the stop is still why it ended): said, so
+    // that a result its handler never wrote is not a mystery.
+    if kill_at_ms.is_some() && (killed_in_grace_for_memory || cgroups.oom_killed()) {
+        let _ = writeln!(
+            log,
+            "div: the run was killed for its memory ({} GiB) during its grace, before it had exited",
+            spec.memory_bytes >> 30
+        );
+    }
     if let Stopped::Org(why) = &stopped {
         let _ = writeln!(log, "div: stopped by the org: {why}");
     }
@@ -588,7 +700,15 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     cgroups.remove();
     let elapsed_ms = ended_ms.saturating_sub(spec.started_ms);
     let duration_seconds = elapsed_ms / 1000;
-    let spent = rules::charge(spec.cents_per_hour, duration_seconds, spec.max_spend_cents);
+    // Billed to its end, or (a lost node's decision) to the moment the run was found lost.
+    let billed_ms = match &stopped {
+        Stopped::Decided(Decision {
+            spend_until_ms: Some(until),
+            ..
+        }) => (*until).min(ended_ms).saturating_sub(spec.started_ms),
+        _ => elapsed_ms,
+    };
+    let spent = rules::charge(spec.cents_per_hour, billed_ms / 1000, spec.max_spend_cents);
     // A run that exited (often failing) as its log filled the disk says so too.
     let stopped = match stopped {
         Stopped::Exited
@@ -614,9 +734,13 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Stopped::Day => (
             RunStatus::Failed,
             None,
-            Some(time_limit_reason(spec.max_seconds)),
+            Some(decision::time_limit_reason(spec.max_seconds)),
         ),
         Stopped::Memory => (RunStatus::Failed, Some(137), Some(OOM_REASON.to_owned())),
+        Stopped::Decided(ref d) => {
+            let (status, reason) = d.status();
+            (status, None, reason)
+        }
     };
     let mut exit_code = exit_code;
     if oom
@@ -627,6 +751,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
                 | Stopped::Ceiling
                 | Stopped::Day
                 | Stopped::DiskFull
+                | Stopped::Decided(_)
         )
     {
         status = RunStatus::Failed;
@@ -812,49 +937,6 @@ fn env_args(env: &[(String, String)]) -> Vec<u8> {
     out
 }
 
-/// When a limit is reached (`limit_ms` after the start) and when the run is told of it
-/// (`told_ms`): its grace before, but never more than half of the whole, so a run whose
-/// ceiling buys 7 s is told at 4 s, not at its start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Limit {
-    told_ms: u64,
-    limit_ms: u64,
-}
-
-impl Limit {
-    fn new(limit_seconds: u64, grace_seconds: u64) -> Limit {
-        let before = grace_seconds.min(limit_seconds / 2);
-        Limit {
-            told_ms: (limit_seconds - before).saturating_mul(1000),
-            limit_ms: limit_seconds.saturating_mul(1000),
-        }
-    }
-}
-
-/// `24-hour limit`, or the shorter one this machine's settings give: `time limit of 60 s
-/// (max_run_seconds)`.
-fn time_limit_words(max_seconds: u64) -> String {
-    if max_seconds == rules::MAX_RUN_SECONDS {
-        "24-hour limit".to_owned()
-    } else {
-        format!("time limit of {max_seconds} s (max_run_seconds)")
-    }
-}
-
-/// Why a run stopped at its time limit failed: [`DAY_REASON`] at 24 hours.
-fn time_limit_reason(max_seconds: u64) -> String {
-    if max_seconds == rules::MAX_RUN_SECONDS {
-        DAY_REASON.to_owned()
-    } else {
-        format!("reached this machine's {}", time_limit_words(max_seconds))
-    }
-}
-
-/// `10 s`, `1 s`, `0 s`: whole seconds, rounded up.
-fn seconds_words(ms: u64) -> String {
-    format!("{} s", ms.div_ceil(1000))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,6 +972,8 @@ mod tests {
             workspace,
             overlay: None,
             python_shim: None,
+            init: None,
+            node: None,
         }
     }
 
@@ -1067,27 +1151,6 @@ mod tests {
             "term\n",
             "told {told:?}"
         );
-    }
-
-    #[test]
-    fn the_grace_before_a_limit_is_at_most_half_of_it() {
-        assert_eq!(
-            Limit::new(86_400, 10),
-            Limit {
-                told_ms: 86_390_000,
-                limit_ms: 86_400_000
-            }
-        );
-        // 1 cent at $4.95/h buys 8 s: told at 4 s, not at the start.
-        assert_eq!(
-            Limit::new(8, 10),
-            Limit {
-                told_ms: 4_000,
-                limit_ms: 8_000
-            }
-        );
-        assert_eq!(Limit::new(0, 10).told_ms, 0);
-        assert_eq!(Limit::new(u64::MAX, 10).limit_ms, u64::MAX);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::{Executor, Handle, Launch, Liveness, Placement};
 use crate::SupervisorCommand;
 use crate::clock::now_ms;
+use crate::decision::{self, Decision, Why};
 use crate::inventory::{GpuGroup, Inventory};
 use crate::rules;
 use crate::slurm_config::SlurmConfig;
@@ -303,7 +304,23 @@ pub(crate) struct SlurmExecutor {
     queue: Mutex<Queue>,
     /// The last wait reason written to each pending job's log.
     shown: Mutex<BTreeMap<u32, String>>,
+    /// What each node of each running run last said it is well (its heartbeat file's text),
+    /// and when this server saw that change: a node whose word has not changed for
+    /// [`LOST_AFTER`] of this server's own time is lost (no node's clock is trusted).
+    beats: Mutex<BTreeMap<(PathBuf, u32), (String, Instant)>>,
 }
+
+/// How long a started node may go without saying it is well before the run takes it for
+/// lost: 60 s, twelve of its heartbeats (`supervisor::HEARTBEAT`). The run then ends within
+/// this and a tick of the scheduler (docs/slurm.md, "A node lost").
+pub(crate) const LOST_AFTER: Duration = Duration::from_secs(60);
+/// How long after a decision's kill the nodes' ends are waited for before the run's end is
+/// gathered without those that never came (a node that is gone writes none).
+const ENDS_AFTER_KILL: Duration = Duration::from_secs(15);
+/// A node's heartbeat file, in its directory.
+const HEARTBEAT_FILE: &str = "alive";
+/// When the job started running (ms since the epoch), written by the batch script.
+pub(crate) const STARTED_FILE: &str = "started";
 
 impl SlurmExecutor {
     /// Asks the cluster what it offers; the executor and the inventory the server schedules
@@ -390,6 +407,7 @@ impl SlurmExecutor {
                 cluster,
                 queue: Mutex::new(Queue::default()),
                 shown: Mutex::new(BTreeMap::new()),
+                beats: Mutex::new(BTreeMap::new()),
             },
             inventory,
         ))
@@ -534,6 +552,8 @@ impl Executor for SlurmExecutor {
             format!("--chdir={}", dir.display()),
             format!("--output={}", dir.join("slurm.out").display()),
             "--export=NONE".to_owned(),
+            // A job whose node fails is not run again from its start: a run runs once.
+            "--no-requeue".to_owned(),
             script_path.display().to_string(),
         ]);
         let out = slurm("sbatch", &args)?;
@@ -559,24 +579,43 @@ impl Executor for SlurmExecutor {
         let Some(job) = handle.map(|h| h.pid).or_else(|| recorded_job(run_dir)) else {
             return Ok(());
         };
-        let nodes = fs::read_dir(run_dir.join("nodes"))?;
-        for node in nodes.flatten() {
-            fs::write(node.path().join("stop"), b"")?;
-        }
-        // Pending, nothing of it runs yet: cancel it now. Running: each node's supervisor
-        // stops its run and writes its end; past the grace period, Slurm stops the rest.
-        // A node that wrote its `node.env` has started, whatever a `squeue` read up to half a
-        // second ago still says: cancelling it now would have Slurm signal the sandbox itself
-        // and end the run with no grace (seen once in CI).
+        // Pending, nothing of it runs yet: cancel it now. Running: the one decision for the
+        // whole run, which every node's supervisor obeys at once (SIGTERM, its grace, then
+        // SIGKILL at the same moment everywhere); `scancel` comes the configured grace after
+        // that, for whatever is left. A node that wrote its `node.env` has started, whatever
+        // a `squeue` read up to half a second ago still says: cancelling it now would have
+        // Slurm signal the sandbox itself and end the run with no grace (seen once in CI).
         let started = node_started(run_dir);
         let pending =
             !started && matches!(self.job_state(job), Ok(Some(s)) if s.state == "PENDING");
-        // Running: the nodes' supervisors give the run its own grace (SIGTERM, then SIGKILL),
-        // and `scancel` comes the configured grace after that.
         let grace = if pending {
             Duration::ZERO
         } else {
             let run_grace = spec_of(run_dir).map_or(0, |s| s.stop_grace_seconds);
+            let now = now_ms();
+            // Stopped by the org: the server wrote why beside the run first.
+            let org = fs::read_to_string(run_dir.join(crate::org::STOP_FILE))
+                .ok()
+                .map(|r| r.trim().chars().take(200).collect::<String>())
+                .filter(|r| !r.is_empty());
+            let left = run_grace.saturating_mul(1000);
+            let asked = decision::told_line(decision::ASKED_WORDS, left);
+            let decided = Decision {
+                why: if org.is_some() {
+                    Why::Org
+                } else {
+                    Why::Canceled
+                },
+                line: match &org {
+                    Some(why) => format!("{asked}\ndiv: stopped by the org: {why}"),
+                    None => asked,
+                },
+                reason: org,
+                decided_ms: now,
+                kill_at_ms: now.saturating_add(left),
+                spend_until_ms: None,
+            };
+            decision::decide(run_dir, &decided)?;
             Duration::from_secs(run_grace.saturating_add(self.config.grace_seconds))
         };
         std::thread::spawn(move || {
@@ -606,31 +645,31 @@ impl Executor for SlurmExecutor {
                 return Liveness::Gone;
             }
         }
+        // Decided, and the kill is long past: a node that has not written its end by now
+        // never will (it is gone). The run's end is gathered without it, and whatever is left
+        // of the job is cancelled.
+        if let Some(decided) = decision::read(run_dir)
+            && now_ms()
+                >= decided
+                    .kill_at_ms
+                    .saturating_add(ENDS_AFTER_KILL.as_millis() as u64)
+        {
+            let _ = node_or_gather(run_dir);
+            if run_dir.join("end.json").exists() {
+                let _ = slurm("scancel", &[job.to_string()]);
+                return Liveness::Gone;
+            }
+        }
         match self.job_state(job) {
             // Slurm cannot be asked: the job is not taken for lost.
             Err(_) => Liveness::Alive,
-            Ok(None) => {
-                self.shown
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&job);
-                // Gone before its batch script ran (scancel while it waited): nothing of it
-                // ran and nothing will gather it, so its end is gathered here, the same way:
-                // canceled, nothing spent.
-                let started = node_started(run_dir);
-                if !started && !run_dir.join("end.json").exists() {
-                    let _ = fs::write(run_dir.join("slurm.signaled"), b"");
-                    let _ = node_or_gather(run_dir);
-                }
-                // Stopped by Slurm from outside (the batch script marked its signal) and
-                // killed whole before anything gathered it: a node's supervisor still in its
-                // grace when Slurm's `KillWait` ran out writes no end, and neither does the
-                // batch script. Gathered here, the same way: canceled, never "lost".
-                if run_dir.join("slurm.signaled").exists() && !run_dir.join("end.json").exists() {
-                    let _ = node_or_gather(run_dir);
-                }
-                Liveness::Gone
+            // Ended in Slurm (squeue lists an ended job for a while): as gone as one no longer
+            // listed, with what Slurm said of it kept for the end.
+            Ok(Some(s)) if ENDED_STATES.contains(&s.state.as_str()) => {
+                let _ = fs::write(run_dir.join(JOB_STATE_FILE), &s.state);
+                self.gone(run_dir, job)
             }
+            Ok(None) => self.gone(run_dir, job),
             Ok(Some(s)) => {
                 if s.state == "PENDING" && !s.reason.is_empty() && s.reason != "None" {
                     let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
@@ -649,6 +688,80 @@ impl Executor for SlurmExecutor {
                 Liveness::Alive
             }
         }
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn started_ms(&self, run_dir: &Path) -> Option<u64> {
+        started_ms(run_dir)
+    }
+
+    fn waiting(&self, _run_dir: &Path, handle: Option<&Handle>) -> Option<String> {
+        let job = handle?.pid;
+        let reason = self
+            .shown
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job)
+            .cloned();
+        Some(match reason {
+            Some(reason) => format!("waiting in Slurm's queue (job {job}): {reason}"),
+            None => format!("waiting in Slurm's queue (job {job})"),
+        })
+    }
+
+    fn decides_limits(&self) -> bool {
+        true
+    }
+
+    fn lost(&self, run_dir: &Path) -> Option<String> {
+        let job: JobFile = fs::read(run_dir.join("slurm.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())?;
+        started_ms(run_dir)?;
+        let mut beats = self.beats.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        for k in 0..job.nodes {
+            let node = run_dir.join("nodes").join(k.to_string());
+            if node.join("end.json").exists() {
+                continue;
+            }
+            // Not a word yet (its task not started, or its supervisor not yet up): waited for
+            // as long as one that stopped saying it is well.
+            let said = fs::read_to_string(node.join(HEARTBEAT_FILE)).unwrap_or_default();
+            let key = (run_dir.to_path_buf(), k);
+            let seen = match beats.get(&key) {
+                Some((last, at)) if *last == said => *at,
+                _ => {
+                    beats.insert(key, (said.clone(), now));
+                    now
+                }
+            };
+            let quiet = now.saturating_duration_since(seen);
+            if quiet >= LOST_AFTER {
+                let host = fs::read_to_string(node.join("node.env"))
+                    .map(|t| parse_node_env(&t).host)
+                    .unwrap_or_default();
+                let named = if host.is_empty() {
+                    format!("node {k}")
+                } else {
+                    format!("node {k} ({host})")
+                };
+                let what = if said.is_empty() {
+                    "never said it was running"
+                } else {
+                    "stopped reporting"
+                };
+                return Some(format!(
+                    "{named} was lost: its supervisor {what} for {} s (Slurm job {})",
+                    quiet.as_secs(),
+                    job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
+                ));
+            }
+        }
+        None
     }
 
     fn reclaim(&self, run_id: &str) {
@@ -684,8 +797,20 @@ impl Executor for SlurmExecutor {
             "--wrap=true".to_owned(),
         ]);
         slurm("sbatch", &args).map(|_| ()).map_err(|e| {
+            // What is asked of each node, and why that much memory: a GPU run is given at
+            // least what comes with its GPUs, whatever `--memory` says (docs/slurm.md).
+            let memory_why = match rules::sku(placement.sku) {
+                Some(sku) if sku.gpu && shape.gpus_per_node > 0 => format!(
+                    "; the {} GiB a node is the most of `--memory` and what comes with the node's {} GPU(s) ({} GiB each): a GPU run is never given less than its GPUs' share, so a smaller `--memory` does not lower it, and a node with less than {} GiB a GPU cannot take the run",
+                    shape.memory_gib_per_node,
+                    shape.gpus_per_node,
+                    sku.memory_gib_per_unit,
+                    sku.memory_gib_per_unit
+                ),
+                _ => String::new(),
+            };
             format!(
-                "the Slurm cluster can never place this run ({} node(s) × {} GPU(s), {} cores and {} GiB a node, partition {}): {e}",
+                "the Slurm cluster can never place this run ({} node(s) × {} GPU(s), {} cores and {} GiB a node, partition {}): {e}{memory_why}",
                 shape.nodes,
                 shape.gpus_per_node,
                 shape.cpus_per_node,
@@ -693,6 +818,57 @@ impl Executor for SlurmExecutor {
                 shape.partition
             )
         })
+    }
+}
+
+/// The job states in which `squeue` still lists a job that has ended.
+const ENDED_STATES: [&str; 11] = [
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+    "SPECIAL_EXIT",
+];
+/// What Slurm last said of an ended job, kept in the run directory for its end.
+const JOB_STATE_FILE: &str = "slurm.state";
+
+impl SlurmExecutor {
+    /// A job Slurm no longer runs: its end is gathered where nothing else will gather it.
+    fn gone(&self, run_dir: &Path, job: u32) -> Liveness {
+        {
+            let mut beats = self.beats.lock().unwrap_or_else(|e| e.into_inner());
+            beats.retain(|(dir, _), _| dir != run_dir);
+        }
+        self.shown
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job);
+        // Gone before its batch script ran (scancel while it waited): nothing of it ran and
+        // nothing will gather it, so its end is gathered here, the same way: canceled,
+        // nothing spent.
+        let started = node_started(run_dir);
+        if !started && !run_dir.join("end.json").exists() {
+            let _ = fs::write(run_dir.join("slurm.signaled"), b"");
+            let _ = node_or_gather(run_dir);
+        }
+        // Stopped by Slurm from outside (the batch script marked its signal), or ended by it
+        // (a node failure), and killed whole before anything gathered it: a node's supervisor
+        // still in its grace when Slurm's `KillWait` ran out writes no end, and neither does
+        // the batch script. Gathered here, the same way: never "lost".
+        if !run_dir.join("end.json").exists()
+            && (run_dir.join("slurm.signaled").exists()
+                || run_dir.join(JOB_STATE_FILE).exists()
+                || decision::read(run_dir).is_some())
+        {
+            let _ = node_or_gather(run_dir);
+        }
+        Liveness::Gone
     }
 }
 
@@ -706,6 +882,8 @@ pub(crate) struct NodeEnv {
     pub(crate) cuda: Option<String>,
     pub(crate) job: String,
     pub(crate) host: String,
+    /// Where the node's slurmd keeps its pid, as Slurm's configuration says.
+    pub(crate) slurmd_pid_file: Option<String>,
 }
 
 pub(crate) fn parse_node_env(text: &str) -> NodeEnv {
@@ -728,6 +906,7 @@ pub(crate) fn parse_node_env(text: &str) -> NodeEnv {
             "cuda" => env.cuda = Some(v.to_owned()).filter(|v| !v.is_empty()),
             "job" => env.job = v.to_owned(),
             "host" => env.host = v.to_owned(),
+            "slurmd_pid_file" => env.slurmd_pid_file = Some(v.to_owned()).filter(|v| !v.is_empty()),
             _ => {}
         }
     }
@@ -794,11 +973,22 @@ fn node_devices() -> Vec<String> {
 }
 
 /// The node's spec: its rank and addresses in the environment, its GPUs bound, its spend
-/// metered from now (not from when the job was queued).
-fn node_spec(mut spec: RunSpec, node: &NodeEnv) -> RunSpec {
+/// metered from when the job started (the same moment on every node, never from when it was
+/// queued), its limits the control plane's to decide, its heartbeat.
+fn node_spec(mut spec: RunSpec, node: &NodeEnv, node_dir: &Path) -> RunSpec {
     spec.env.retain(|(k, _)| k != "CUDA_VISIBLE_DEVICES");
     spec.env.extend(node_vars(node));
-    spec.started_ms = now_ms();
+    let run_dir = node_dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(node_dir)
+        .to_path_buf();
+    spec.started_ms = started_ms(&run_dir).unwrap_or_else(now_ms);
+    spec.node = Some(supervisor::NodeDuties {
+        heartbeat: node_dir.join(HEARTBEAT_FILE),
+        slurmd_pid_file: node.slurmd_pid_file.as_deref().map(PathBuf::from),
+        run_dir,
+    });
     spec.first_lines.insert(
         0,
         format!(
@@ -809,7 +999,12 @@ fn node_spec(mut spec: RunSpec, node: &NodeEnv) -> RunSpec {
             node.host
         ),
     );
-    if spec.argv.first().is_some_and(|p| p == "bwrap") && node.cuda.is_some() {
+    if spec
+        .argv
+        .first()
+        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "bwrap"))
+        && node.cuda.is_some()
+    {
         let mut argv = Vec::with_capacity(spec.argv.len() + 8);
         let mut i = 0;
         while i < spec.argv.len() {
@@ -831,6 +1026,28 @@ fn node_spec(mut spec: RunSpec, node: &NodeEnv) -> RunSpec {
         spec.argv = argv;
     }
     spec
+}
+
+/// The last `n` non-empty lines of a file (of its last 64 KiB), as they are.
+fn last_lines_raw(path: &Path, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = fs::File::open(path) else {
+        return Vec::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(64 << 10)));
+    let mut bytes = Vec::new();
+    let _ = file.take(64 << 10).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines: Vec<String> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .map(|l| l.chars().take(300).collect())
+        .collect();
+    lines.reverse();
+    lines
 }
 
 /// The last few non-empty lines of a log, joined, at most 300 characters.
@@ -855,7 +1072,16 @@ fn last_lines(log: &Path, n: usize) -> String {
 /// The run's end from its nodes' ends: a node that failed fails the run (the lowest such
 /// rank, with its exit code and last lines); else a ceiling hit, else a stop, else success.
 /// Spend is the most any node metered (each is held to the ceiling).
-pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &str) -> EndRecord {
+///
+/// Under the control plane's `decided` end (a stop, the ceiling, the time limit, a lost node)
+/// the run ends as decided, whatever each node said, but for a node that failed on its own
+/// before the decision; a node that never wrote its end (gone with its machine) does not
+/// change it either.
+pub(crate) fn gather_ends(
+    ends: &[(u32, Option<EndRecord>, String)],
+    fallback: &str,
+    decided: Option<&Decision>,
+) -> EndRecord {
     let now = now_ms();
     let known: Vec<&EndRecord> = ends.iter().filter_map(|(_, e, _)| e.as_ref()).collect();
     let started = known.iter().map(|e| e.started_ms).min().unwrap_or(now);
@@ -887,6 +1113,7 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
     });
     for (rank, end, tail) in order {
         match end {
+            None if decided.is_some() => {}
             None => {
                 return EndRecord {
                     status: RunStatus::Failed,
@@ -902,7 +1129,10 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
                     ..base
                 };
             }
-            Some(e) if e.status == RunStatus::Failed => {
+            Some(e)
+                if e.status == RunStatus::Failed
+                    && decided.is_none_or(|d| e.ended_ms < d.decided_ms) =>
+            {
                 let reason = if multi {
                     Some(format!(
                         "node {rank} failed{}: {}",
@@ -928,6 +1158,15 @@ pub(crate) fn gather_ends(ends: &[(u32, Option<EndRecord>, String)], fallback: &
             Some(_) => {}
         }
     }
+    if let Some(d) = decided {
+        let (status, reason) = d.status();
+        return EndRecord {
+            status,
+            exit_code: None,
+            reason,
+            ..base
+        };
+    }
     for status in [RunStatus::HitCeiling, RunStatus::Canceled] {
         if let Some(e) = known.iter().find(|e| e.status == status) {
             return EndRecord {
@@ -949,7 +1188,13 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     if let Ok(bytes) = fs::read(dir.join("slurm.json")) {
         let job: JobFile = serde_json::from_slice(&bytes).ok()?;
         // Gathered once: the server gathers as soon as every node has ended, and the batch
-        // script, after srun, then finds it done.
+        // script, after srun, then finds it done. The two never gather at the same time.
+        let _gathering = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("gather.lock"))
+            .and_then(|f| f.lock().map(|()| f));
         if dir.join("end.json").exists() {
             return Some(0);
         }
@@ -965,13 +1210,38 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
                 (k, end, last_lines(&node.join("log"), 3))
             })
             .collect();
-        let mut end = gather_ends(&ends, &srun);
+        let decided = decision::read(dir);
+        let mut end = gather_ends(&ends, &srun, decided.as_ref());
         let _ = fs::remove_file(dir.join(SECRETS_FILE));
-        // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with its
-        // spend, unless the run had already ended on its own terms.
-        if dir.join("slurm.signaled").exists()
+        if let Some(d) = &decided {
+            // Billed as every node bills itself: from the job's start to the run's end, or to
+            // the moment a node was found lost.
+            if let (Some(spec), Some(started)) = (spec_of(dir), started_ms(dir)) {
+                let until = d.spend_until_ms.unwrap_or(end.ended_ms).min(end.ended_ms);
+                end.started_ms = started;
+                end.duration_seconds = end.ended_ms.saturating_sub(started) / 1000;
+                end.spent_cents = rules::charge(
+                    spec.cents_per_hour,
+                    until.saturating_sub(started) / 1000,
+                    spec.max_spend_cents,
+                );
+            }
+        } else if let Ok(state) = fs::read_to_string(dir.join(JOB_STATE_FILE))
+            && state.trim() == "NODE_FAIL"
+            && end.status != RunStatus::Succeeded
+        {
+            // Ended by Slurm for a failed node before div found the node lost itself.
+            end.status = RunStatus::Failed;
+            end.exit_code = None;
+            end.reason = Some(format!(
+                "Slurm ended job {} because one of its nodes failed (NODE_FAIL)",
+                job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
+            ));
+        } else if dir.join("slurm.signaled").exists()
             && !matches!(end.status, RunStatus::Succeeded | RunStatus::HitCeiling)
         {
+            // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with
+            // its spend, unless the run had already ended on its own terms.
             end.status = RunStatus::Canceled;
             end.exit_code = None;
             end.reason = Some("canceled in Slurm (scancel, or the job's time limit)".to_owned());
@@ -980,12 +1250,29 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
         for kept in ["result.kept.json", "telemetry.kept.json"] {
             let _ = fs::copy(node0.join(kept), dir.join(kept));
         }
-        if job.nodes > 1
-            && end.status == RunStatus::Failed
-            && let Some(reason) = &end.reason
-            && let Ok(mut log) = fs::OpenOptions::new().append(true).open(dir.join("log"))
-        {
-            let _ = std::io::Write::write_all(&mut log, format!("div: {reason}\n").as_bytes());
+        if let Ok(mut log) = fs::OpenOptions::new().append(true).open(dir.join("log")) {
+            let mut said = String::new();
+            if (job.nodes > 1 || decided.as_ref().is_some_and(|d| d.why == Why::Lost))
+                && end.status == RunStatus::Failed
+                && let Some(reason) = &end.reason
+            {
+                said.push_str(&format!("div: {reason}\n"));
+            }
+            // What Slurm itself said of the job (a node failure, a cancel, srun's errors),
+            // kept in the run's log where `div logs` shows it.
+            if end.status != RunStatus::Succeeded {
+                let slurm_out = last_lines_raw(&dir.join("slurm.out"), 20);
+                if !slurm_out.is_empty() {
+                    said.push_str(&format!(
+                        "div: Slurm's own output for job {} (slurm.out):\n",
+                        job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
+                    ));
+                    for line in slurm_out {
+                        said.push_str(&format!("  {line}\n"));
+                    }
+                }
+            }
+            let _ = std::io::Write::write_all(&mut log, said.as_bytes());
         }
         return Some(
             match supervisor::write_json_atomic(&dir.join("end.json"), &end) {
@@ -999,12 +1286,19 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     let spec: RunSpec = fs::read(dir.join("spec.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())?;
-    let _ = supervisor::write_json_atomic(&dir.join("spec.json"), &node_spec(spec, &node));
+    let _ = supervisor::write_json_atomic(&dir.join("spec.json"), &node_spec(spec, &node, dir));
     let code = supervisor::supervise(dir);
-    let ok = fs::read(dir.join("end.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<EndRecord>(&b).ok())
-        .is_some_and(|e| e.status == RunStatus::Succeeded);
+    // A node that succeeded, or ended as the control plane decided for the whole run, lets
+    // the others be (srun ends them all when one exits non-zero).
+    let decided = dir
+        .parent()
+        .and_then(Path::parent)
+        .is_some_and(|run_dir| decision::read(run_dir).is_some());
+    let ok = decided
+        || fs::read(dir.join("end.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<EndRecord>(&b).ok())
+            .is_some_and(|e| e.status == RunStatus::Succeeded);
     Some(if code != 0 {
         code
     } else if ok {
@@ -1035,6 +1329,13 @@ fn all_nodes_ended(run_dir: &Path) -> bool {
 /// is recorded.
 fn node_started(run_dir: &Path) -> bool {
     run_dir.join("slurm.exit").exists() || run_dir.join("nodes").join("0").join("node.env").exists()
+}
+
+/// When the run's job started running, as its batch script wrote it.
+fn started_ms(run_dir: &Path) -> Option<u64> {
+    fs::read_to_string(run_dir.join(STARTED_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
 }
 
 /// The supervisor's spec the launcher wrote in `run_dir`.
@@ -1281,7 +1582,7 @@ mod tests {
                 String::new(),
             ),
         ];
-        let e = gather_ends(&ends, "srun exited 1");
+        let e = gather_ends(&ends, "srun exited 1", None);
         assert_eq!(e.status, RunStatus::Failed);
         assert_eq!(e.exit_code, Some(7));
         assert_eq!(
@@ -1303,7 +1604,7 @@ mod tests {
                 "boom".to_owned(),
             ),
         ];
-        let e = gather_ends(&ends, "srun exited 143");
+        let e = gather_ends(&ends, "srun exited 143", None);
         assert_eq!(e.status, RunStatus::Failed);
         assert_eq!(e.exit_code, Some(7));
         assert_eq!(
@@ -1322,7 +1623,7 @@ mod tests {
             ),
             (1, None, String::new()),
         ];
-        let e = gather_ends(&ends, "srun exited 1");
+        let e = gather_ends(&ends, "srun exited 1", None);
         assert_eq!(e.status, RunStatus::Failed);
         assert_eq!(
             e.reason.as_deref(),
@@ -1340,7 +1641,7 @@ mod tests {
                 String::new(),
             ),
         ];
-        assert_eq!(gather_ends(&ok, "").status, RunStatus::Succeeded);
+        assert_eq!(gather_ends(&ok, "", None).status, RunStatus::Succeeded);
         let cap = vec![
             (
                 0,
@@ -1353,7 +1654,7 @@ mod tests {
                 String::new(),
             ),
         ];
-        assert_eq!(gather_ends(&cap, "").status, RunStatus::HitCeiling);
+        assert_eq!(gather_ends(&cap, "", None).status, RunStatus::HitCeiling);
     }
 
     #[test]
@@ -1398,10 +1699,12 @@ mod tests {
             volumes: Vec::new(),
             workspace: PathBuf::from("/w"),
             overlay: None,
+            init: None,
+            node: None,
             python_shim: None,
         };
         let node = parse_node_env("rank=0\nnodes=1\naddrs=127.0.0.1\ncuda=0,1\njob=5\nhost=n1\n");
-        let out = node_spec(spec, &node);
+        let out = node_spec(spec, &node, Path::new("/runs/r_x/nodes/0"));
         assert!(out.started_ms > 0);
         assert!(
             !out.argv.iter().any(|a| a == "/dev/nvidia9"),

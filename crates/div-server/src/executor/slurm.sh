@@ -7,6 +7,15 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export SLURM_EXPORT_ENV=ALL
 RUN_DIR=@RUN_DIR@
 SUPERVISE=(@SUPERVISE@)
+# A run runs once. div submits with --no-requeue; should Slurm start this job again all the
+# same (an administrator's `scontrol requeue`), nothing runs a second time.
+if [ -e "$RUN_DIR/started" ]; then
+  echo "div: Slurm started job $SLURM_JOB_ID again; a div run runs once, so nothing runs now" >&2
+  exit 0
+fi
+# When the job started running: the run is billed from here, and its limits run from here on
+# every node (docs/slurm.md).
+date +%s%3N > "$RUN_DIR/started.partial" && mv "$RUN_DIR/started.partial" "$RUN_DIR/started"
 # scancel and the time limit signal this shell too (maybe before srun starts): mark it and
 # pass it on. The mark makes the run canceled: Slurm stopped the job from outside div (div's
 # own stops and ceilings end the run before any signal from Slurm).
@@ -22,13 +31,21 @@ for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
   addrs="${addrs:+$addrs,}${a:-$h}"
   hosts="${hosts:+$hosts,}$h"
 done
-export DIV_ADDRS="$addrs" DIV_HOSTS="$hosts" DIV_RUN_DIR="$RUN_DIR"
-# A node whose run fails exits non-zero, and srun then stops the others (they end canceled).
+# Where each node's slurmd keeps its pid (`%n`, `%h` filled in on the node): a node's
+# supervisor says it is well only while that slurmd is there.
+DIV_SLURMD_PID_FILE="$(scontrol show config 2>/dev/null | sed -n 's/^SlurmdPidFile *= *//p')"
+export DIV_ADDRS="$addrs" DIV_HOSTS="$hosts" DIV_RUN_DIR="$RUN_DIR" DIV_SLURMD_PID_FILE
+# A node whose run fails on its own exits non-zero, and srun then stops the others. A node
+# stopped by the control plane's decision (div stop, the ceiling, the time limit, a lost
+# node) exits 0: every node was told at the same moment, and none ends the others.
 srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" /bin/bash -c '
   d="$DIV_RUN_DIR/nodes/$SLURM_NODEID"
-  printf "rank=%s\nnodes=%s\naddrs=%s\nhosts=%s\ncuda=%s\njob=%s\nhost=%s\n" \
+  pf="$DIV_SLURMD_PID_FILE"
+  pf="${pf//%n/${SLURMD_NODENAME:-}}"
+  pf="${pf//%h/$(hostname -s)}"
+  printf "rank=%s\nnodes=%s\naddrs=%s\nhosts=%s\ncuda=%s\njob=%s\nhost=%s\nslurmd_pid_file=%s\n" \
     "$SLURM_NODEID" "$SLURM_JOB_NUM_NODES" "$DIV_ADDRS" "$DIV_HOSTS" \
-    "${CUDA_VISIBLE_DEVICES-}" "$SLURM_JOB_ID" "${SLURMD_NODENAME:-$(hostname)}" > "$d/node.env"
+    "${CUDA_VISIBLE_DEVICES-}" "$SLURM_JOB_ID" "${SLURMD_NODENAME:-$(hostname)}" "$pf" > "$d/node.env"
   exec "$@" "$d"' div-node "${SUPERVISE[@]}" &
 step=$!
 # Wait for the nodes' supervisors to write their ends (a signal interrupts `wait`), then

@@ -32,24 +32,37 @@ pub(crate) fn launch(
     for left in [
         "end.json",
         "stop",
+        crate::decision::FILE,
+        crate::executor::slurm::STARTED_FILE,
         crate::org::STOP_FILE,
         supervisor::ABANDONED_FILE,
         supervisor::UNSENT_FILE,
     ] {
         let _ = fs::remove_file(dir.join(left));
     }
-    // Recorded as running before the supervisor starts: a server killed between the start
-    // and the record below finds, on its restart, a running run whose supervisor it does not
-    // know yet (the executor finds it by the run's lock), never a queued run that it would
-    // start a second time over the first.
+    // Recorded as launched before the supervisor starts: a server killed between the start
+    // and the record below finds, on its restart, a launched run whose supervisor it does not
+    // know yet (the executor finds it by the run's lock, or its job file), never a queued run
+    // that it would start a second time over the first. A run that waits in its executor's
+    // own queue (Slurm's) stays queued, and is billed nothing, until that says it started
+    // (`scheduler::check_running`).
+    let queues = server.executor.queues();
     record.internal = RunInternal {
         handle: None,
         cores: cores.to_vec(),
         gpus: gpus.to_vec(),
-        started_ms: Some(spec.started_ms),
+        started_ms: (!queues).then_some(spec.started_ms),
+        launched: true,
+        grace_seconds: Some(spec.stop_grace_seconds),
+        max_seconds: Some(spec.max_seconds),
     };
-    record.run.status = RunStatus::Running;
-    record.run.started_at = Some(clock::rfc3339(spec.started_ms));
+    if queues {
+        record.run.status = RunStatus::Queued;
+        record.run.started_at = None;
+    } else {
+        record.run.status = RunStatus::Running;
+        record.run.started_at = Some(clock::rfc3339(spec.started_ms));
+    }
     server.store.update_run(record).map_err(|e| e.to_string())?;
     let handle = server.executor.start(&Launch {
         run_dir: &dir,
@@ -63,7 +76,8 @@ pub(crate) fn launch(
             server.store.update_run(record).map_err(|e| e.to_string())
         }
         Err(e) => {
-            // Nothing started: the record goes back to what the caller holds it as.
+            // Nothing started: the record goes back to what the caller holds it as (not
+            // launched, so the scheduler may try it again).
             record.internal = RunInternal::default();
             record.run.status = RunStatus::Queued;
             record.run.started_at = None;
@@ -302,9 +316,10 @@ fn prepare(
             chdir: &start_dir,
             image: image.as_ref(),
             shim_by_supervisor: python_shim.is_some(),
+            init: server.init.as_deref(),
         })
     } else {
-        sandbox::direct_argv(&run.command, &dir.join("bin"))
+        sandbox::direct_argv(&run.command, &dir.join("bin"), server.init.as_deref())
     };
     let spec = RunSpec {
         run_id: run.id.clone(),
@@ -345,6 +360,8 @@ fn prepare(
         workspace,
         overlay,
         python_shim,
+        init: server.init.clone(),
+        node: None,
     };
     Ok((spec, secrets))
 }

@@ -249,6 +249,14 @@ pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, Ht
         .get_run(id_or_name)?
         .ok_or_else(|| HttpError::not_found(format!("no run `{id_or_name}`")))?;
     match record.run.status {
+        // Handed to an executor that queues it (Slurm): that one cancels it.
+        RunStatus::Queued if record.launched() => {
+            let dir = server.run_dir(&record.run.id);
+            server
+                .executor
+                .stop(&dir, record.internal.handle.as_ref())?;
+            Ok(true)
+        }
         RunStatus::Queued => {
             record.run.status = RunStatus::Canceled;
             record.run.ended_at = Some(clock::now_rfc3339());

@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
+use std::path::Path;
 
 use div_api::{RunQueue, RunStatus};
 
 use crate::clock::{self, now_ms};
+use crate::decision::{self, Decision, Limit, Why};
 use crate::executor::Liveness;
 use crate::runs::launcher;
 use crate::server::Server;
@@ -23,13 +25,23 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
     let _guard = server.lock();
     let mut changed = false;
     let mut running = Vec::new();
-    for record in server.store.runs_with_status(RunStatus::Running)? {
+    // Runs handed to their executor, those still in its own queue (Slurm's) included.
+    let (launched, queued): (Vec<RunRecord>, Vec<RunRecord>) = server
+        .store
+        .runs_with_status(RunStatus::Queued)?
+        .into_iter()
+        .partition(RunRecord::launched);
+    for record in server
+        .store
+        .runs_with_status(RunStatus::Running)?
+        .into_iter()
+        .chain(launched)
+    {
         match check_running(server, record)? {
             Some(still) => running.push(still),
             None => changed = true,
         }
     }
-    let queued = server.store.runs_with_status(RunStatus::Queued)?;
     if let Some(usage) = org::usage(server)?.filter(|u| u.reached) {
         // The org's limit is reached: every running run is stopped, and the queue waits.
         let reason = usage.reason();
@@ -50,9 +62,29 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             .collect();
         return Ok(changed);
     }
-    let (started, waiting) = admit(server, &running, queued, true)?;
+    let (started, mut waiting) = admit(server, &running, queued, true)?;
+    executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(changed || started)
+}
+
+/// Why each run that waits in its executor's own queue waits, in that one's words.
+fn executor_waits(server: &Server, running: &[RunRecord], waiting: &mut HashMap<String, RunQueue>) {
+    for record in running.iter().filter(|r| r.run.status == RunStatus::Queued) {
+        let dir = server.run_dir(&record.run.id);
+        let reason = server
+            .executor
+            .waiting(&dir, record.internal.handle.as_ref())
+            .unwrap_or_else(|| "waiting to start".to_owned());
+        waiting.insert(
+            record.run.id.clone(),
+            RunQueue {
+                reason,
+                ahead: 0,
+                extra: Default::default(),
+            },
+        );
+    }
 }
 
 /// Tells a running run's supervisor it is stopped by the org, and why (`run-dir/stop-org`),
@@ -75,9 +107,15 @@ fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
 /// Says why each queued run waits, as the next pass would find it, without starting any:
 /// a run placed answers with its reason at once. Called with [`Server::lock`] held.
 pub(crate) fn refresh_queue(server: &Server) -> Result<(), StoreError> {
-    let running = server.store.runs_with_status(RunStatus::Running)?;
-    let queued = server.store.runs_with_status(RunStatus::Queued)?;
-    let (_, waiting) = admit(server, &running, queued, false)?;
+    let (launched, queued): (Vec<RunRecord>, Vec<RunRecord>) = server
+        .store
+        .runs_with_status(RunStatus::Queued)?
+        .into_iter()
+        .partition(RunRecord::launched);
+    let mut running = server.store.runs_with_status(RunStatus::Running)?;
+    running.extend(launched);
+    let (_, mut waiting) = admit(server, &running, queued, false)?;
+    executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(())
 }
@@ -203,6 +241,9 @@ fn wait_reason(sku: &str, cores: Option<usize>, gpus: Option<usize>, ahead: u32)
 /// Records the end of a running run when it has one; `Some` while it goes on.
 fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRecord>, StoreError> {
     let dir = server.run_dir(&record.run.id);
+    if server.executor.decides_limits() {
+        watch_limits(server, &mut record, &dir)?;
+    }
     let end_path = dir.join("end.json");
     // The supervisor writes its end atomically, so one that is there but does not parse was
     // damaged afterwards: it is said to be unreadable, never read as "the supervisor was lost".
@@ -251,6 +292,88 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
     run.log_bytes = fs::metadata(dir.join("log")).map_or(0, |m| m.len());
     server.store.update_run(&record)?;
     Ok(None)
+}
+
+/// For a run whose limits the control plane decides (`Executor::decides_limits`: a run on
+/// several nodes): notes when its executor says it started (it runs, and is billed, from
+/// then), and decides, once for the whole run, the end a lost part, its ceiling or its time
+/// limit calls for (`crate::decision`), which every part then obeys at the same moment.
+fn watch_limits(server: &Server, record: &mut RunRecord, dir: &Path) -> Result<(), StoreError> {
+    if record.internal.started_ms.is_none()
+        && let Some(started) = server.executor.started_ms(dir)
+    {
+        record.internal.started_ms = Some(started);
+        record.run.status = RunStatus::Running;
+        record.run.started_at = Some(clock::rfc3339(started));
+        server.store.update_run(record)?;
+    }
+    let Some(started) = record.internal.started_ms else {
+        return Ok(());
+    };
+    if decision::read(dir).is_some() || dir.join("end.json").exists() {
+        return Ok(());
+    }
+    // A record of an older server has its limits only in the run's spec.
+    let spec = || -> Option<supervisor::RunSpec> {
+        serde_json::from_slice(&fs::read(dir.join("spec.json")).ok()?).ok()
+    };
+    let (grace, max_seconds) = match (record.internal.grace_seconds, record.internal.max_seconds) {
+        (Some(g), Some(m)) => (g, m),
+        _ => spec().map_or(
+            (rules::DEFAULT_STOP_GRACE_SECONDS, rules::MAX_RUN_SECONDS),
+            |s| (s.stop_grace_seconds, s.max_seconds),
+        ),
+    };
+    let run = &record.run;
+    let now = now_ms();
+    let elapsed = now.saturating_sub(started);
+    let grace_ms = grace.saturating_mul(1000);
+    let ceiling = Limit::ceiling(run.cents_per_hour, run.max_spend_cents, grace);
+    let day = Limit::new(max_seconds, grace);
+    let decided = if let Some(lost) = server.executor.lost(dir) {
+        // The rest of it gets its grace to save what it can, unbilled: the run ends now.
+        Some(Decision {
+            why: Why::Lost,
+            line: decision::told_line(
+                &format!("{lost}; the run cannot go on without it"),
+                grace_ms,
+            ),
+            reason: Some(lost),
+            decided_ms: now,
+            kill_at_ms: now.saturating_add(grace_ms),
+            spend_until_ms: Some(now),
+        })
+    } else if let Some(at) = ceiling.filter(|at| elapsed >= at.told_ms) {
+        let left = at.limit_ms.saturating_sub(elapsed);
+        Some(Decision {
+            why: Why::Ceiling,
+            line: decision::told_line(
+                &decision::ceiling_words(run.max_spend_cents.unwrap_or_default(), left),
+                left,
+            ),
+            reason: None,
+            decided_ms: now,
+            kill_at_ms: started.saturating_add(at.limit_ms),
+            spend_until_ms: None,
+        })
+    } else if elapsed >= day.told_ms {
+        let left = day.limit_ms.saturating_sub(elapsed);
+        Some(Decision {
+            why: Why::TimeLimit,
+            line: decision::told_line(&decision::time_limit_line_words(max_seconds, left), left),
+            reason: Some(decision::time_limit_reason(max_seconds)),
+            decided_ms: now,
+            kill_at_ms: started.saturating_add(day.limit_ms),
+            spend_until_ms: None,
+        })
+    } else {
+        None
+    };
+    if let Some(decided) = decided {
+        // Not written (a full disk): decided again on the next pass.
+        let _ = decision::decide(dir, &decided);
+    }
+    Ok(())
 }
 
 /// The end of a run whose supervisor is gone without writing one: failed, charged until now,

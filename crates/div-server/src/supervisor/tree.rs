@@ -177,3 +177,27 @@ pub(super) fn terminate(child: u32, sandboxed: bool, told: &mut BTreeSet<u32>) {
         }
     }
 }
+
+/// Sends SIGTERM to the run's div-init (`init`, as the run's first process names itself):
+/// in a sandbox, the one child of bubblewrap (never bubblewrap itself, still setting up, whose
+/// end would end the namespace at once); without one, the child itself, once it has become
+/// div-init. Only those places are looked at, so no process of the run can pass itself off
+/// as it.
+pub(super) fn tell_init(child: u32, sandboxed: bool, init: &std::path::Path) {
+    let candidates: Vec<u32> = if sandboxed {
+        processes()
+            .iter()
+            .filter(|p| p.ppid == child && !p.zombie)
+            .map(|p| p.pid)
+            .collect()
+    } else {
+        vec![child]
+    };
+    let want = init.as_os_str().as_encoded_bytes();
+    for pid in candidates {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).next() == Some(want) {
+            sys::kill(pid, libc::SIGTERM);
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Where a fault test runs: the real `div` against a fresh local control plane of its own, on
+//! this machine or on the loopback Slurm cluster `.ci/slurm-up` brings up (4 nodes × 8 fake
+//! GPUs), with the project every shape of command is written in.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub(crate) const DIV: &str = env!("CARGO_BIN_EXE_div");
+
+/// How long a test waits for a state a run should reach: long, because a 4-node run may
+/// wait in Slurm's queue behind the others (a deadline, never a measured figure).
+pub(crate) const PATIENCE: Duration = Duration::from_secs(300);
+
+/// Where the runs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// This machine, through its local control plane, with emulated H100s.
+    Local,
+    /// The loopback Slurm cluster, each run on one node.
+    SlurmOneNode,
+    /// The loopback Slurm cluster, each run on all four nodes (2 of each node's GPUs, so
+    /// that four such runs fit at once).
+    SlurmFourNodes,
+}
+
+impl Place {
+    /// What `div run` is told to get the place's shape: 4 emulated H100s (more cores than
+    /// this machine has, so every run shares it and all go at once), one H100 of a node, or
+    /// 4 nodes of 2.
+    pub(crate) fn gpu_args(self) -> &'static [&'static str] {
+        match self {
+            Place::Local => &["--gpu", "h100", "--gpus", "4"],
+            Place::SlurmOneNode => &["--gpu", "h100", "--gpus", "1"],
+            Place::SlurmFourNodes => &["--gpu", "h100", "--gpus", "8"],
+        }
+    }
+
+    /// How many nodes a run has.
+    pub(crate) fn nodes(self) -> u32 {
+        match self {
+            Place::SlurmFourNodes => 4,
+            _ => 1,
+        }
+    }
+
+    /// A ceiling that a run reaches about 15 s after it starts: what 15 s of its GPUs cost.
+    pub(crate) fn ceiling(self) -> &'static str {
+        match self {
+            // 4 H100s, $19.80/h: 8 cents buy 14 s.
+            Place::Local => "0.08",
+            // $4.95/h: 2 cents buy 14 s.
+            Place::SlurmOneNode => "0.02",
+            // 8 H100s, $39.60/h: 16 cents buy 14 s.
+            Place::SlurmFourNodes => "0.16",
+        }
+    }
+}
+
+/// Whether the loopback Slurm cluster answers (asked once); says so loudly when not.
+pub(crate) fn cluster() -> bool {
+    static ANSWERS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *ANSWERS.get_or_init(|| {
+        Command::new("timeout")
+            .args(["10", "sinfo", "-h"])
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+    });
+    if !ok {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "\n!!!!! SKIPPED: no Slurm cluster answers here (`sinfo -h` failed); `.ci/slurm-up` brings one up (as root) !!!!!\n"
+            );
+        }
+    }
+    ok
+}
+
+/// A state directory, a project and (for Slurm) the `slurm.toml` that sends runs there; the
+/// control plane `div` starts in it is stopped when this is dropped.
+pub(crate) struct World {
+    tmp: tempfile::TempDir,
+    pub(crate) place: Place,
+}
+
+impl World {
+    /// `None` (after saying so) where the place needs a cluster and none answers.
+    pub(crate) fn new(place: Place) -> Option<World> {
+        if place != Place::Local && !cluster() {
+            return None;
+        }
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let world = World { tmp, place };
+        std::fs::create_dir_all(world.home()).expect("home");
+        std::fs::create_dir_all(world.project()).expect("project");
+        if place != Place::Local {
+            world.slurm_toml(match place {
+                Place::SlurmFourNodes => 2,
+                _ => 8,
+            });
+        }
+        crate::shapes::write_project(&world.project());
+        Some(world)
+    }
+
+    /// Points the control plane at the cluster, `gpus_per_node` of each node's GPUs a run.
+    pub(crate) fn slurm_toml(&self, gpus_per_node: u32) {
+        std::fs::write(
+            self.home().join("slurm.toml"),
+            format!(
+                "shared_dir = \"{}\"\ngres = \"gpu\"\ngpus_per_node = {gpus_per_node}\ngrace_seconds = 2\n[partitions]\nh100 = \"gpu\"\n",
+                self.tmp.path().display()
+            ),
+        )
+        .expect("slurm.toml");
+    }
+
+    pub(crate) fn home(&self) -> PathBuf {
+        self.tmp.path().join("div-home")
+    }
+
+    pub(crate) fn project(&self) -> PathBuf {
+        self.tmp.path().join("project")
+    }
+
+    /// `home/settings.json`.
+    pub(crate) fn settings(&self, json: &str) {
+        std::fs::write(self.home().join("settings.json"), json).expect("settings.json");
+    }
+
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(DIV);
+        c.args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path().join("home"))
+            .env("DIVERGENT_HOME", self.home())
+            .env("NO_COLOR", "1");
+        if self.place == Place::Local {
+            // Four H100s for each shape at once, all sharing this machine.
+            c.env("DIVERGENT_EMULATE_GPUS", "h100:64");
+        }
+        if let Some(conf) = std::env::var_os("SLURM_CONF") {
+            c.env("SLURM_CONF", conf);
+        }
+        c
+    }
+
+    pub(crate) fn div(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("div runs")
+    }
+
+    /// The run named `name`, as `div runs --json` shows it.
+    pub(crate) fn run_json(&self, name: &str) -> Value {
+        let out = self.div(&["runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        runs.as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == name))
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits until `check` holds of the run named `name`; returns it then.
+    pub(crate) fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let run = self.run_json(name);
+            if check(&run) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "{name} never {what}: {run}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits until the run named `name` has ended; returns it.
+    pub(crate) fn wait_end(&self, name: &str) -> Value {
+        self.wait_for(name, "ended", |r| {
+            r["status"]
+                .as_str()
+                .is_some_and(|s| !matches!(s, "queued" | "running"))
+        })
+    }
+
+    /// The log of the run (`node` `None`) or of one of its nodes, as `div logs` prints it.
+    pub(crate) fn log(&self, name: &str, node: Option<u32>) -> String {
+        let node = node.map(|k| k.to_string());
+        let mut args = vec!["logs", name];
+        if let Some(k) = &node {
+            args.extend(["--node", k.as_str()]);
+        }
+        text(&self.div(&args).stdout)
+    }
+
+    /// Waits until the log of the run (or of its node) holds each of `lines`, as often as
+    /// each is given.
+    pub(crate) fn wait_log(&self, name: &str, node: Option<u32>, lines: &[&str]) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let log = self.log(name, node);
+            if holds_lines(&log, lines) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}'s log (node {node:?}) never showed {lines:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The run's directory in the state directory.
+    pub(crate) fn run_dir(&self, name: &str) -> PathBuf {
+        let id = self.run_json(name)["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run {name}"))
+            .to_owned();
+        self.home().join("runs").join(id)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.div(&["server", "stop"]);
+    }
+}
+
+/// Whether `log` has each of `lines` as a whole line, as often as each is given.
+pub(crate) fn holds_lines(log: &str, lines: &[&str]) -> bool {
+    lines.iter().all(|line| {
+        let want = lines.iter().filter(|l| *l == line).count();
+        log.lines().filter(|l| l.trim_end() == *line).count() >= want
+    })
+}
+
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Whether `path` names a live process's command line argument (a test finds processes of a
+/// run by the folder they run in).
+pub(crate) fn pids_with_arg(arg: &Path) -> Vec<u32> {
+    let needle = arg.as_os_str().as_encoded_bytes().to_vec();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == needle.as_slice()))
+        })
+        .collect()
+}
