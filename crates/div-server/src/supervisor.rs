@@ -1165,6 +1165,67 @@ mod tests {
         );
     }
 
+    /// A node of a run of several decides no limit of its own (its ceiling here is reached
+    /// at once), says it is well, and ends as the control plane's decision says, with the
+    /// decision's line, at the decision's moment: told, its handler runs.
+    #[test]
+    fn a_node_obeys_the_decision_for_the_whole_run_and_no_limit_of_its_own() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let run_dir = dir.path().join("run");
+        let node_dir = dir.path().join("node");
+        fs::create_dir_all(&run_dir).expect("run dir");
+        fs::create_dir_all(&node_dir).expect("node dir");
+        let mut spec = spec(
+            &node_dir,
+            "trap 'echo told; exit 0' TERM; echo started; while :; do sleep 0.05; done",
+            3600,
+        );
+        spec.cents_per_hour = 1_000_000;
+        spec.max_spend_cents = Some(1);
+        spec.stop_grace_seconds = 5;
+        spec.node = Some(NodeDuties {
+            run_dir: run_dir.clone(),
+            heartbeat: node_dir.join("alive"),
+            slurmd_pid_file: None,
+        });
+        let log = node_dir.join("log");
+        let decider = {
+            let run_dir = run_dir.clone();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while !fs::read_to_string(&log).is_ok_and(|l| l.contains("started\n")) {
+                    assert!(std::time::Instant::now() < deadline, "never started");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let now = now_ms();
+                decision::decide(
+                    &run_dir,
+                    &Decision {
+                        why: decision::Why::Canceled,
+                        reason: None,
+                        line: "div: decided for the whole run".to_owned(),
+                        decided_ms: now,
+                        kill_at_ms: now + 5_000,
+                        spend_until_ms: None,
+                    },
+                )
+                .expect("decided");
+            })
+        };
+        let end = run(&node_dir, &spec);
+        decider.join().expect("the decider");
+        assert_eq!(end.status, RunStatus::Canceled, "{end:?}");
+        let log = fs::read_to_string(node_dir.join("log")).expect("a log");
+        assert!(
+            log.contains("started\ndiv: decided for the whole run\n") && log.contains("told\n"),
+            "{log}"
+        );
+        assert!(
+            fs::read_to_string(node_dir.join("alive")).is_ok_and(|t| t.parse::<u64>().is_ok()),
+            "no heartbeat"
+        );
+    }
+
     #[test]
     fn a_run_within_its_time_limit_ends_on_its_own() {
         let dir = tempfile::tempdir().expect("a temp dir");

@@ -8,5 +8,6 @@
 
 mod local;
 mod shapes;
+mod slurm;
 mod stops;
 mod world;

@@ -25,6 +25,11 @@ fn every_shape_keeps_its_grace(place: Place, stop: Stop) {
     let Some(world) = World::new(place) else {
         return;
     };
+    every_shape_keeps_its_grace_in(&world, stop);
+}
+
+fn every_shape_keeps_its_grace_in(world: &World, stop: Stop) {
+    let place = world.place;
     if stop == Stop::TimeLimit {
         world.settings(TIME_LIMIT);
     }
@@ -32,10 +37,7 @@ fn every_shape_keeps_its_grace(place: Place, stop: Stop) {
     std::thread::scope(|scope| {
         let going: Vec<_> = SHAPES
             .iter()
-            .map(|shape| {
-                let world = &world;
-                scope.spawn(move || one_shape(world, shape, stop))
-            })
+            .map(|shape| scope.spawn(move || one_shape(world, shape, stop)))
             .collect();
         for (shape, handle) in SHAPES.iter().zip(going) {
             if let Err(panic) = handle.join() {
@@ -166,6 +168,24 @@ fn here_the_ceiling_gives_every_shape_its_grace() {
 #[test]
 fn here_the_time_limit_gives_every_shape_its_grace() {
     every_shape_keeps_its_grace(Place::Local, Stop::TimeLimit);
+}
+
+/// The same as a user made with `useradd`: the control plane unprivileged, its runs in
+/// bubblewrap's user namespace, their memory held by polling.
+#[test]
+fn here_as_a_user_div_stop_gives_every_shape_its_grace() {
+    if let Some(world) = World::local_as_user() {
+        // Its runs are the user's, not root's.
+        let out = world.div(&["run", "--gpu", "cpu", "--", "id -u"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let uid = text(&out.stdout);
+        assert!(
+            uid.lines()
+                .any(|l| l.trim().parse::<u32>().is_ok_and(|u| u != 0)),
+            "{uid}"
+        );
+        every_shape_keeps_its_grace_in(&world, Stop::Asked);
+    }
 }
 
 #[test]

@@ -79,21 +79,60 @@ pub(crate) fn cluster() -> bool {
     ok
 }
 
+/// The loopback cluster, shared by the tests that only place runs on it and held alone by
+/// those that break it (a slurmd killed) or fill it (every node held).
+static CLUSTER: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A test's hold on the cluster.
+#[allow(dead_code)] // held, never read
+enum Hold {
+    Shared(std::sync::RwLockReadGuard<'static, ()>),
+    Alone(std::sync::RwLockWriteGuard<'static, ()>),
+}
+
 /// A state directory, a project and (for Slurm) the `slurm.toml` that sends runs there; the
 /// control plane `div` starts in it is stopped when this is dropped.
 pub(crate) struct World {
     tmp: tempfile::TempDir,
     pub(crate) place: Place,
+    _hold: Option<Hold>,
+    /// The `useradd` user every `div` runs as (so its control plane and runs too); `None`:
+    /// this test's own user.
+    user: Option<&'static str>,
 }
+
+/// The user the tests made with `useradd` run `div` as.
+const USER: &str = "div-faults";
 
 impl World {
     /// `None` (after saying so) where the place needs a cluster and none answers.
     pub(crate) fn new(place: Place) -> Option<World> {
+        World::make(place, false)
+    }
+
+    /// [`World::new`], with the cluster to this test alone while it lasts.
+    pub(crate) fn alone(place: Place) -> Option<World> {
+        World::make(place, true)
+    }
+
+    fn make(place: Place, alone: bool) -> Option<World> {
         if place != Place::Local && !cluster() {
             return None;
         }
+        let hold = (place != Place::Local).then(|| {
+            if alone {
+                Hold::Alone(CLUSTER.write().unwrap_or_else(|e| e.into_inner()))
+            } else {
+                Hold::Shared(CLUSTER.read().unwrap_or_else(|e| e.into_inner()))
+            }
+        });
         let tmp = tempfile::tempdir().expect("a temp dir");
-        let world = World { tmp, place };
+        let world = World {
+            tmp,
+            place,
+            _hold: hold,
+            user: None,
+        };
         std::fs::create_dir_all(world.home()).expect("home");
         std::fs::create_dir_all(world.project()).expect("project");
         if place != Place::Local {
@@ -106,12 +145,57 @@ impl World {
         Some(world)
     }
 
+    /// A local world whose every `div` runs as a user made with `useradd` (made now when
+    /// missing); `None` (after saying so) when these tests do not run as root.
+    pub(crate) fn local_as_user() -> Option<World> {
+        let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|r| r.split_whitespace().next())
+                == Some("0")
+        });
+        if !root {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!(
+                    "\n!!!!! SKIPPED: not root, so no `useradd` user can run div here !!!!!\n"
+                );
+            }
+            return None;
+        }
+        let exists = Command::new("id")
+            .arg(USER)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !exists {
+            let made = Command::new("useradd")
+                .args(["-m", USER])
+                .status()
+                .expect("useradd runs");
+            assert!(made.success(), "useradd {USER}");
+        }
+        let mut world = World::new(Place::Local)?;
+        let owned = Command::new("chown")
+            .args(["-R", &format!("{USER}:{USER}")])
+            .arg(world.tmp.path())
+            .status()
+            .expect("chown runs");
+        assert!(owned.success());
+        world.user = Some(USER);
+        Some(world)
+    }
+
     /// Points the control plane at the cluster, `gpus_per_node` of each node's GPUs a run.
     pub(crate) fn slurm_toml(&self, gpus_per_node: u32) {
+        self.slurm_toml_on(gpus_per_node, "gpu");
+    }
+
+    /// [`World::slurm_toml`], H100s on `partition`.
+    pub(crate) fn slurm_toml_on(&self, gpus_per_node: u32, partition: &str) {
         std::fs::write(
             self.home().join("slurm.toml"),
             format!(
-                "shared_dir = \"{}\"\ngres = \"gpu\"\ngpus_per_node = {gpus_per_node}\ngrace_seconds = 2\n[partitions]\nh100 = \"gpu\"\n",
+                "shared_dir = \"{}\"\ngres = \"gpu\"\ngpus_per_node = {gpus_per_node}\ngrace_seconds = 2\n[partitions]\nh100 = \"{partition}\"\n",
                 self.tmp.path().display()
             ),
         )
@@ -132,21 +216,41 @@ impl World {
     }
 
     pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(DIV);
-        c.args(args)
-            .current_dir(self.project())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.tmp.path().join("home"))
-            .env("DIVERGENT_HOME", self.home())
-            .env("NO_COLOR", "1");
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+            (
+                "HOME".to_owned(),
+                self.tmp.path().join("home").display().to_string(),
+            ),
+            (
+                "DIVERGENT_HOME".to_owned(),
+                self.home().display().to_string(),
+            ),
+            ("NO_COLOR".to_owned(), "1".to_owned()),
+        ];
         if self.place == Place::Local {
             // Four H100s for each shape at once, all sharing this machine.
-            c.env("DIVERGENT_EMULATE_GPUS", "h100:64");
+            env.push(("DIVERGENT_EMULATE_GPUS".to_owned(), "h100:64".to_owned()));
         }
-        if let Some(conf) = std::env::var_os("SLURM_CONF") {
-            c.env("SLURM_CONF", conf);
+        if let Ok(conf) = std::env::var("SLURM_CONF") {
+            env.push(("SLURM_CONF".to_owned(), conf));
         }
+        let mut c = match self.user {
+            // The user's own environment is exactly these (`env -i`, after runuser's).
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--", "/usr/bin/env", "-i"])
+                    .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+                    .arg(DIV);
+                c
+            }
+            None => {
+                let mut c = Command::new(DIV);
+                c.env_clear().envs(env);
+                c
+            }
+        };
+        c.args(args).current_dir(self.project());
         c
     }
 

@@ -1613,6 +1613,50 @@ mod tests {
         );
     }
 
+    /// Under the control plane's decision the run ends as decided: a node that another's
+    /// end killed (failed, after the decision) or one that is gone (no end) does not change
+    /// it; a node that failed on its own before the decision still fails the run.
+    #[test]
+    fn a_decided_end_holds_over_the_nodes_it_ended_but_not_over_a_failure_before_it() {
+        let decided = Decision {
+            why: Why::Ceiling,
+            reason: None,
+            line: "div: ceiling".to_owned(),
+            decided_ms: 5_000,
+            kill_at_ms: 7_000,
+            spend_until_ms: None,
+        };
+        let ends = vec![
+            (
+                0,
+                Some(end(RunStatus::HitCeiling, None, 6_000, 3)),
+                String::new(),
+            ),
+            (
+                1,
+                Some(end(RunStatus::Failed, Some(143), 6_500, 3)),
+                "Terminated".to_owned(),
+            ),
+            (2, None, String::new()),
+        ];
+        let e = gather_ends(&ends, "srun exited 143", Some(&decided));
+        assert_eq!((e.status, e.exit_code), (RunStatus::HitCeiling, None));
+        let mut before = ends.clone();
+        before[1].1 = Some(end(RunStatus::Failed, Some(3), 4_000, 2));
+        let e = gather_ends(&before, "srun exited 1", Some(&decided));
+        assert_eq!((e.status, e.exit_code), (RunStatus::Failed, Some(3)));
+        let lost = Decision {
+            why: Why::Lost,
+            reason: Some(
+                "node 2 (n3) was lost: its supervisor stopped reporting for 60 s".to_owned(),
+            ),
+            ..decided
+        };
+        let e = gather_ends(&ends, "srun did not finish", Some(&lost));
+        assert_eq!(e.status, RunStatus::Failed);
+        assert_eq!(e.reason, lost.reason);
+    }
+
     #[test]
     fn a_node_without_an_end_fails_the_run_and_all_well_is_success() {
         let ends = vec![
