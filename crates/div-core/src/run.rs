@@ -237,8 +237,8 @@ pub async fn run(
     if options.detach {
         return Ok(RunOutcome::Detached(placed));
     }
-    wait_in_queue(cp, &placed, sink).await?;
-    let ended = follow_log(cp, &placed.id, 0, sink).await?;
+    let started = wait_in_queue(cp, &placed, sink).await?;
+    let ended = follow_log(cp, &started, 0, sink).await?;
     Ok(RunOutcome::Ended(ended))
 }
 
