@@ -6,7 +6,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The thing asked for does not exist (404).
+    /// The thing asked for does not exist (404, 410), or the route does not take the method
+    /// (405: a control plane without it).
     NotFound,
     /// The request was refused as invalid (400/422), or for want of space on the control
     /// plane's disk (507, `insufficient_storage`, not retried); `details()` says more, such

@@ -271,6 +271,17 @@ pub trait ControlPlane: Send + Sync {
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError>;
 
+    /// Whether `run` would be placed, creating nothing (`POST /v1/runs/validate`): `Ok` when
+    /// [`ControlPlane::create_run`] would take it now, and otherwise the very error it would
+    /// answer. `run.code` may be absent (its code is not sent yet): everything else is
+    /// checked, the refusals only the control plane can make among them (what its executor
+    /// can never place). Its image is not resolved: [`ControlPlane::pull_image`] does that. A
+    /// control plane without the question (this default; over HTTP, one that answers the
+    /// route 404 or 405) takes everything here, and refuses at `create_run` instead.
+    async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
+        let _ = run;
+        Ok(())
+    }
     /// Place a run. Retrying with the same `idempotency_key` never places a second one.
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError>;
     /// A run by id or name.

@@ -81,6 +81,13 @@ const STATUSES: &[StatusRow] = &[
         "the thing asked for does not exist",
     ),
     row(
+        405,
+        405,
+        false,
+        ErrorKind::NotFound,
+        "the route does not take this method: a control plane without it, as for a 404",
+    ),
+    row(
         409,
         409,
         false,
@@ -301,6 +308,7 @@ mod tests {
         check(Status(401), false, "final Unauthorized");
         check(Status(403), false, "final Unauthorized");
         check(Status(404), false, "final NotFound");
+        check(Status(405), false, "final NotFound");
         check(Status(409), false, "final Conflict");
         check(Status(409), true, "final Conflict");
         check(Status(410), false, "final NotFound");

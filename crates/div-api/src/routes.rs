@@ -30,6 +30,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/volumes/{name}/tree"),
     ("GET", "/v1/volumes/{name}/file"),
     ("POST", "/v1/images/pull"),
+    ("POST", "/v1/runs/validate"),
     ("POST", "/v1/runs"),
     ("GET", "/v1/runs"),
     ("GET", "/v1/runs/{run}"),
@@ -293,6 +294,17 @@ impl ControlPlane for HttpControlPlane {
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError> {
         self.read_file_resuming(volume, path, sink).await
+    }
+
+    async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
+        let call = Call::with_json(Method::POST, "/v1/runs/validate".to_owned(), run);
+        match self.json::<Value>(call).await {
+            Ok(_) => Ok(()),
+            // A control plane without the question (404, or 405 for the method): it refuses
+            // at `POST /v1/runs` what it refuses.
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {

@@ -166,6 +166,23 @@ pub enum RunError {
     /// A run named by an empty or unusable word (`div logs ''`).
     #[error("`{typed}` does not name a run: {why}")]
     BadRunRef { typed: String, why: &'static str },
+    /// While `run` was followed its control plane stopped answering, and it still had not
+    /// answered when the run could no longer be going (its latest end, grace and margin
+    /// passed), `waited` after it was found away (zero: all that was past already).
+    #[error(
+        "the control plane {}, and {run} cannot still be going",
+        if waited.as_secs() == 0 {
+            "does not answer".to_owned()
+        } else {
+            format!("has not answered in {}", div_spec::format_duration(waited.as_secs()))
+        }
+    )]
+    ControlPlaneGone {
+        run: String,
+        waited: std::time::Duration,
+        #[source]
+        source: ApiError,
+    },
     /// The control plane failed at a step.
     #[error("could not {during}")]
     Api {
@@ -197,6 +214,7 @@ impl RunError {
             | RunError::NotInVolume { .. }
             | RunError::SecretNotFound(_) => FailureKind::NotFound,
             RunError::Write { .. } => FailureKind::Local,
+            RunError::ControlPlaneGone { .. } => FailureKind::Unreachable,
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::NotFound => FailureKind::NotFound,
                 ErrorKind::Refused | ErrorKind::Conflict => FailureKind::Refused,
@@ -275,6 +293,9 @@ impl RunError {
             RunError::NameTaken(_) => {
                 Some("choose another `--name`, or leave it out for a generated one".into())
             }
+            RunError::ControlPlaneGone { run, .. } => Some(format!(
+                "once the control plane answers again, `div logs {run}` shows how the run ended"
+            )),
             RunError::BadRunRef { .. } => {
                 Some("name a run by its name (`run-k4t9`) or id; `div runs` lists them".into())
             }

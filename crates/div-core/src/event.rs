@@ -53,6 +53,21 @@ pub enum Event {
     Started { run: Box<Run> },
     /// Bytes of the run's log, in order, each exactly once.
     Log(Bytes),
+    /// While following `run`, its control plane stopped answering (`cause`: the last error,
+    /// on one line); the follower waits for it, for `at_most` more: as long as the run may
+    /// still be going (its latest end, its stop grace, a margin for its end record). Sent once
+    /// for each time the control plane goes away.
+    ControlPlaneAway {
+        run: String,
+        cause: String,
+        at_most: std::time::Duration,
+    },
+    /// The control plane answers again, `after` it was found away: the follower goes on from
+    /// the last byte it handed on.
+    ControlPlaneBack {
+        run: String,
+        after: std::time::Duration,
+    },
     /// The run ended (or, for `logs` without following, where it stands now).
     Ended(Box<Run>),
     /// A step of `div run` that prints nothing was done; for timings (printers show nothing).

@@ -12,12 +12,15 @@ use div_api::{ApiError, ControlPlane, LogEvent, LogStream, Run, RunStatus};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
+use crate::outage::Patience;
 
 /// Hand every byte of `run`'s log from `offset` to `sink`, following it until the run ends;
-/// returns the run as it ended. The stream resumes across dropped connections itself.
+/// returns the run as it ended. The stream resumes across dropped connections itself; a
+/// control plane that does not answer for longer is waited for as long as the run may still
+/// be going ([`Patience`]).
 pub(crate) async fn follow_log(
     cp: &dyn ControlPlane,
-    run: &str,
+    run: &Run,
     offset: u64,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
@@ -27,31 +30,55 @@ pub(crate) async fn follow_log(
 /// [`follow_log`] of node `node`'s log (`Some`) or the run's (`None`).
 async fn follow_node_log(
     cp: &dyn ControlPlane,
-    run: &str,
+    run: &Run,
     node: Option<u32>,
     offset: u64,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
     let api = |e| RunError::api("follow the log", e);
+    let mut patience = Patience::new(run);
     let mut offset = offset;
-    loop {
-        let mut stream = open(cp, run, node, offset, true).await.map_err(api)?;
+    'ask: loop {
+        let mut stream = match open(cp, &run.id, node, offset, true).await {
+            Ok(stream) => stream,
+            Err(e) if e.is_unavailable() => {
+                patience.wait(e, sink).await?;
+                continue;
+            }
+            Err(e) => return Err(api(e)),
+        };
+        patience.answered(sink);
         while let Some(event) = next_or_idle(&mut *stream, sink).await {
-            match event.map_err(api)? {
-                LogEvent::Chunk { offset: at, data } => {
+            match event {
+                Ok(LogEvent::Chunk { offset: at, data }) => {
                     offset = at + data.len() as u64;
                     sink.event(Event::Log(data));
                 }
-                LogEvent::End(run) => {
+                Ok(LogEvent::End(run)) => {
                     sink.event(Event::Ended(run.clone()));
                     return Ok(*run);
                 }
                 // A following stream should not stop before the end; ask again from where
                 // it stopped.
-                LogEvent::Tail { .. } => {}
+                Ok(LogEvent::Tail { .. }) => {}
+                // It could not resume within its deadline: the control plane is away.
+                Err(e) if e.is_unavailable() => {
+                    patience.wait(e, sink).await?;
+                    continue 'ask;
+                }
+                Err(e) => return Err(api(e)),
             }
         }
-        let now = cp.get_run(run).await.map_err(api)?;
+        let now = match cp.get_run(&run.id).await {
+            Ok(now) => now,
+            Err(e) if e.is_unavailable() => {
+                patience.wait(e, sink).await?;
+                continue;
+            }
+            Err(e) => return Err(api(e)),
+        };
+        patience.answered(sink);
+        patience.heard(&now);
         // The run's size is its log's; a node's log is read until the stream's end frame.
         if now.status.is_terminal() && node.is_none() && offset >= now.log_bytes {
             sink.event(Event::Ended(Box::new(now.clone())));
@@ -64,16 +91,18 @@ async fn follow_node_log(
 const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// While `run` waits in the queue and its control plane says why (the run's `queue`), says so
-/// to `sink` each time the reason changes, then that it started. A control plane that does
-/// not say why is not asked again: its log stream waits for the start itself.
+/// to `sink` each time the reason changes, then that it started; returns the run as last
+/// heard of. A control plane that does not say why is not asked again: its log stream waits
+/// for the start itself. One that stops answering is waited for as [`follow_log`] waits.
 pub(crate) async fn wait_in_queue(
     cp: &dyn ControlPlane,
     run: &Run,
     sink: &mut dyn EventSink,
-) -> Result<(), RunError> {
+) -> Result<Run, RunError> {
     if run.status != RunStatus::Queued || run.queue().is_none() {
-        return Ok(());
+        return Ok(run.clone());
     }
+    let mut patience = Patience::new(run);
     let mut now = run.clone();
     let mut said: Option<String> = None;
     while now.status == RunStatus::Queued {
@@ -86,16 +115,23 @@ pub(crate) async fn wait_in_queue(
             said = Some(queue.reason);
         }
         tokio::time::sleep(QUEUE_POLL).await;
-        now = cp
-            .get_run(&run.id)
-            .await
-            .map_err(|e| RunError::api("ask whether the run has started", e))?;
+        now = loop {
+            match cp.get_run(&run.id).await {
+                Ok(now) => break now,
+                Err(e) if e.is_unavailable() => patience.wait(e, sink).await?,
+                Err(e) => return Err(RunError::api("ask whether the run has started", e)),
+            }
+        };
+        patience.answered(sink);
+        patience.heard(&now);
     }
     // It may have started and ended between two looks: it started if it has a start.
     if said.is_some() && now.started_at.is_some() {
-        sink.event(Event::Started { run: Box::new(now) });
+        sink.event(Event::Started {
+            run: Box::new(now.clone()),
+        });
     }
-    Ok(())
+    Ok(now)
 }
 
 /// The run's log (`node` `None`) or node `node`'s.
@@ -147,13 +183,13 @@ pub async fn logs(
     options: &LogsOptions,
     sink: &mut dyn EventSink,
 ) -> Result<Run, RunError> {
-    let run = find_run(cp, &options.run).await?;
+    let mut run = find_run(cp, &options.run).await?;
     if options.follow {
-        wait_in_queue(cp, &run, sink).await?;
+        run = wait_in_queue(cp, &run, sink).await?;
     }
     let api = |e| RunError::api("read the log", e);
     if options.follow || run.status.is_terminal() {
-        return follow_node_log(cp, &run.id, options.node, 0, sink).await;
+        return follow_node_log(cp, &run, options.node, 0, sink).await;
     }
     let mut stream = open(cp, &run.id, options.node, 0, false)
         .await
@@ -197,7 +233,7 @@ pub async fn stop(cp: &dyn ControlPlane, run: &str) -> Result<StopOutcome, RunEr
     }
     // The stop was asked; the log's end says how the run ended.
     let mut discard = |_: Event| {};
-    let ended = follow_log(cp, &after.id, after.log_bytes, &mut discard).await?;
+    let ended = follow_log(cp, &after, after.log_bytes, &mut discard).await?;
     Ok(StopOutcome::Stopped(ended))
 }
 

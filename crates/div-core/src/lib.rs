@@ -35,6 +35,7 @@ mod fmt;
 mod follow;
 mod last_line;
 mod missing_module;
+mod outage;
 mod project;
 pub mod pyscan;
 mod result;

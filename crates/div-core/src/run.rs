@@ -168,8 +168,10 @@ enum Listing {
 /// Place a run and, unless detached, follow it until it ends.
 ///
 /// Everything typed is checked first — SKU (against `cp`'s catalogue), sizes, entrypoint,
-/// project, what will be shipped, the telemetry layout — and only then is anything created:
-/// before that, the only requests are reads (`GET /v1/catalogue`, `GET /v1/volumes`).
+/// project, what will be shipped, the telemetry layout — then the control plane is asked
+/// whether it would place the run ([`ControlPlane::validate_run`]), and only then is anything
+/// created: before that, the only requests are reads (`GET /v1/catalogue`, `GET /v1/volumes`)
+/// and that question, which creates nothing.
 pub async fn run(
     cp: &dyn ControlPlane,
     options: &RunOptions,
@@ -235,8 +237,8 @@ pub async fn run(
     if options.detach {
         return Ok(RunOutcome::Detached(placed));
     }
-    wait_in_queue(cp, &placed, sink).await?;
-    let ended = follow_log(cp, &placed.id, 0, sink).await?;
+    let started = wait_in_queue(cp, &placed, sink).await?;
+    let ended = follow_log(cp, &started, 0, sink).await?;
     Ok(RunOutcome::Ended(ended))
 }
 
@@ -426,18 +428,6 @@ async fn prepare(
         let path = format!("code/{}", s.manifest.short_id());
         (s, volume.clone(), path)
     });
-    if let Some((s, volume, path)) = &shipment {
-        sink.event(Event::Shipping {
-            files: s.files(),
-            bytes: s.bytes(),
-            volume: volume.clone(),
-            path: path.clone(),
-        });
-        for warning in shipment_warnings(s) {
-            sink.event(warning);
-        }
-    }
-
     let request = CreateRun {
         project: project.slug.clone(),
         name: options.name.clone(),
@@ -467,6 +457,31 @@ async fn prepare(
         telemetry_layout,
         extra: Default::default(),
     };
+
+    // What only the control plane can refuse (what its executor can never place, the
+    // secrets' share of the environment…), asked before anything is pulled, shipped or made:
+    // refused here, it prints as the same refusal from `POST /v1/runs` would. The code is not
+    // sent yet, so it is not named.
+    let asked = CreateRun {
+        code: None,
+        ..request.clone()
+    };
+    cp.validate_run(&asked)
+        .await
+        .map_err(|e| RunError::api("place the run", e))?;
+
+    if let Some((s, volume, path)) = &shipment {
+        sink.event(Event::Shipping {
+            files: s.files(),
+            bytes: s.bytes(),
+            volume: volume.clone(),
+            path: path.clone(),
+        });
+        for warning in shipment_warnings(s) {
+            sink.event(warning);
+        }
+    }
+
     Ok(Plan {
         project,
         sizing,

@@ -163,6 +163,10 @@ pub async fn conformance(cp: &dyn ControlPlane, ctx: &ConformanceContext) -> Con
     check!("not_found_kinds", not_found_kinds(cp, ctx));
     check!("unknown_sku_refused", unknown_sku_refused(cp, ctx));
     check!(
+        "validation_refuses_as_creation_and_creates_nothing",
+        validation_refuses_as_creation_and_creates_nothing(cp, ctx)
+    );
+    check!(
         "stop_ended_run_unchanged",
         stop_ended_run_unchanged(cp, ctx)
     );
@@ -831,6 +835,88 @@ async fn unknown_sku_refused(cp: &dyn ControlPlane, ctx: &ConformanceContext) ->
         "details {} do not list `{}` as accepted",
         e.details(),
         ctx.sku
+    );
+    Ok(())
+}
+
+/// `validate_run` answers what `create_run` would, the very same refusal for each thing it
+/// refuses (an unknown SKU, a ceiling of nothing, code that is not in a volume, a name taken),
+/// and creates nothing: no run, not even the volume its command names.
+async fn validation_refuses_as_creation_and_creates_nothing(
+    cp: &dyn ControlPlane,
+    ctx: &ConformanceContext,
+) -> CheckResult {
+    let project = format!("{}-validate", ctx.prefix);
+    let volume = format!("{}-validate-named", ctx.prefix);
+    let mut good = quick_run(ctx, None);
+    good.project = project.clone();
+    good.command = format!("ls /mnt/{volume} >/dev/null 2>&1; {}", ctx.command);
+    cp.validate_run(&good)
+        .await
+        .map_err(api("validate a run create_run takes"))?;
+
+    let taken = cp
+        .create_run(
+            &key(ctx, "validate-taken"),
+            &quick_run(ctx, Some(format!("{}-validate-taken", ctx.prefix))),
+        )
+        .await
+        .map_err(api("create_run"))?;
+    let refused = |what: &'static str, change: &dyn Fn(&mut CreateRun)| {
+        let mut body = good.clone();
+        change(&mut body);
+        (what, body)
+    };
+    let cases = [
+        refused("an unknown SKU", &|b| b.sku = "z999".to_owned()),
+        refused("a ceiling of nothing", &|b| b.max_spend_cents = Some(0)),
+        refused("code that is not in a volume", &|b| {
+            b.code = Some(div_api::CodeRef {
+                volume: format!("{}-no-such-volume", ctx.prefix),
+                path: "code/0000".to_owned(),
+                extra: Default::default(),
+            });
+        }),
+        refused("a name taken", &|b| b.name = Some(taken.name.clone())),
+    ];
+    for (what, body) in &cases {
+        let validated = match cp.validate_run(body).await {
+            Ok(()) => return Err(format!("validate {what}: taken, but create_run refuses it")),
+            Err(e) => e,
+        };
+        let created = expect_error(
+            &format!("create {what}"),
+            cp.create_run(&key(ctx, "validate"), body).await,
+            validated.kind(),
+            validated.code(),
+        )?;
+        ensure!(
+            created.message() == validated.message() && created.details() == validated.details(),
+            "{what}: validate_run says `{}` {}, create_run `{}` {}",
+            validated.message(),
+            validated.details(),
+            created.message(),
+            created.details()
+        );
+    }
+    cp.stop_run(&taken.id).await.map_err(api("stop_run"))?;
+
+    let page = cp
+        .list_runs(&ListRuns {
+            project: Some(project.clone()),
+            ..ListRuns::default()
+        })
+        .await
+        .map_err(api("list_runs"))?;
+    ensure!(
+        page.runs.is_empty(),
+        "validating placed runs in `{project}`: {:?}",
+        page.runs.iter().map(|r| &r.id).collect::<Vec<_>>()
+    );
+    let volumes = cp.list_volumes().await.map_err(api("list_volumes"))?;
+    ensure!(
+        !volumes.iter().any(|v| v.name == volume),
+        "validating made the volume `{volume}` its command names"
     );
     Ok(())
 }

@@ -101,6 +101,9 @@ pub enum FakeStages {
 pub struct FakeControlPlane {
     catalogue: Option<Catalogue>,
     stages: FakeStages,
+    /// Past this many GPUs a run takes whole nodes of them, as on the Slurm executor: a count
+    /// that is not whole nodes is refused, as only the control plane can.
+    nodes_of: Option<u32>,
     state: Mutex<State>,
     /// Told whenever a run ends or its log grows, for followed logs waiting on it.
     changed: tokio::sync::Notify,
@@ -131,6 +134,7 @@ impl FakeControlPlane {
         FakeControlPlane {
             catalogue: Some(sample_catalogue()),
             stages: FakeStages::None,
+            nodes_of: None,
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
         }
@@ -140,6 +144,15 @@ impl FakeControlPlane {
     #[must_use]
     pub fn with_stages(mut self, how: FakeStages) -> Self {
         self.stages = how;
+        self
+    }
+
+    /// The fake, placing runs past `gpus` GPUs on whole nodes of `gpus`, as a Slurm-backed
+    /// control plane does: `--gpus 12` on nodes of 8 is refused (by `validate_run` and
+    /// `create_run` alike), with the Slurm executor's words.
+    #[must_use]
+    pub fn with_nodes_of(mut self, gpus: u32) -> Self {
+        self.nodes_of = Some(gpus.max(1));
         self
     }
 
@@ -207,6 +220,96 @@ impl FakeControlPlane {
         let id = state.runs[found].id.clone();
         state.telemetry.insert(id, jsonl.to_owned());
         Ok(())
+    }
+}
+
+impl FakeControlPlane {
+    /// What the server refuses of `run` before it places it, as far as the fake can tell
+    /// (`validate_run` and `create_run` alike; a name taken is the callers'): the SKU, the
+    /// size (div-pricing's rules), whole nodes ([`FakeControlPlane::with_nodes_of`]), the
+    /// ceiling, the checks, the project, the code.
+    fn refuse(&self, state: &State, run: &CreateRun) -> Result<div_pricing::Sizing, ApiError> {
+        let catalogue = self.catalogue.clone().unwrap_or_else(sample_catalogue);
+        if !catalogue.skus.iter().any(|s| s.name == run.sku) {
+            let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
+            return Err(ApiError::from_server(
+                ErrorKind::Refused,
+                "unknown_sku".to_owned(),
+                format!("unknown SKU `{}`", run.sku),
+                json!({ "accepted": accepted }),
+            ));
+        }
+        // Sized and priced by div-pricing's rules, as div-server sizes them.
+        let sizing = pricing_catalogue(&catalogue)
+            .size(&SizeRequest {
+                sku: run.sku.parse().map_err(|e: UnknownSku| {
+                    invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
+                })?,
+                gpus: run.gpus,
+                cpu: run.cpu,
+                memory: run.memory_gib.map(MemoryGib::new),
+            })
+            .map_err(|e| invalid(e.to_string(), Value::Null))?;
+        let gpus = sizing.gpus;
+        if let Some(per) = self.nodes_of
+            && gpus > per
+            && !gpus.is_multiple_of(per)
+        {
+            let below = gpus / per * per;
+            return Err(invalid(
+                format!(
+                    "`--gpus {gpus}`: past {per} GPUs a run takes whole nodes of {per} GPUs; ask for `--gpus {below}` or `--gpus {}`",
+                    below + per
+                ),
+                Value::Null,
+            ));
+        }
+        if let Some(cents) = run.max_spend_cents
+            && cents <= 0
+        {
+            return Err(invalid(
+                format!("`max_spend_cents` must be more than 0, not `{cents}`"),
+                Value::Null,
+            ));
+        }
+        if let Some(e) = run
+            .checks
+            .iter()
+            .find_map(|c| c.parse::<div_spec::Check>().err())
+        {
+            return Err(invalid(e.to_string(), Value::Null));
+        }
+        if run.project.trim().is_empty() {
+            return Err(invalid("the run has no project".to_owned(), Value::Null));
+        }
+        if let Some(code) = &run.code
+            && !state
+                .volumes
+                .get(&code.volume)
+                .is_some_and(|v| v.trees.contains_key(&code.path))
+        {
+            return Err(invalid(
+                format!(
+                    "the code `{}/{}` is not in a volume",
+                    code.volume, code.path
+                ),
+                Value::Null,
+            ));
+        }
+        Ok(sizing)
+    }
+}
+
+/// The refusal of a run named like one that exists.
+fn name_taken(state: &State, run: &CreateRun) -> Result<(), ApiError> {
+    match &run.name {
+        Some(name) if state.runs.iter().any(|r| &r.name == name) => Err(ApiError::from_server(
+            ErrorKind::Conflict,
+            "conflict".to_owned(),
+            format!("a run is already named `{name}`"),
+            Value::Null,
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -613,30 +716,16 @@ impl ControlPlane for FakeControlPlane {
         Ok(data.len() as u64)
     }
 
+    async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
+        let state = self.state();
+        self.refuse(&state, run)?;
+        name_taken(&state, run)
+    }
+
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
-        let catalogue = self.catalogue().await?;
-        if !catalogue.skus.iter().any(|s| s.name == run.sku) {
-            let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
-            return Err(ApiError::from_server(
-                ErrorKind::Refused,
-                "unknown_sku".to_owned(),
-                format!("unknown SKU `{}`", run.sku),
-                json!({ "accepted": accepted }),
-            ));
-        }
-        // Sized and priced by div-pricing's rules, as div-server sizes them.
-        let sizing = pricing_catalogue(&catalogue)
-            .size(&SizeRequest {
-                sku: run.sku.parse().map_err(|e: UnknownSku| {
-                    invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
-                })?,
-                gpus: run.gpus,
-                cpu: run.cpu,
-                memory: run.memory_gib.map(MemoryGib::new),
-            })
-            .map_err(|e| invalid(e.to_string(), Value::Null))?;
         let body = serde_json::to_value(run).expect("a CreateRun serializes");
         let mut state = self.state();
+        let sizing = self.refuse(&state, run)?;
         if let Some((seen, id)) = state.keys.get(idempotency_key) {
             if *seen == body {
                 let id = id.clone();
@@ -650,16 +739,7 @@ impl ControlPlane for FakeControlPlane {
                 Value::Null,
             ));
         }
-        if let Some(name) = &run.name
-            && state.runs.iter().any(|r| &r.name == name)
-        {
-            return Err(ApiError::from_server(
-                ErrorKind::Conflict,
-                "conflict".to_owned(),
-                format!("a run is already named `{name}`"),
-                Value::Null,
-            ));
-        }
+        name_taken(&state, run)?;
         state.next += 1;
         let n = state.next;
         let created = Run {

@@ -40,7 +40,10 @@ pub(crate) async fn logs(
                 printer.status(&format!("{} started", run.name));
                 return;
             }
-            _ => return,
+            other => {
+                super::outage_status(printer, &other);
+                return;
+            }
         };
         {
             tail.saw(&bytes);

@@ -171,6 +171,38 @@ impl LogColours {
     }
 }
 
+/// What a follower (`div run`, `div logs --follow`) says when its control plane stops
+/// answering and when it answers again (docs/run.md, "When the control plane goes away");
+/// `false` for any other event.
+pub(crate) fn outage_status(
+    printer: &mut crate::printer::Printer,
+    event: &div_core::Event,
+) -> bool {
+    use div_core::Event;
+    match event {
+        Event::ControlPlaneAway {
+            run,
+            cause,
+            at_most,
+        } => {
+            printer.status(&format!(
+                "div: the control plane does not answer; waiting for it while {run} may still be going (at most {})",
+                div_spec::format_duration(at_most.as_secs())
+            ));
+            printer.status(&format!("  {cause}"));
+            true
+        }
+        Event::ControlPlaneBack { after, .. } => {
+            printer.status(&format!(
+                "div: the control plane answers again after {}",
+                div_spec::format_duration(after.as_secs())
+            ));
+            true
+        }
+        _ => false,
+    }
+}
+
 /// When `main` began, for `DIVERGENT_TIMINGS`.
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 

@@ -257,13 +257,15 @@ pub(crate) async fn run(
     };
     let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
     let outcome = outcome.map_err(|e| {
+        // Given up past the run's latest end, it cannot go on: its own hint says what to do.
+        let gone = matches!(e, div_core::RunError::ControlPlaneGone { .. });
         let failure = super::failure(e);
         // Placed, the run goes on whatever happened to this `div`: say how to reach it.
         match seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone() {
-            Some(name) => failure.hint(Some(format!(
+            Some(name) if !gone => failure.hint(Some(format!(
                 "{name} goes on: follow it again with `div logs {name} --follow`, stop it with `div stop {name}`"
             ))),
-            None => failure,
+            _ => failure,
         }
     })?;
     match outcome {
@@ -372,7 +374,9 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             }
         }
         Event::Ended(_) | Event::Step(_) => {}
-        _ => {}
+        other => {
+            super::outage_status(printer, &other);
+        }
     }
 }
 

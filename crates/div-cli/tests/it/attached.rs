@@ -294,6 +294,8 @@ async fn a_reader_that_goes_away_ends_div_quietly() {
     assert!(!stderr.contains("error"), "{stderr}");
 }
 
+/// A log this `div` cannot read (here, not sent as a log): the run goes on, and `div` says how
+/// to reach it. (A control plane that does not answer is waited for instead, below.)
 #[tokio::test]
 async fn a_log_that_cannot_be_followed_says_the_run_goes_on_and_how_to_reach_it() {
     let world = World::new().await;
@@ -302,11 +304,9 @@ async fn a_log_that_cannot_be_followed_says_the_run_goes_on_and_how_to_reach_it(
         .await;
     Mock::given(method("GET"))
         .and(path("/v1/runs/r_run-k4t9/log"))
-        .respond_with(div_test_support::mock::error_response(
-            503,
-            "unavailable",
-            "down for maintenance",
-            serde_json::Value::Null,
+        .respond_with(div_test_support::mock::json_response(
+            200,
+            &serde_json::json!({}),
         ))
         .with_priority(1)
         .mount(&world.server)
@@ -318,11 +318,60 @@ async fn a_log_that_cannot_be_followed_says_the_run_goes_on_and_how_to_reach_it(
         .await
         .expect("div runs");
     let stderr = String::from_utf8_lossy(&done.stderr);
-    assert_ne!(done.status.code(), Some(0), "{stderr}");
+    assert_eq!(done.status.code(), Some(203), "{stderr}");
     assert_eq!(
         stderr.lines().last(),
         Some(
             "hint: run-k4t9 goes on: follow it again with `div logs run-k4t9 --follow`, stop it with `div stop run-k4t9`"
+        ),
+        "{stderr}"
+    );
+}
+
+/// `div logs --follow` of a run whose day is long over (it started on 2025-01-01) while its
+/// control plane answers only 503: it cannot still be going, so `div` does not wait for the
+/// control plane; it says so and exits 201, with what to do once the control plane is back.
+/// (The wait itself, for a run that may still be going, runs on tokio's paused clock in
+/// div-core, `follow::a_follower_waits_hours_for_a_control_plane_that_went_away_and_goes_on`,
+/// and end to end in `crash::a_follower_waits_for_a_stopped_control_plane_and_goes_on_once_it_is_back`.)
+#[tokio::test]
+async fn a_follower_does_not_wait_for_a_run_that_cannot_still_be_going() {
+    let world = World::new().await;
+    div_test_support::mock::mount_run(&world.server, &run(RunStatus::Running)).await;
+    Mock::given(method("GET"))
+        .and(path("/v1/runs/r_run-k4t9/log"))
+        .respond_with(div_test_support::mock::error_response(
+            503,
+            "unavailable",
+            "down for maintenance",
+            serde_json::Value::Null,
+        ))
+        .mount(&world.server)
+        .await;
+    let done = world
+        .command(&["logs", "run-k4t9", "--follow"])
+        .env("DIVERGENT_API_TIMEOUT", "1")
+        .output()
+        .await
+        .expect("div runs");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(201), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("error: the control plane does not answer, and run-k4t9 cannot still be going"),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("caused by: ") && l.contains("down for maintenance")),
+        "{stderr}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "hint: once the control plane answers again, `div logs run-k4t9` shows how the run ended"
         ),
         "{stderr}"
     );

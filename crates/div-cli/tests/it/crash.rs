@@ -1,6 +1,6 @@
 //! The local control plane killed with SIGKILL at random moments during a batch of runs, and
 //! restarted: every run ends with its true status, log and result; none is lost, none stays
-//! `running`.
+//! `running`. And stopped while `div run` follows a run: the follower waits for it.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -136,4 +136,113 @@ fn server_killed_at_random_moments_loses_no_run() {
         assert_eq!(result["result"]["metrics"]["i"], *i as i64, "{result}");
     }
     kill(server);
+}
+
+/// Reads lines up to the first that starts with `prefix`; returns the lines read.
+fn lines_until(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    prefix: &str,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("text");
+        let done = line.starts_with(prefix);
+        seen.push(line);
+        if done {
+            return seen;
+        }
+    }
+    panic!("no line starting with `{prefix}` in {seen:?}");
+}
+
+/// `div run` follows a run while the local control plane is stopped (`div server stop`: the
+/// run goes on under its supervisor) for longer than the log stream's own deadline (6 s here,
+/// `DIVERGENT_API_TIMEOUT`, past the server's 5-second beat; `div` used to give up there with
+/// exit 201): it says it waits, and
+/// once the control plane is started again (by the next `div`, which opens the run's gate),
+/// it says so, prints the rest of the log, each line once, and exits with the run's own code.
+#[test]
+fn a_follower_waits_for_a_stopped_control_plane_and_goes_on_once_it_is_back() {
+    use std::io::BufRead;
+    let local = Local::new("project", &[("train.py", "print(1)\n")]);
+    let mut follower = local
+        .command(&[
+            "run",
+            "--gpu",
+            "cpu",
+            "--",
+            "echo before; while [ ! -e /mnt/gate/go ]; do sleep 0.1; done; echo after; exit 3",
+        ])
+        .env("DIVERGENT_API_TIMEOUT", "6")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("div run starts");
+    // A deadline on the whole test, not a wait: a follower still going then is stopped, and
+    // the reads below end.
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let pid = follower.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        if watch.recv_timeout(Duration::from_secs(300)).is_err() {
+            let _ = std::process::Command::new("kill").arg(&pid).status();
+        }
+    });
+    let mut out = std::io::BufReader::new(follower.stdout.take().expect("stdout")).lines();
+    let mut err = std::io::BufReader::new(follower.stderr.take().expect("stderr")).lines();
+    lines_until(&mut out, "before");
+
+    let stop = local.div(&["server", "stop"]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    // (A beat late past the deadline on a busy machine reads as a moment away, and back: the
+    // wait that counts is the one for a control plane that cannot be reached.)
+    loop {
+        let said = lines_until(
+            &mut err,
+            "div: the control plane does not answer; waiting for it while run-",
+        );
+        let waiting = said.last().expect("a line");
+        // A day from its start, its grace (the most a control plane gives: 10 minutes) and 5.
+        assert!(
+            waiting.contains(" may still be going (at most 24h 1"),
+            "{said:?}"
+        );
+        let cause = err.next().expect("the cause").expect("text");
+        assert!(cause.starts_with("  "), "{cause}");
+        if cause.contains("could not reach the control plane at `unix://") {
+            break;
+        }
+    }
+
+    // Started again by the next `div`, which opens the gate the run waits at.
+    let gate = local.tmp.path().join("gate");
+    std::fs::create_dir_all(&gate).expect("mkdir");
+    std::fs::write(gate.join("go"), "").expect("write");
+    let put = local.div(&["storage", "put", "gate", &gate.to_string_lossy()]);
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+
+    let rest: Vec<String> = out.map(|l| l.expect("text")).collect();
+    let said: Vec<String> = err.map(|l| l.expect("text")).collect();
+    let code = follower.wait().expect("div run ends").code();
+    let _ = done.send(());
+    watchdog.join().expect("the watchdog ends");
+    assert_eq!(rest, ["after"], "the rest of the log, each line once");
+    assert_eq!(code, Some(3), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with("div: the control plane answers again after ")),
+        "{said:?}"
+    );
+    let last = said.last().map(String::as_str).unwrap_or_default();
+    assert!(
+        last.contains(" failed after ") && last.contains("(exit 3)"),
+        "{said:?}"
+    );
 }

@@ -2,6 +2,8 @@
 
 use div_api::{CheckOutcome, CheckVerdict, RunStatus};
 use insta::assert_snapshot;
+use wiremock::Mock;
+use wiremock::matchers::{method, path};
 
 use crate::support::{World, run};
 
@@ -135,6 +137,99 @@ async fn an_attached_run_prints_shipping_header_log_and_last_line() {
         commit < create,
         "the code is shipped before the run is placed: {requests:?}"
     );
+}
+
+/// What a Slurm-backed control plane says of `--gpus 12`.
+const NOT_WHOLE_NODES: &str =
+    "`--gpus 12`: past 8 GPUs a run takes whole nodes of 8 GPUs; ask for `--gpus 8` or `--gpus 16`";
+
+/// Mount `POST {route}` answering `NOT_WHOLE_NODES` as a refusal.
+async fn refusing(world: &World, route: &str) {
+    Mock::given(method("POST"))
+        .and(path(route))
+        .respond_with(div_test_support::mock::error_response(
+            422,
+            "invalid",
+            NOT_WHOLE_NODES,
+            serde_json::Value::Null,
+        ))
+        .with_priority(1)
+        .mount(&world.server)
+        .await;
+}
+
+/// A refusal only the control plane can make comes from `POST /v1/runs/validate`, before the
+/// code is uploaded or anything made, and prints as the same refusal from `POST /v1/runs`
+/// printed after the upload (a control plane without the route).
+#[tokio::test]
+async fn a_run_the_control_plane_refuses_is_refused_before_anything_is_uploaded() {
+    let args = ["run", "--gpu", "h100", "--gpus", "12", "train.py"];
+    let world = World::new().await;
+    world
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    refusing(&world, "/v1/runs/validate").await;
+    let done = world.div(&args).await;
+    assert_eq!(done.code, 200, "{}", done.stderr);
+    assert_eq!(done.stdout, "");
+    assert_snapshot!(done.stderr, @r"
+    error: could not place the run
+    caused by: `--gpus 12`: past 8 GPUs a run takes whole nodes of 8 GPUs; ask for `--gpus 8` or `--gpus 16`
+    ");
+    world.assert_nothing_created().await;
+    assert!(
+        world
+            .requests()
+            .await
+            .contains(&"POST /v1/runs/validate".to_owned())
+    );
+
+    // A control plane without the route refuses the same at `POST /v1/runs`, after the upload.
+    let older = World::new().await;
+    older
+        .mount_placing(&run(RunStatus::Queued), &[], &run(RunStatus::Succeeded))
+        .await;
+    refusing(&older, "/v1/runs").await;
+    let late = older.div(&args).await;
+    assert_eq!(late.code, 200, "{}", late.stderr);
+    let at = late.stderr.find("error: ").expect("an error");
+    assert_eq!(done.stderr, late.stderr[at..], "printed alike");
+    let requests = older.requests().await;
+    assert!(
+        requests.iter().any(|r| r.ends_with("/trees")),
+        "the older control plane got the code first: {requests:?}"
+    );
+}
+
+/// A control plane that answers `POST /v1/runs/validate` 404 (wiremock's answer to a route
+/// it was not given) or 405 has no such question: the run is shipped and placed as before.
+#[tokio::test]
+async fn a_control_plane_without_validation_places_the_run_as_before() {
+    for status in [404, 405] {
+        let world = World::new().await;
+        world
+            .mount_placing(
+                &run(RunStatus::Queued),
+                &[b"hi\n"],
+                &run(RunStatus::Succeeded),
+            )
+            .await;
+        Mock::given(method("POST"))
+            .and(path("/v1/runs/validate"))
+            .respond_with(wiremock::ResponseTemplate::new(status))
+            .with_priority(1)
+            .mount(&world.server)
+            .await;
+        let done = world.div(&["run", "train.py"]).await;
+        assert_eq!(done.code, 0, "{status}: {}", done.stderr);
+        assert_eq!(done.stdout, "hi\n");
+        let requests = world.requests().await;
+        let at = |route: &str| requests.iter().position(|r| r == route);
+        assert!(
+            at("POST /v1/runs/validate") < at("POST /v1/runs") && at("POST /v1/runs").is_some(),
+            "{status}: {requests:?}"
+        );
+    }
 }
 
 #[tokio::test]

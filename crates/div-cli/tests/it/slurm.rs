@@ -332,11 +332,28 @@ fn a_request_the_cluster_can_never_place_is_refused_before_anything_is_created()
         return;
     }
     let c = Cluster::new();
+    // Nothing was uploaded: no code volume (`project-code`), no snapshot on disk; each refusal
+    // prints as `POST /v1/runs`'s, which `POST /v1/runs/validate` answers before the upload.
+    let nothing_uploaded = |stderr: &str| {
+        let volumes = c.div(&["storage", "ls"]);
+        assert!(volumes.status.success(), "{}", text(&volumes.stderr));
+        assert!(
+            !text(&volumes.stdout).contains("project-code"),
+            "the code was uploaded before the refusal: {}\n{stderr}",
+            text(&volumes.stdout)
+        );
+        assert!(
+            !c.home().join("volumes/project-code/code").exists(),
+            "a code snapshot was made before the refusal: {stderr}"
+        );
+        assert!(!stderr.contains(" → project-code/"), "{stderr}");
+    };
     // More GPUs than the partition has: refused from the catalogue (capacity 32).
     let out = c.div(&["run", "--gpu", "h100", "--gpus", "40", "--", "true"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(200), "{stderr}");
     assert!(stderr.contains("32 H100; the run asks for 40"), "{stderr}");
+    nothing_uploaded(&stderr);
     // 40 cores on one node of 16: within the cluster's total, so only `sbatch --test-only`
     // can tell (Slurm would otherwise take it and leave it pending forever).
     let out = c.div(&[
@@ -349,6 +366,11 @@ fn a_request_the_cluster_can_never_place_is_refused_before_anything_is_created()
             .contains("the Slurm cluster can never place this run (1 node(s) × 8 GPU(s), 40 cores"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("error: could not place the run\n"),
+        "{stderr}"
+    );
+    nothing_uploaded(&stderr);
     let out = c.div(&["run", "--gpu", "h100", "--gpus", "12", "--", "true"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(200), "{stderr}");
@@ -356,6 +378,11 @@ fn a_request_the_cluster_can_never_place_is_refused_before_anything_is_created()
         stderr.contains("ask for `--gpus 8` or `--gpus 16`"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("error: could not place the run\n"),
+        "{stderr}"
+    );
+    nothing_uploaded(&stderr);
     let runs = c.div(&["runs", "--json"]);
     assert_eq!(text(&runs.stdout).trim(), "[]", "nothing was created");
 }

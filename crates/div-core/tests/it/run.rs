@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use div_api::{ControlPlane, RunStatus};
-use div_core::{Event, FailureKind, RunOptions, RunOutcome};
+use div_core::{Event, FailureKind, RunError, RunOptions, RunOutcome};
 use div_test_support::FakeControlPlane;
 
 use crate::{Events, dir, project};
@@ -135,6 +135,50 @@ async fn an_unknown_sku_is_refused_before_anything_is_created() {
         .expect_err("refused");
     assert_eq!(err.kind(), FailureKind::Refused, "{err}");
     assert!(cp.list_volumes().await.expect("volumes").is_empty());
+}
+
+/// What only the control plane can refuse (here, as on Slurm, a count of GPUs that is not
+/// whole nodes) is refused by its validation before anything is shipped, made or placed,
+/// `--dry-run` included, with the refusal `create_run` itself gives.
+#[tokio::test]
+async fn a_run_only_the_control_plane_refuses_is_refused_before_anything_is_shipped() {
+    let tmp = project();
+    let cp = FakeControlPlane::new().with_nodes_of(2);
+    let refusal = "`--gpus 3`: past 2 GPUs a run takes whole nodes of 2 GPUs; ask for `--gpus 2` or `--gpus 4`";
+    for dry_run in [false, true] {
+        let mut options = options(&tmp);
+        options.gpus = 3;
+        options.dry_run = dry_run;
+        let mut events = Vec::new();
+        let err = div_core::run(&cp, &options, &mut |e: Event| events.push(e))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.kind(), FailureKind::Refused, "{err}");
+        let RunError::Api { during, source } = &err else {
+            panic!("the control plane's refusal: {err:?}");
+        };
+        assert_eq!((*during, source.message()), ("place the run", refusal));
+        assert!(
+            !events.iter().any(|e| matches!(
+                e,
+                Event::Shipping { .. } | Event::UploadStarted { .. } | Event::Placing
+            )),
+            "{events:?}"
+        );
+        assert!(cp.list_volumes().await.expect("volumes").is_empty());
+        let runs = cp.list_runs(&Default::default()).await.expect("runs");
+        assert!(runs.runs.is_empty());
+    }
+    // `create_run` refuses it with the same words, and what fits on a node is placed.
+    let mut request =
+        div_test_support::quick_run(&div_test_support::ConformanceContext::default(), None);
+    (request.sku, request.gpus) = ("h100".into(), 3);
+    let created = cp.create_run("k", &request).await.expect_err("refused");
+    assert_eq!(created.message(), refusal);
+    let mut options = options(&tmp);
+    (options.gpus, options.detach) = (2, true);
+    let placed = div_core::run(&cp, &options, &mut |_: Event| {}).await;
+    assert!(matches!(placed, Ok(RunOutcome::Detached(_))), "{placed:?}");
 }
 
 #[tokio::test]

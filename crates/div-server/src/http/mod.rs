@@ -219,6 +219,11 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             });
             Ok(wire::stream("application/x-ndjson", rx))
         }
+        (&Method::POST, ["v1", "runs", "validate"]) => {
+            let body = read_body(req).await?;
+            blocking(server, move |s| runs::validate_run(s, &body)).await?;
+            Ok(wire::json(200, &json!({ "valid": true })))
+        }
         (&Method::POST, ["v1", "runs"]) => {
             let key = header(&req, "idempotency-key").unwrap_or_default();
             let body = read_body(req).await?;

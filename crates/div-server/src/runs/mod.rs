@@ -1,4 +1,4 @@
-//! Runs: placing one (validated, idempotent), showing them (one, a page, its result, its
+//! Runs: placing one (validated, idempotent; or only validated, creating nothing), showing them (one, a page, its result, its
 //! telemetry) and stopping one. The queue and the launch are [`scheduler`]'s and
 //! [`launcher`]'s; where a run runs is the [`crate::executor`]'s.
 
@@ -39,6 +39,44 @@ fn random_base36(n: usize) -> String {
         .collect()
 }
 
+/// The run a `POST /v1/runs` or `POST /v1/runs/validate` body asks for.
+fn parse_request(body: &[u8]) -> Result<CreateRun, HttpError> {
+    serde_json::from_slice(body)
+        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))
+}
+
+/// What `POST /v1/runs` refuses of a run before it places it: [`validation::validate`], then
+/// the org's usage limit.
+fn refuse(server: &Server, request: &CreateRun) -> Result<validation::Valid, HttpError> {
+    let valid = validation::validate(server, request)?;
+    if let Some(usage) = crate::org::usage(server)?.filter(|u| u.reached) {
+        return Err(
+            HttpError::new(ErrorCode::UsageLimitReached, usage.refusal(&server.home))
+                .with_details(serde_json::to_value(&usage).unwrap_or_default()),
+        );
+    }
+    Ok(valid)
+}
+
+/// `POST /v1/runs`'s refusal of a run named like one that exists.
+fn name_taken(name: &str) -> HttpError {
+    HttpError::conflict(format!("a run named `{name}` already exists"))
+}
+
+/// `POST /v1/runs/validate`: refuses `body` exactly as `POST /v1/runs` would now (the same
+/// status and error), creating nothing: no run, no volume, no idempotency key. Its `code` may
+/// be absent (not sent yet); its image is not resolved (`POST /v1/images/pull` does that).
+pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), HttpError> {
+    let request = parse_request(body)?;
+    refuse(server, &request)?;
+    if let Some(name) = &request.name
+        && server.store.name_taken(name)?
+    {
+        return Err(name_taken(name));
+    }
+    Ok(())
+}
+
 /// The checks of `POST /v1/runs` that need no image (the key, the JSON, the run's
 /// validation: the same refusals as [`create_run`]'s), done before its image is pulled, so a
 /// mistaken run is refused at once; returns the image it names (`None`: the default).
@@ -52,8 +90,7 @@ pub(crate) fn precheck(
             "the `Idempotency-Key` header is required",
         ));
     }
-    let request: CreateRun = serde_json::from_slice(body)
-        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))?;
+    let request = parse_request(body)?;
     validation::validate(server, &request)?;
     Ok(request.image)
 }
@@ -72,8 +109,7 @@ pub(crate) fn create_run(
             "the `Idempotency-Key` header is required",
         ));
     }
-    let request: CreateRun = serde_json::from_slice(body)
-        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))?;
+    let request = parse_request(body)?;
     let canonical = serde_json::to_vec(&request).map_err(|e| HttpError::invalid(e.to_string()))?;
     let body_hash = blake3::hash(&canonical).to_hex().to_string();
     // From the check that its code is there to its record, a run holds its code volume's
@@ -86,13 +122,7 @@ pub(crate) fn create_run(
     let _code_turn = code_lock
         .as_ref()
         .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
-    let valid = validation::validate(server, &request)?;
-    if let Some(usage) = crate::org::usage(server)?.filter(|u| u.reached) {
-        return Err(
-            HttpError::new(ErrorCode::UsageLimitReached, usage.refusal(&server.home))
-                .with_details(serde_json::to_value(&usage).unwrap_or_default()),
-        );
-    }
+    let valid = refuse(server, &request)?;
 
     let _guard = server.lock();
     let name = match &request.name {
@@ -154,11 +184,7 @@ pub(crate) fn create_run(
     }
     let placed = match placed {
         Ok(placed) => placed,
-        Err(e) if e.is_unique_violation() => {
-            return Err(HttpError::conflict(format!(
-                "a run named `{name}` already exists"
-            )));
-        }
+        Err(e) if e.is_unique_violation() => return Err(name_taken(&name)),
         Err(e) => return Err(e.into()),
     };
     match placed {

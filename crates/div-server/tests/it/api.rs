@@ -108,6 +108,100 @@ async fn runs_are_refused_with_reasons() {
     );
 }
 
+/// `POST /v1/runs/validate` answers `{"valid": true}` for what `POST /v1/runs` would place,
+/// and for each thing `POST /v1/runs` refuses, its very status and body; it creates nothing:
+/// no run, not the volume the command names.
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_refuses_what_create_refuses_and_creates_nothing() {
+    let server = Server::start().await;
+    let base = json!({
+        "project": "p", "entrypoint": "x", "command": "ls /mnt/named; true", "sku": "cpu", "gpus": 1
+    });
+    let with = |extra: serde_json::Value| {
+        let mut body = base.clone();
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        body
+    };
+    let keys = std::sync::atomic::AtomicU32::new(0);
+    let both = |body: serde_json::Value| {
+        let key = format!(
+            "k-{}",
+            keys.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let server = &server;
+        async move {
+            let validated = server
+                .request("POST", "/v1/runs/validate", Some(body.clone()))
+                .await;
+            let created = server
+                .request_with("POST", "/v1/runs", Some(body), &[("idempotency-key", &key)])
+                .await;
+            (validated, created)
+        }
+    };
+    assert_eq!(
+        server
+            .request("POST", "/v1/runs/validate", Some(base.clone()))
+            .await,
+        (200, json!({"valid": true}))
+    );
+    let (status, taken) = server.create_run("true", json!({"name": "taken"})).await;
+    assert_eq!(status, 201, "{taken}");
+
+    for (extra, status) in [
+        (json!({"sku": "b300"}), 422),
+        (json!({"sku": "h100", "gpus": 3}), 422),
+        (json!({"max_spend_cents": 0}), 422),
+        (json!({"checks": ["accuracy"]}), 422),
+        (json!({"env": [{"key": "1X", "value": "y"}]}), 422),
+        (json!({"project": " "}), 422),
+        (
+            json!({"code": {"volume": "nowhere", "path": "code/0000"}}),
+            422,
+        ),
+        (json!({"name": "taken"}), 409),
+        (json!({"gpus": -1}), 400),
+    ] {
+        let (validated, created) = both(with(extra.clone())).await;
+        assert_eq!(validated.0, status, "{extra}: {}", validated.1);
+        assert_eq!(validated, created, "{extra}");
+    }
+    // The org's usage limit reached (a limit of nothing is reached at once): 402, both.
+    let settings = server.home.join("settings.json");
+    std::fs::write(&settings, r#"{"org_usage_limit_cents": 0}"#).expect("settings");
+    let (validated, created) = both(base.clone()).await;
+    assert_eq!(validated.0, 402, "{}", validated.1);
+    assert_eq!(validated.1["error"]["code"], "usage_limit_reached");
+    assert_eq!(validated, created);
+    std::fs::remove_file(&settings).expect("settings removed");
+
+    // Nothing was made: the one run placed on purpose, and no volume `named`.
+    let (_, list) = server.request("GET", "/v1/runs", None).await;
+    let names: Vec<&str> = list["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["taken"], "{list}");
+    let (_, volumes) = server.request("GET", "/v1/volumes", None).await;
+    assert_eq!(volumes, json!({"volumes": []}));
+    // The same body, now placed: its volume is made then.
+    let (status, placed) = server
+        .request_with(
+            "POST",
+            "/v1/runs",
+            Some(base.clone()),
+            &[("idempotency-key", "k-placed")],
+        )
+        .await;
+    assert_eq!(status, 201, "{placed}");
+    let (_, volumes) = server.request("GET", "/v1/volumes", None).await;
+    assert_eq!(volumes["volumes"][0]["name"], "named", "{volumes}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_socket_is_its_owners_only() {
     use std::os::unix::fs::PermissionsExt;

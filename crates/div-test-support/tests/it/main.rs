@@ -9,7 +9,7 @@ use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 16);
+    assert_eq!(report.passed.len(), 17);
 }
 
 /// The fake, but creating a run twice for one key.
@@ -50,6 +50,9 @@ impl ControlPlane for ForgetsKeys {
     }
     async fn read_file(&self, v: &str, p: &str, s: ByteSink<'_>) -> Result<u64, ApiError> {
         self.0.read_file(v, p, s).await
+    }
+    async fn validate_run(&self, r: &CreateRun) -> Result<(), ApiError> {
+        self.0.validate_run(r).await
     }
     async fn create_run(&self, k: &str, r: &CreateRun) -> Result<Run, ApiError> {
         let fresh = format!(
