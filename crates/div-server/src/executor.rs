@@ -8,8 +8,9 @@
 //! writes a run's status, and the server never reads a run's end from anywhere but its run
 //! directory.
 //!
-//! Today there is one: [`LocalExecutor`], a supervisor process on this machine. An image
-//! executor or a Slurm one plugs in here with its own [`Handle`].
+//! There are two: [`LocalExecutor`], a supervisor process on this machine, and
+//! [`slurm::SlurmExecutor`], one Slurm job a run with a supervisor on each node, whose runs'
+//! ends the control plane decides once for the whole run (`crate::decision`).
 
 use std::fs;
 use std::path::{Path, PathBuf};

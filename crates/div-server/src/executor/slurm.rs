@@ -579,6 +579,10 @@ impl Executor for SlurmExecutor {
         let Some(job) = handle.map(|h| h.pid).or_else(|| recorded_job(run_dir)) else {
             return Ok(());
         };
+        // Already decided (asked again: the org's stop is asked on every pass): stopping.
+        if decision::read(run_dir).is_some() {
+            return Ok(());
+        }
         // Pending, nothing of it runs yet: cancel it now. Running: the one decision for the
         // whole run, which every node's supervisor obeys at once (SIGTERM, its grace, then
         // SIGKILL at the same moment everywhere); `scancel` comes the configured grace after
