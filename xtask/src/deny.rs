@@ -34,6 +34,10 @@ pub(crate) fn deny() -> Result<()> {
     install()?;
     let root = repo_root();
     lay_out(&root)?;
+    // Every package of the lock file, for every platform (a build fetches only this one's):
+    // `cargo deny --offline` reads their manifests, and a fresh machine has none of the
+    // others (it failed so, "failed to download `android_system_properties`", on one).
+    run(cargo().current_dir(&root).args(["fetch", "--locked"]))?;
     run(cargo()
         .current_dir(&root)
         .args(["deny", "--offline", "check"]))?;

@@ -1,10 +1,12 @@
-//! Cgroups for a run's memory and CPU quota: which hierarchy this process may use (found from
+//! Cgroups for a run's memory, CPU quota and tasks: which hierarchy this process may use (found from
 //! `/proc/self/cgroup`, `/proc/self/mountinfo` and the cgroup files, under a root so tests
 //! read fixture trees), and the run's own cgroups made, filled, read and removed.
 //!
 //! Memory prefers cgroup v2 where its controller is delegated to us, then v1; the CPU quota
 //! likewise (`cpu.max` on v2, `cpu.cfs_quota_us` on v1). Either may be absent: memory then
-//! falls back to polling the process tree (a soft limit), cores to CPU affinity alone.
+//! falls back to polling the process tree (a soft limit), cores to CPU affinity alone. Tasks
+//! (`pids.max`, v2 or v1) fall back to `RLIMIT_NPROC` in the run's own user namespace
+//! (`sys::limit_tasks`).
 //!
 //! Why over 700 lines: some 240 are its tests, which build a fixture tree for each layout
 //! (hybrid, delegated v2, a container's mount root…); the code itself is about 460.
@@ -36,11 +38,14 @@ pub(crate) struct Parent {
     pub(crate) dir: PathBuf,
 }
 
-/// Where runs' memory and CPU cgroups go; `None` where this process may not make them.
+/// Where runs' memory, CPU and tasks cgroups go; `None` where this process may not make them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Plan {
     pub(crate) memory: Option<Parent>,
     pub(crate) cpu: Option<Parent>,
+    /// A plan written by an older server has none.
+    #[serde(default)]
+    pub(crate) pids: Option<Parent>,
 }
 
 /// One mount of a cgroup filesystem, from `mountinfo`.
@@ -208,6 +213,7 @@ pub(crate) fn candidates(root: &Path) -> Plan {
     Plan {
         memory: pick("memory"),
         cpu: pick("cpu"),
+        pids: pick("pids"),
     }
 }
 
@@ -226,6 +232,7 @@ pub(crate) fn detect() -> Plan {
     Plan {
         memory: prove(plan.memory, "memory"),
         cpu: prove(plan.cpu, "cpu"),
+        pids: prove(plan.pids, "pids"),
     }
 }
 
@@ -234,6 +241,7 @@ fn control_file(version: Version, controller: &str) -> &'static str {
     match (version, controller) {
         (Version::V1, "memory") => "memory.limit_in_bytes",
         (Version::V2, "memory") => "memory.max",
+        (_, "pids") => "pids.max",
         (Version::V1, _) => "cpu.cfs_quota_us",
         (Version::V2, _) => "cpu.max",
     }
@@ -276,13 +284,21 @@ fn enable_v2(dir: &Path, controller: &str) -> io::Result<()> {
 pub(crate) struct RunCgroups {
     pub(crate) memory: Option<Parent>,
     pub(crate) cpu: Option<Parent>,
+    pub(crate) pids: Option<Parent>,
 }
 
 impl RunCgroups {
-    /// Makes the run's cgroups (`div-<run-id>` under each parent; one for both on v2 when
-    /// they share a parent) and writes the limits. A cgroup that cannot be made is left out:
-    /// the caller says so and falls back.
-    pub(crate) fn make(plan: &Plan, run_id: &str, memory_bytes: u64, cores: usize) -> RunCgroups {
+    /// Makes the run's cgroups (`div-<run-id>` under each parent; one for all on v2 when
+    /// they share a parent) and writes the limits: its memory, its cores, and `tasks`
+    /// processes and threads together. A cgroup that cannot be made is left out: the caller
+    /// says so and falls back.
+    pub(crate) fn make(
+        plan: &Plan,
+        run_id: &str,
+        memory_bytes: u64,
+        cores: usize,
+        tasks: u64,
+    ) -> RunCgroups {
         let name = format!("div-{run_id}");
         let memory = plan.memory.as_ref().and_then(|p| {
             let dir = p.dir.join(&name);
@@ -318,7 +334,16 @@ impl RunCgroups {
             };
             finish(ok, p.version, dir)
         });
-        RunCgroups { memory, cpu }
+        let pids = plan.pids.as_ref().and_then(|p| {
+            let dir = p.dir.join(&name);
+            make_dir(&dir).ok()?;
+            finish(
+                fs::write(dir.join("pids.max"), tasks.to_string()),
+                p.version,
+                dir,
+            )
+        });
+        RunCgroups { memory, cpu, pids }
     }
 
     /// The cgroups a run of `run_id` was given under `plan`, those that still exist: what a
@@ -336,13 +361,14 @@ impl RunCgroups {
         RunCgroups {
             memory: existing(&plan.memory),
             cpu: existing(&plan.cpu),
+            pids: existing(&plan.pids),
         }
     }
 
     /// Each distinct cgroup directory of the run.
     pub(crate) fn dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
-        for p in [&self.memory, &self.cpu].into_iter().flatten() {
+        for p in [&self.memory, &self.cpu, &self.pids].into_iter().flatten() {
             if !dirs.contains(&p.dir) {
                 dirs.push(p.dir.clone());
             }
@@ -397,7 +423,7 @@ impl RunCgroups {
     /// The run's distinct cgroup directories of one version.
     fn dirs_of(&self, version: Version) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
-        for p in [&self.memory, &self.cpu].into_iter().flatten() {
+        for p in [&self.memory, &self.cpu, &self.pids].into_iter().flatten() {
             if p.version == version && !dirs.contains(&p.dir) {
                 dirs.push(p.dir.clone());
             }
@@ -640,8 +666,9 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let v1_mem = root.path().join("memory");
         let v1_cpu = root.path().join("cpu");
+        let v1_pids = root.path().join("pids");
         let v2 = root.path().join("unified");
-        for d in [&v1_mem, &v1_cpu, &v2] {
+        for d in [&v1_mem, &v1_cpu, &v1_pids, &v2] {
             fs::create_dir_all(d).expect("a parent");
         }
         let read = |p: PathBuf| fs::read_to_string(p).expect("written");
@@ -654,12 +681,21 @@ mod tests {
                 version: Version::V1,
                 dir: v1_cpu.clone(),
             }),
+            pids: Some(Parent {
+                version: Version::V1,
+                dir: v1_pids.clone(),
+            }),
         };
-        let run = RunCgroups::make(&plan, "r_1", 1 << 30, 2);
+        let run = RunCgroups::make(&plan, "r_1", 1 << 30, 2, 2048);
         assert_eq!(
             run.dirs(),
-            vec![v1_mem.join("div-r_1"), v1_cpu.join("div-r_1")]
+            vec![
+                v1_mem.join("div-r_1"),
+                v1_cpu.join("div-r_1"),
+                v1_pids.join("div-r_1")
+            ]
         );
+        assert_eq!(read(v1_pids.join("div-r_1/pids.max")), "2048");
         assert_eq!(
             read(v1_mem.join("div-r_1/memory.limit_in_bytes")),
             "1073741824"
@@ -676,13 +712,18 @@ mod tests {
                 version: Version::V2,
                 dir: v2.clone(),
             }),
+            pids: Some(Parent {
+                version: Version::V2,
+                dir: v2.clone(),
+            }),
         };
-        let run = RunCgroups::make(&plan, "r_2", 1 << 30, 1);
+        let run = RunCgroups::make(&plan, "r_2", 1 << 30, 1, 1024);
         assert_eq!(
             run.dirs(),
             vec![v2.join("div-r_2")],
-            "one cgroup for both on v2"
+            "one cgroup for all on v2"
         );
+        assert_eq!(read(v2.join("div-r_2/pids.max")), "1024");
         assert_eq!(read(v2.join("div-r_2/memory.max")), "1073741824");
         assert_eq!(read(v2.join("div-r_2/memory.oom.group")), "1");
         assert_eq!(read(v2.join("div-r_2/cpu.max")), "100000 100000");
@@ -690,7 +731,7 @@ mod tests {
         assert!(run.oom_killed());
 
         // No cores: no quota.
-        let run = RunCgroups::make(&plan, "r_3", 1 << 30, 0);
+        let run = RunCgroups::make(&plan, "r_3", 1 << 30, 0, 1024);
         assert!(run.cpu.is_none() && run.memory.is_some());
         // A parent that is not there: left out.
         let plan = Plan {
@@ -699,8 +740,9 @@ mod tests {
                 dir: root.path().join("absent/x"),
             }),
             cpu: None,
+            pids: None,
         };
-        let run = RunCgroups::make(&plan, "r_4", 1 << 30, 1);
+        let run = RunCgroups::make(&plan, "r_4", 1 << 30, 1, 1024);
         assert!(run.memory.is_none() && run.dirs().is_empty());
     }
 }

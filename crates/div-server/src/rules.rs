@@ -200,3 +200,18 @@ pub(crate) fn materialise(
     div_ship::materialise(&manifest_entries(entries)?, blob_path, dest)
         .map_err(|e| div_api::error_chain(&e))
 }
+
+/// The most tasks (processes and threads together) a run is given: 16,384.
+pub(crate) const MAX_RUN_TASKS: u64 = 16_384;
+/// The fewest: 1,024.
+pub(crate) const MIN_RUN_TASKS: u64 = 1_024;
+/// Tasks a run is given for each of its cores.
+pub(crate) const TASKS_PER_CORE: u64 = 512;
+
+/// How many tasks (processes and threads together) a run of `cores` cores may have at once:
+/// 512 a core, at least 1,024 and at most 16,384. A training process with a dataloader of 8
+/// workers runs a few hundred; a fork or thread bomb stops at this, with `EAGAIN` in the run,
+/// well short of the machine's own limit (`kernel.pid_max`).
+pub(crate) fn run_tasks(cores: u32) -> u64 {
+    (u64::from(cores) * TASKS_PER_CORE).clamp(MIN_RUN_TASKS, MAX_RUN_TASKS)
+}

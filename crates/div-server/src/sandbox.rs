@@ -102,6 +102,11 @@ pub(crate) fn bwrap_works() -> bool {
     works
 }
 
+/// Whether runs get a user namespace of their own (where bubblewrap works so).
+pub(crate) fn own_user_namespace() -> bool {
+    *OWN_USERNS.get().unwrap_or(&true)
+}
+
 /// bubblewrap and the first flags every run's sandbox has: no capability, and (where it
 /// works) a user namespace of its own in which no other can be made.
 pub(crate) fn bwrap_head() -> Vec<String> {

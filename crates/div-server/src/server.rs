@@ -53,6 +53,9 @@ pub(crate) struct Server {
     /// where it could not be laid there (said on the server's log): runs then start under
     /// bubblewrap's own first process, as before it.
     pub(crate) init: Option<PathBuf>,
+    /// Whether each run gets a filesystem of its own for its writable places (`scratch`):
+    /// a root server whose loop devices can be mounted.
+    pub(crate) scratch: bool,
 }
 
 /// The state directory's lock file, `home/server.pid`: held while the server runs, so two
@@ -132,8 +135,10 @@ impl Server {
         let overlay =
             sandboxed && local && crate::workspace::overlay_works(&home, &sandbox::bwrap_head());
         let init = crate::init::install(&home);
+        let scratch = sandboxed && local && crate::scratch::works(&home);
         let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         server.overlay = overlay;
+        server.scratch = scratch;
         match init {
             Ok(path) => server.init = Some(path),
             Err(e) => server.warn_once(&format!(
@@ -170,6 +175,7 @@ impl Server {
             busy: std::sync::atomic::AtomicUsize::new(0),
             stages: Default::default(),
             init: None,
+            scratch: false,
         }
     }
 

@@ -31,7 +31,14 @@ pub(crate) struct Settings {
     /// How many code snapshots a project keeps, the most recently used (see
     /// `volumes::retention`), 1 to [`MAX_KEEP_CODE_SNAPSHOTS`]; 10 by default.
     pub(crate) keep_code_snapshots: Option<u64>,
+    /// Each run's disk for its `/tmp`, its own `/mnt` and its `/workspace`, in GiB, 1 to
+    /// [`MAX_RUN_DISK_GIB`]; by default 16, or an eighth of the state directory's filesystem
+    /// where that is less (`scratch`).
+    pub(crate) run_disk_gib: Option<u64>,
 }
+
+/// The most GiB `run_disk_gib` may give a run.
+pub(crate) const MAX_RUN_DISK_GIB: u64 = 65_536;
 
 /// The most code snapshots a setting may keep.
 pub(crate) const MAX_KEEP_CODE_SNAPSHOTS: u64 = 100_000;
@@ -95,6 +102,15 @@ impl Settings {
                 "keep_code_snapshots",
                 k.to_string(),
                 format!("a count of snapshots, 1 to {MAX_KEEP_CODE_SNAPSHOTS}"),
+            );
+        }
+        if let Some(g) = settings.run_disk_gib
+            && !(1..=MAX_RUN_DISK_GIB).contains(&g)
+        {
+            return bad(
+                "run_disk_gib",
+                g.to_string(),
+                format!("whole GiB, 1 to {MAX_RUN_DISK_GIB}"),
             );
         }
         Ok(settings)

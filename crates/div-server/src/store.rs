@@ -80,6 +80,9 @@ pub(crate) struct RunInternal {
     pub(crate) grace_seconds: Option<u64>,
     #[serde(default)]
     pub(crate) max_seconds: Option<u64>,
+    /// The disk it was given, on a filesystem of its own (`scratch`).
+    #[serde(default)]
+    pub(crate) disk_bytes: Option<u64>,
 }
 
 impl RunRecord {

@@ -188,6 +188,14 @@ pub(crate) struct RunSpec {
     /// Set for one node of a run of several (a Slurm job's): what it does besides its own run.
     #[serde(default)]
     pub(crate) node: Option<NodeDuties>,
+    /// The most processes and threads the run may have at once (`rules::run_tasks`); `None`
+    /// (a spec of an older server): [`rules::MAX_RUN_TASKS`].
+    #[serde(default)]
+    pub(crate) tasks: Option<u64>,
+    /// The run's disk for its `/tmp`, its own `/mnt` and its `/workspace` (`crate::scratch`);
+    /// `None`: not bounded (a spec of an older server, a Slurm node).
+    #[serde(default)]
+    pub(crate) disk: Option<crate::scratch::Disk>,
 }
 
 /// What the supervisor of one node of a run does besides its own run: it decides no limit of
@@ -396,9 +404,48 @@ enum Stopped {
     DiskFull,
     /// The control plane's decision for the whole run (a node of several).
     Decided(Decision),
+    /// Its run directory is gone, or is not the one it started in.
+    Gone,
+    /// Its writable places passed its disk (measured: no filesystem of its own).
+    DiskLimit(u64),
+}
+
+/// How often a disk without a filesystem of its own is measured.
+const DISK_MEASURED_EVERY: Duration = Duration::from_secs(3);
+
+/// The run's writable places in its directory: its `/tmp`, its own `/mnt`, and its
+/// `/workspace` (the overlay's layers, or the copy).
+fn writable_places(run_dir: &Path, spec: &RunSpec) -> Vec<PathBuf> {
+    let mut places = Vec::new();
+    if let Some(tmp) = spec.result_path.parent().and_then(Path::parent)
+        && tmp.starts_with(run_dir)
+    {
+        places.push(tmp.to_path_buf());
+    }
+    if let Some(mnt) = &spec.mnt_dir {
+        places.push(mnt.clone());
+    }
+    match &spec.overlay {
+        Some(layers) => places.extend(layers.upper.parent().map(Path::to_path_buf)),
+        None => places.push(spec.workspace.clone()),
+    }
+    places.retain(|p| p.starts_with(run_dir));
+    places
+}
+
+/// A directory's device and inode: which directory it is, whatever its name.
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether `dir` is still the directory `own` identified.
+fn same_dir(dir: &Path, own: Option<(u64, u64)>) -> bool {
+    own.is_none() || dir_identity(dir) == own
 }
 
 fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
+    let own_dir = dir_identity(run_dir);
     let log_path = run_dir.join("log");
     let mut log = match OpenOptions::new().create(true).append(true).open(&log_path) {
         Ok(f) => f,
@@ -412,11 +459,13 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     {
         let _ = writeln!(log, "div: could not pin the run to its cores: {e}");
     }
+    let tasks = spec.tasks.unwrap_or(rules::MAX_RUN_TASKS);
     let cgroups = RunCgroups::make(
         &spec.cgroups,
         &spec.run_id,
         spec.memory_bytes,
         spec.cores.len(),
+        tasks,
     );
     if spec.cgroups.memory.is_some() && cgroups.memory.is_none() {
         let _ = writeln!(
@@ -435,7 +484,19 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     // The overlay `/workspace` and the `python` shim, mounted in a mount namespace this
     // supervisor makes its own, which bubblewrap inherits: no process is started for them.
     let shim = spec.python_shim.as_deref().filter(|_| sandboxed);
-    if overlay.is_some() || shim.is_some() {
+    // The run's writable places: on its own disk where it has one (`crate::scratch`), else
+    // measured against its size.
+    let places = writable_places(run_dir, spec);
+    // A copy of the code (no overlay) stays where the launcher made it: only folders are
+    // laid onto a disk of its own.
+    let on_disk: Vec<PathBuf> = places
+        .iter()
+        .filter(|p| **p != spec.workspace)
+        .cloned()
+        .collect();
+    let mut disk = spec.disk.clone().filter(|_| sandboxed);
+    let own_disk = disk.as_ref().is_some_and(|d| d.own_filesystem);
+    if overlay.is_some() || shim.is_some() || own_disk {
         // Without root, in a user namespace of its own first, as its own user (the server
         // found that works: `workspace::overlay_works`).
         let namespace = if rustix::process::geteuid().is_root() {
@@ -443,12 +504,24 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         } else {
             sys::private_user_and_mount_namespace()
         };
+        if let (Ok(()), Some(d)) = (&namespace, disk.as_mut().filter(|d| d.own_filesystem))
+            && let Err(e) = crate::scratch::mount(run_dir, d.bytes, &on_disk)
+        {
+            // Still held to its size, by measuring (a soft limit), and said.
+            crate::scratch::remove(run_dir, &on_disk);
+            let _ = writeln!(
+                log,
+                "div: the run's own disk could not be made ({e}); its disk is measured instead, a soft limit"
+            );
+            d.own_filesystem = false;
+        }
         let mounted = namespace
             .and_then(|()| overlay.map_or(Ok(()), |o| o.mount(&spec.workspace)))
             .and_then(|()| shim.map_or(Ok(()), crate::sandbox::lay_python_shim));
         if let Err(e) = mounted {
             let _ = writeln!(log, "div: the run's /workspace could not be mounted: {e}");
             cgroups.remove();
+            crate::scratch::remove(run_dir, &on_disk);
             return early_end(
                 spec,
                 format!("the run's /workspace could not be mounted: {e}"),
@@ -493,6 +566,20 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // No pids cgroup: the run's tasks are held by RLIMIT_NPROC in its own user namespace,
+    // where it counts the run's alone (without a sandbox it would count every process of
+    // this user, the server's too, so there is no task limit then: said).
+    if cgroups.pids.is_none() {
+        if sandboxed && crate::sandbox::own_user_namespace() {
+            sys::limit_tasks(&mut command, tasks);
+        } else if sandboxed {
+            // (An unsandboxed run's first lines say it has no sandbox, and so no such limit.)
+            let _ = writeln!(
+                log,
+                "div: no task limit: neither a pids cgroup nor a user namespace of its own holds this run's processes"
+            );
+        }
+    }
     // A sandboxed run goes in its cgroups before it can start anything: born in the v1
     // ones (this thread enters them to start it), moved into a v2 one while bwrap waits for
     // its arguments. (Unsandboxed, the launch shell moves itself in before it execs.)
@@ -546,6 +633,9 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     let ceiling_at = Limit::ceiling(spec.cents_per_hour, spec.max_spend_cents, grace);
     let day_at = Limit::new(spec.max_seconds, grace);
     let mut last_poll = std::time::Instant::now();
+    let mut last_measured = std::time::Instant::now();
+    // A disk that is not a filesystem of its own is measured, every few seconds.
+    let measured = disk.as_ref().filter(|d| !d.own_filesystem).map(|d| d.bytes);
     let exit = sys::ExitWatch::new(child.id());
     // A node of several says it is well from the first, and decides no limit of its own.
     let node = spec.node.as_ref();
@@ -601,6 +691,19 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             if sys::disk_full(&log_path) {
                 break Stopped::DiskFull;
             }
+            // Its run directory gone (its state directory removed) or another in its place:
+            // nothing of the run can be written any more, so it is ended at once.
+            if !same_dir(run_dir, own_dir) {
+                break Stopped::Gone;
+            }
+        }
+        if let Some(bytes) = measured
+            && last_measured.elapsed() >= DISK_MEASURED_EVERY
+        {
+            last_measured = std::time::Instant::now();
+            if crate::scratch::used(&places) > bytes {
+                break Stopped::DiskLimit(bytes);
+            }
         }
         // Woken at once when the run exits.
         exit.wait(Duration::from_millis(20));
@@ -617,7 +720,11 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         Stopped::Day => Some(day_at.limit_ms),
         // The decision's moment is the same on every node: as ms since this run's start.
         Stopped::Decided(d) => Some(d.kill_at_ms.saturating_sub(spec.started_ms)),
-        Stopped::Exited | Stopped::Memory | Stopped::DiskFull => None,
+        Stopped::Exited
+        | Stopped::Memory
+        | Stopped::DiskFull
+        | Stopped::Gone
+        | Stopped::DiskLimit(_) => None,
     };
     let mut killed_in_grace_for_memory = false;
     if let Some(kill_at_ms) = kill_at_ms {
@@ -683,6 +790,12 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     }
     let status = kill_tree(&mut child, &cgroups, contained);
+    if matches!(stopped, Stopped::Gone) {
+        // Nowhere to write its end: what it held is let go, and nothing more is done.
+        cgroups.remove();
+        crate::scratch::remove(run_dir, &on_disk);
+        return early_end(spec, "the run's directory is gone".to_owned());
+    }
     // Killed for its memory while it was stopping (the stop is still why it ended): said, so
     // that a result its handler never wrote is not a mystery.
     if kill_at_ms.is_some() && (killed_in_grace_for_memory || cgroups.oom_killed()) {
@@ -741,6 +854,15 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             let (status, reason) = d.status();
             (status, None, reason)
         }
+        Stopped::Gone => (RunStatus::Failed, None, None),
+        Stopped::DiskLimit(bytes) => (
+            RunStatus::Failed,
+            None,
+            Some(format!(
+                "its /tmp, /workspace and own /mnt passed its disk of {}",
+                div_spec::format_bytes(bytes)
+            )),
+        ),
     };
     let mut exit_code = exit_code;
     if oom
@@ -752,6 +874,8 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
                 | Stopped::Day
                 | Stopped::DiskFull
                 | Stopped::Decided(_)
+                | Stopped::Gone
+                | Stopped::DiskLimit(_)
         )
     {
         status = RunStatus::Failed;
@@ -795,15 +919,30 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         }
     }
     let _ = log.sync_all();
+    // Off `/workspace` first (in this supervisor's own namespace), so what is deleted next
+    // is the layers themselves, not the merged view; then the run's own disk goes whole.
+    if overlay.is_some() {
+        let _ = sys::unmount(&spec.workspace);
+    }
+    if own_disk {
+        crate::scratch::remove(run_dir, &on_disk);
+    }
     if let Some(layers) = &spec.overlay {
-        // Off `/workspace` first (in this supervisor's own namespace), so what is deleted
-        // next is the layers themselves, not the merged view.
-        if overlay.is_some() {
-            let _ = sys::unmount(&spec.workspace);
-        }
         layers.remove();
     }
     let _ = fs::remove_dir_all(&spec.workspace);
+    // The run's `/tmp` and its own `/mnt` go with it, as `/workspace` does: what it left
+    // there was read above (its result and telemetry are kept beside its log).
+    if let Some(tmp) = spec.result_path.parent().and_then(Path::parent)
+        && tmp.starts_with(run_dir)
+    {
+        let _ = fs::remove_dir_all(tmp);
+    }
+    if let Some(mnt) = &spec.mnt_dir
+        && mnt.starts_with(run_dir)
+    {
+        let _ = fs::remove_dir_all(mnt);
+    }
     EndRecord {
         status,
         exit_code,
@@ -974,6 +1113,8 @@ mod tests {
             python_shim: None,
             init: None,
             node: None,
+            tasks: None,
+            disk: None,
         }
     }
 

@@ -298,6 +298,27 @@ pub(crate) fn with_overlay_in_private_namespace(
     Ok(())
 }
 
+/// Holds what `command` starts to `tasks` processes and threads, where no pids cgroup can:
+/// `RLIMIT_NPROC` in the child before it execs. Counted by the kernel per user in each user
+/// namespace (Linux 5.14 and later), so inside a run's own user namespace (bubblewrap's
+/// `--unshare-user`) it counts the run's own tasks alone; a fork past it fails with `EAGAIN`
+/// in the run.
+pub(crate) fn limit_tasks(command: &mut std::process::Command, tasks: u64) {
+    let limit = rustix::process::Rlimit {
+        current: Some(tasks),
+        maximum: Some(tasks),
+    };
+    let child = move || -> io::Result<()> {
+        rustix::process::setrlimit(rustix::process::Resource::Nproc, limit).map_err(io::Error::from)
+    };
+    // SAFETY: `child` runs in the forked child before exec and makes one system call
+    // (prlimit64) on a value made above: no allocation, no lock, as `pre_exec` asks.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, child);
+    }
+}
+
 /// Mounts a writable overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`),
 /// `volatile` (Linux 5.10 and later), or without it where the kernel refuses it.
 pub(crate) fn mount_writable_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {

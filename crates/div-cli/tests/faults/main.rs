@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)] // tests pass PATH and SLURM_CONF on to the div they start
 
 mod local;
+mod resources;
 mod shapes;
 mod slurm;
 mod stops;

@@ -1749,6 +1749,8 @@ mod tests {
             overlay: None,
             init: None,
             node: None,
+            tasks: None,
+            disk: None,
             python_shim: None,
         };
         let node = parse_node_env("rank=0\nnodes=1\naddrs=127.0.0.1\ncuda=0,1\njob=5\nhost=n1\n");

@@ -18,16 +18,17 @@ use crate::store::{RunInternal, RunRecord};
 use crate::supervisor::{self, RunSpec};
 use crate::workspace::Overlay;
 
-/// Starts `record` on `cores` and `gpus` and records it as running; an error says why it
-/// could not start.
+/// Starts `record` on `cores` and `gpus`, with a disk of its own of `disk` bytes where it
+/// gets one (`scratch`), and records it as running; an error says why it could not start.
 pub(crate) fn launch(
     server: &Server,
     record: &mut RunRecord,
     cores: &[usize],
     gpus: &[u32],
+    disk: Option<u64>,
 ) -> Result<(), String> {
     let dir = server.run_dir(&record.run.id);
-    let (spec, secrets) = prepare(server, record, &dir, cores, gpus)?;
+    let (spec, secrets) = prepare(server, record, &dir, cores, gpus, disk)?;
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
     for left in [
         "end.json",
@@ -55,6 +56,11 @@ pub(crate) fn launch(
         launched: true,
         grace_seconds: Some(spec.stop_grace_seconds),
         max_seconds: Some(spec.max_seconds),
+        disk_bytes: spec
+            .disk
+            .as_ref()
+            .filter(|d| d.own_filesystem)
+            .map(|d| d.bytes),
     };
     if queues {
         record.run.status = RunStatus::Queued;
@@ -94,6 +100,7 @@ fn prepare(
     dir: &Path,
     cores: &[usize],
     gpus: &[u32],
+    disk: Option<u64>,
 ) -> Result<(RunSpec, Vec<(String, String)>), String> {
     let io = |e: std::io::Error| e.to_string();
     let run = &record.run;
@@ -362,6 +369,22 @@ fn prepare(
         python_shim,
         init: server.init.clone(),
         node: None,
+        tasks: Some(rules::run_tasks(run.cores)),
+        // Its writable places on a disk of its own (a root server on this machine), else
+        // measured against the size it would have had (a soft limit); not on Slurm's nodes.
+        disk: (server.sandboxed && !server.executor.queues()).then(|| match disk {
+            Some(bytes) if server.scratch => crate::scratch::Disk {
+                bytes,
+                own_filesystem: true,
+            },
+            _ => crate::scratch::Disk {
+                bytes: crate::scratch::wanted(
+                    settings.run_disk_gib,
+                    crate::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
+                ),
+                own_filesystem: false,
+            },
+        }),
     };
     Ok((spec, secrets))
 }

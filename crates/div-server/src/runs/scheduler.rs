@@ -37,11 +37,21 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
         .into_iter()
         .chain(launched)
     {
-        match check_running(server, record)? {
-            Some(still) => running.push(still),
-            None => changed = true,
+        // One run's end that cannot be recorded (a full disk) holds up no other run's.
+        match check_running(server, record.clone()) {
+            Ok(Some(still)) => running.push(still),
+            Ok(None) => changed = true,
+            Err(e) => {
+                server.warn_once(&format!(
+                    "the end of run {} could not be recorded yet: {}",
+                    record.run.id,
+                    div_api::error_chain(&e)
+                ));
+                running.push(record);
+            }
         }
     }
+    crate::state_reserve::keep(&server.home);
     if let Some(usage) = org::usage(server)?.filter(|u| u.reached) {
         // The org's limit is reached: every running run is stopped, and the queue waits.
         let reason = usage.reason();
@@ -138,6 +148,31 @@ fn admit(
     // Why each run still queued after this pass waits, in order.
     let mut waiting: HashMap<String, RunQueue> = Default::default();
     let mut ahead: u32 = 0;
+    // The disks of runs going that they have not filled yet are promised to them: a new
+    // run's disk comes out of what is free past that and the reserve (`scratch`).
+    let (disk_size, disk_free) = if server.scratch && launch && !queued.is_empty() {
+        crate::scratch::space(&server.home).unwrap_or((0, 0))
+    } else {
+        (0, 0)
+    };
+    let mut promised: u64 = if server.scratch && launch && !queued.is_empty() {
+        running
+            .iter()
+            .filter_map(|r| {
+                let given = r.internal.disk_bytes?;
+                let dir = server.run_dir(&r.run.id);
+                Some(given.saturating_sub(crate::scratch::allocated(&dir)))
+            })
+            .sum()
+    } else {
+        0
+    };
+    let disk_wanted = if server.scratch && launch && !queued.is_empty() {
+        let settings = crate::settings::Settings::read(&server.home).unwrap_or_default();
+        crate::scratch::wanted(settings.run_disk_gib, disk_size)
+    } else {
+        0
+    };
     for mut record in queued {
         let free_cores: Vec<usize> = (0..server.inventory.host_cores as usize)
             .filter(|c| !busy_cores.contains(c))
@@ -192,7 +227,40 @@ fn admit(
             continue;
         }
         changed = true;
-        match launcher::launch(server, &mut record, &cores, &gpus) {
+        // Its own disk, where runs get one: what the filesystem can back past the disks
+        // promised to the runs going and the control plane's reserve; else it waits.
+        let disk = if server.scratch {
+            match crate::scratch::allowance(disk_wanted, disk_size, disk_free, promised) {
+                Some(bytes) => Some(bytes),
+                // Not even with no other run going (a filesystem too small for disks of
+                // runs' own): it runs without one, its places measured instead.
+                None if promised == 0 => None,
+                None => {
+                    let reason = format!(
+                        "waiting for disk: {} free past the control plane's reserve and the disks of the runs going",
+                        div_spec::format_bytes(
+                            disk_free
+                                .saturating_sub(crate::scratch::reserve(disk_size))
+                                .saturating_sub(promised)
+                        )
+                    );
+                    waiting.insert(
+                        record.run.id.clone(),
+                        RunQueue {
+                            reason,
+                            ahead,
+                            extra: Default::default(),
+                        },
+                    );
+                    ahead += 1;
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        promised = promised.saturating_add(disk.unwrap_or(0));
+        match launcher::launch(server, &mut record, &cores, &gpus, disk) {
             Ok(()) => {
                 busy_cores.extend(cores);
                 busy_gpus.extend(gpus.into_iter().map(|g| (record.run.sku.clone(), g)));
@@ -290,7 +358,8 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
     run.spent_cents = end.spent_cents;
     run.verdicts = end.verdicts;
     run.log_bytes = fs::metadata(dir.join("log")).map_or(0, |m| m.len());
-    server.store.update_run(&record)?;
+    // Recorded even on a full disk: the room kept for the state database is let go first.
+    crate::state_reserve::with_room(&server.home, || server.store.update_run(&record))?;
     Ok(None)
 }
 
@@ -380,6 +449,8 @@ fn watch_limits(server: &Server, record: &mut RunRecord, dir: &Path) -> Result<(
 /// and what it left where it ran goes with it, so no orphan survives.
 fn lost(server: &Server, record: &RunRecord) -> EndRecord {
     server.executor.reclaim(&record.run.id);
+    // Its own disk, let go with its supervisor's mounts: the space is free again.
+    let _ = fs::remove_file(server.run_dir(&record.run.id).join(crate::scratch::IMAGE));
     let now = now_ms();
     let started = record.internal.started_ms.unwrap_or(now);
     let seconds = now.saturating_sub(started) / 1000;

@@ -117,6 +117,13 @@ pub(super) fn kill_tree(
 ) -> io::Result<std::process::ExitStatus> {
     let pid = child.id();
     let me = std::process::id();
+    // A sandboxed run ends whole with its bubblewrap (`--die-with-parent`: the namespace's
+    // first process is killed with it, and the kernel kills every process of the namespace
+    // at once): one signal, where a fork bomb's thousands would each need theirs while it
+    // makes more. What is left in its cgroups is killed below.
+    if contained {
+        sys::kill(pid, libc::SIGKILL);
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     // Looked at again soon: a sandboxed run's namespace is often still going away as its
     // bubblewrap has exited (a moment, not a 10 ms sleep).

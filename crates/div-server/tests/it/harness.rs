@@ -389,6 +389,31 @@ pub(crate) async fn commit_and_read_back(
     (back, n)
 }
 
+/// `rel` in the run directory `run_dir` as the run's supervisor sees it: through its own
+/// mount namespace (`/proc/PID/root`), where the run's own disk is laid under its `tmp`,
+/// `mnt` and `overlay` (div-server's `scratch`); on the host those folders are empty.
+/// Without a live supervisor, the host's path.
+pub(crate) fn in_run(run_dir: &std::path::Path, rel: &str) -> std::path::PathBuf {
+    let needle = run_dir.as_os_str().as_encoded_bytes().to_vec();
+    let supervisor = std::fs::read_dir("/proc").ok().and_then(|dir| {
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+                    args.iter().any(|a| a.ends_with(b"supervise"))
+                        && args.iter().any(|a| *a == needle.as_slice())
+                })
+            })
+    });
+    match supervisor {
+        Some(pid) => std::path::Path::new(&format!("/proc/{pid}/root"))
+            .join(run_dir.strip_prefix("/").unwrap_or(run_dir))
+            .join(rel),
+        None => run_dir.join(rel),
+    }
+}
+
 /// That the run in `run_dir`, which wrote `x` into `new/f` under its `/workspace`, has an
 /// overlay there: on the host the folder under it is empty (nothing was copied, nothing is
 /// mounted here), and the run's writes are in its upper layer.
@@ -401,7 +426,8 @@ pub(crate) fn assert_overlay_not_copied(run_dir: &std::path::Path) {
         "a copy, or a mount on the host: {host_view:?}"
     );
     assert_eq!(
-        std::fs::read_to_string(run_dir.join("overlay/upper/new/f")).expect("the run's new file"),
+        std::fs::read_to_string(in_run(run_dir, "overlay/upper/new/f"))
+            .expect("the run's new file"),
         "x\n"
     );
 }

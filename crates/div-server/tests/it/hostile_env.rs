@@ -192,7 +192,7 @@ async fn a_secrets_value_is_in_no_file_and_on_no_command_line_while_the_run_goes
         }
     }
     let run_dir = server.home.join("runs").join(&id);
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"").expect("the run's /tmp");
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     assert_eq!(

@@ -225,7 +225,8 @@ async fn a_damaged_end_is_reported_as_unreadable_and_keeps_the_exit_code() {
     server.wait_log(&id, "first\n").await;
     let (home, dir) = server.kill().await;
     let run_dir = home.join("runs").join(&id);
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp is writable");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"")
+        .expect("the run's /tmp is writable");
     let end = run_dir.join("end.json");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !end.exists() {

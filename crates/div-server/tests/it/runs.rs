@@ -73,8 +73,9 @@ async fn a_run_outlives_a_killed_server_and_is_followed_to_its_end() {
     server.wait_log(&id, "first\n").await;
     let (home, dir) = server.kill().await;
     // While no server runs, the run goes on and ends.
-    let run_tmp = home.join("runs").join(&id).join("tmp");
-    std::fs::write(run_tmp.join("go"), b"").expect("the run's /tmp is writable");
+    let run_dir = home.join("runs").join(&id);
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"")
+        .expect("the run's /tmp is writable");
     let end = home.join("runs").join(&id).join("end.json");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !end.exists() {
@@ -157,7 +158,8 @@ async fn a_supervisor_the_server_did_not_record_is_found_and_its_run_ends_once()
         .status()
         .expect("a second supervisor runs");
     assert!(second.success(), "{second:?}");
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp is writable");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"")
+        .expect("the run's /tmp is writable");
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 5, "{ended}");

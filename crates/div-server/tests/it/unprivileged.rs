@@ -178,7 +178,7 @@ async fn the_control_plane_runs_as_an_unprivileged_user() {
             .expect("spec.json is JSON");
     assert_eq!(
         spec["cgroups"],
-        json!({"memory": null, "cpu": null}),
+        json!({"memory": null, "cpu": null, "pids": null}),
         "an unprivileged server in root's cgroup may make none"
     );
 
@@ -261,7 +261,7 @@ async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committ
         assert!(!committed.join("new").exists());
     };
     unchanged();
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"").expect("the run's /tmp");
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     unchanged();

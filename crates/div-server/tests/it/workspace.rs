@@ -72,7 +72,7 @@ async fn what_a_run_does_to_its_workspace_never_reaches_the_committed_code() {
         assert!(!committed.join("new").exists());
     };
     unchanged();
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"").expect("the run's /tmp");
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     unchanged();
@@ -117,11 +117,13 @@ async fn two_runs_of_one_snapshot_at_once_each_see_only_their_own_writes() {
     for id in &ids {
         let mine = server.home.join("runs").join(id);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !(mine.join("overlay/upper/mine").exists() || mine.join("workspace/mine").exists()) {
+        while !(crate::harness::in_run(&mine, "overlay/upper/mine").exists()
+            || mine.join("workspace/mine").exists())
+        {
             assert!(std::time::Instant::now() < deadline, "{id} never wrote");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        std::fs::write(mine.join("tmp/go"), b"").expect("go");
+        std::fs::write(crate::harness::in_run(&mine, "tmp/go"), b"").expect("go");
     }
     for (id, me) in ids.iter().zip(["a", "b"]) {
         let ended = server.wait_end(id).await;
@@ -163,7 +165,7 @@ async fn python_is_laid_over_usr_local_bin_for_the_run_alone() {
     };
     assert!(!mounted_here(), "the shim is mounted on the host");
     let run_dir = server.home.join("runs").join(&id);
-    std::fs::write(run_dir.join("tmp/go"), b"").expect("the run's /tmp");
+    std::fs::write(crate::harness::in_run(&run_dir, "tmp/go"), b"").expect("the run's /tmp");
     let ended = server.wait_end(&id).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
     let log = server.log_text(&id).await;
