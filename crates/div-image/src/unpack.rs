@@ -106,7 +106,8 @@ pub enum Limit {
     },
     /// The filesystem's free space less what is kept free.
     FreeSpace {
-        /// Bytes free when last asked.
+        /// Bytes free when unpacking began, or, when others took space meanwhile, when
+        /// the filesystem was last asked.
         available: u64,
         /// Bytes kept free.
         keep_free: u64,
@@ -225,7 +226,7 @@ impl<R: Read> Read for Stream<R> {
 /// The free space of the filesystem under the root, as unpacking began.
 #[derive(Debug, Clone, Copy)]
 struct Free {
-    /// Bytes free when last asked.
+    /// Bytes free when unpacking began.
     available: u64,
     /// Bytes kept free.
     keep_free: u64,
@@ -330,14 +331,13 @@ impl Budget {
             }
             if disk >= free.next_check {
                 // Others write to the same disk: what they took counts too.
-                if let Ok(Some((available, _))) = free_space(root) {
-                    free.available = available;
-                    if available < free.keep_free.saturating_add(bytes) {
-                        return limit(Limit::FreeSpace {
-                            available,
-                            keep_free: free.keep_free,
-                        });
-                    }
+                if let Ok(Some((available, _))) = free_space(root)
+                    && available < free.keep_free.saturating_add(bytes)
+                {
+                    return limit(Limit::FreeSpace {
+                        available,
+                        keep_free: free.keep_free,
+                    });
                 }
                 free.next_check = disk + FREE_CHECK_EVERY;
             }
