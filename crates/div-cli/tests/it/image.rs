@@ -637,15 +637,19 @@ fn a_train_py_run_with_checks_in_a_python_image() {
     assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
 }
 
-/// A tmpfs of `mib` MiB mounted at `at`, so that a test's state directory lives on a small
-/// disk of its own; lazily unmounted when dropped (the server may still be stopping). `None`
-/// (the test skips loudly) where mounting is not allowed (not root).
-struct SmallDisk(PathBuf);
+/// A project whose state directory is a tmpfs of its own, of a few MiB (root only). When
+/// dropped, its server is stopped first, then the tmpfs is unmounted (lazily: a supervisor
+/// may still be writing its end).
+struct OnSmallDisk {
+    local: Local,
+}
 
-impl SmallDisk {
+impl OnSmallDisk {
+    /// `None` (the test skips loudly) where a tmpfs cannot be mounted (not root).
     #[allow(clippy::print_stderr)]
-    fn mount(at: &Path, mib: u64) -> Option<SmallDisk> {
-        std::fs::create_dir_all(at).expect("mkdir");
+    fn mount(local: Local, mib: u64) -> Option<OnSmallDisk> {
+        let at = local.home();
+        std::fs::create_dir_all(&at).expect("mkdir");
         let ok = std::process::Command::new("mount")
             .args([
                 "-t",
@@ -654,7 +658,7 @@ impl SmallDisk {
                 &format!("size={mib}m,mode=0700"),
                 "tmpfs",
             ])
-            .arg(at)
+            .arg(&at)
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
@@ -663,15 +667,16 @@ impl SmallDisk {
             );
             return None;
         }
-        Some(SmallDisk(at.to_path_buf()))
+        Some(OnSmallDisk { local })
     }
 }
 
-impl Drop for SmallDisk {
+impl Drop for OnSmallDisk {
     fn drop(&mut self) {
+        let _ = self.local.div(&["server", "stop"]);
         let _ = std::process::Command::new("umount")
             .arg("-l")
-            .arg(&self.0)
+            .arg(self.local.home())
             .status();
     }
 }
@@ -753,12 +758,12 @@ fn a_decompression_bomb_and_a_wrong_diff_id_are_refused_while_a_run_beside_them_
     let Some(reg) = Registry::start(None) else {
         return;
     };
-    let local = project();
     // The state directory (and so the image cache and every run's files) on a 64 MiB disk:
     // the bomb's 256 MiB of zeros would fill it.
-    let Some(_disk) = SmallDisk::mount(&local.home(), 64) else {
+    let Some(disk) = OnSmallDisk::mount(project(), 64) else {
         return;
     };
+    let local = &disk.local;
     let bomb = zero_bomb(256);
     let bomb_layer = Digest::sha256_of(&bomb);
     let honest = image_support::tar(&[E::Dir("etc", 0o755), file("etc/x", "x")]);
