@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::reference::Digest;
-use crate::unpack::UnpackError;
+use crate::unpack::{Limit, UnpackError};
 
 /// The error returned by [`ImageStore::ensure`](crate::ImageStore::ensure).
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +118,43 @@ pub enum EnsureError {
         /// Why.
         #[source]
         source: UnpackError,
+    },
+    /// Unpacking a layer would pass one of the store's
+    /// [`UnpackLimits`](crate::UnpackLimits): the pull is refused and nothing unpacked is
+    /// kept.
+    #[error(
+        "layer {index} of {layers} (`{layer}`) of `{reference}` unpacks past {limit}: refused, nothing of the image kept"
+    )]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// The layer's place in the manifest, from 1.
+        index: usize,
+        /// How many layers the image has.
+        layers: usize,
+        /// The layer's digest (its blob's).
+        layer: Digest,
+        /// What it would have passed.
+        limit: Limit,
+    },
+    /// A layer's uncompressed stream is not what the image's config says it is (its
+    /// diff_id): the pull is refused and nothing unpacked is kept.
+    #[error(
+        "layer {index} of {layers} (`{layer}`) of `{reference}` unpacks to `{found}`, but the image's config says its diff_id is `{expected}`: refused, nothing of the image kept"
+    )]
+    DiffIdMismatch {
+        /// The reference.
+        reference: String,
+        /// The layer's place in the manifest, from 1.
+        index: usize,
+        /// How many layers the image has.
+        layers: usize,
+        /// The layer's digest (its blob's).
+        layer: Digest,
+        /// The diff_id the config names.
+        expected: Box<Digest>,
+        /// The digest of the layer's uncompressed stream.
+        found: Box<Digest>,
     },
     /// The pull policy forbids the network and the image is not cached.
     #[error("`{reference}` is not in the image cache, and the pull policy forbids pulling it")]

@@ -6,7 +6,8 @@
 //! [`ensure`](ImageStore::ensure), [`list`](ImageStore::list),
 //! [`prune`](ImageStore::prune), [`disk_usage`](ImageStore::disk_usage)), [`Image`] (a
 //! root filesystem and its [`ImageConfig`]), [`Credentials`] (from docker's and podman's
-//! files, found by the caller), [`Unpacker`] (layers onto a directory, whiteouts and all).
+//! files, found by the caller), [`Unpacker`] (layers onto a directory, whiteouts and all,
+//! within [`UnpackLimits`]).
 //!
 //! The library prints nothing and reads no environment variable: progress goes to the
 //! [`ProgressSink`] it is given, and credentials come from [`CredentialSources`] the caller
@@ -46,5 +47,5 @@ pub use registry::RegistryOptions;
 pub use store::{
     DiskUsage, Image, ImageInfo, ImageStore, PruneOptions, PruneReport, PullPolicy, StoreOptions,
 };
-pub use unpack::{LayerStats, UnpackError, Unpacker};
+pub use unpack::{LayerStats, Limit, UnpackError, UnpackLimits, Unpacker};
 pub use user::{UserError, UserIds};

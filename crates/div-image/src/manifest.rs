@@ -166,8 +166,9 @@ struct RawRootfs {
     diff_ids: Vec<String>,
 }
 
-/// Parses an image config blob; returns the config and the number of `diff_ids`.
-pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, usize), String> {
+/// Parses an image config blob; returns the config and its `diff_ids`, in order (the digest
+/// of each layer's uncompressed tar stream).
+pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, Vec<Digest>), String> {
     let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     let run = raw.config.unwrap_or(RawRunConfig {
         env: None,
@@ -178,6 +179,16 @@ pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, usize), String>
         labels: None,
     });
     let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    let diff_ids = raw
+        .rootfs
+        .map(|r| r.diff_ids)
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            d.parse::<Digest>()
+                .map_err(|_| format!("its diff_id `{}` is not a digest", d.escape_debug()))
+        })
+        .collect::<Result<Vec<Digest>, String>>()?;
     Ok((
         ImageConfig {
             env: run.env.unwrap_or_default(),
@@ -192,7 +203,7 @@ pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, usize), String>
                 variant: raw.variant,
             },
         },
-        raw.rootfs.map_or(0, |r| r.diff_ids.len()),
+        diff_ids,
     ))
 }
 
@@ -202,12 +213,23 @@ mod tests {
 
     #[test]
     fn reads_the_run_config() {
-        let (c, n) = parse_config(br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/bin","A=b"],"WorkingDir":"/app","User":"1000:1000","Cmd":["sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:00","sha256:11"]}}"#).unwrap();
+        let zeros = format!("sha256:{}", "0".repeat(64));
+        let ones = format!("sha256:{}", "1".repeat(64));
+        let text = format!(
+            r#"{{"architecture":"amd64","os":"linux","config":{{"Env":["PATH=/usr/bin","A=b"],"WorkingDir":"/app","User":"1000:1000","Cmd":["sh"]}},"rootfs":{{"type":"layers","diff_ids":["{zeros}","{ones}"]}}}}"#
+        );
+        let (c, diff_ids) = parse_config(text.as_bytes()).unwrap();
         assert_eq!(c.env, ["PATH=/usr/bin", "A=b"]);
         assert_eq!(c.working_dir.as_deref(), Some("/app"));
         assert_eq!(c.user.as_deref(), Some("1000:1000"));
         assert_eq!(c.platform.to_string(), "linux/amd64");
-        assert_eq!(n, 2);
+        assert_eq!(
+            diff_ids.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            [zeros, ones]
+        );
+        let err =
+            parse_config(br#"{"os":"linux","rootfs":{"diff_ids":["sha256:00"]}}"#).unwrap_err();
+        assert_eq!(err, "its diff_id `sha256:00` is not a digest");
         let (c, _) = parse_config(
             br#"{"architecture":"arm64","os":"linux","config":{"WorkingDir":"","User":""}}"#,
         )

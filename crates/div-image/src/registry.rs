@@ -56,25 +56,25 @@ enum Failure {
 }
 
 /// A running hash of either algorithm.
-enum Hasher {
+pub(crate) enum Hasher {
     Sha256(sha2::Sha256),
     Sha512(sha2::Sha512),
 }
 
 impl Hasher {
-    fn new(a: Algorithm) -> Hasher {
+    pub(crate) fn new(a: Algorithm) -> Hasher {
         match a {
             Algorithm::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
             Algorithm::Sha512 => Hasher::Sha512(sha2::Sha512::new()),
         }
     }
-    fn update(&mut self, b: &[u8]) {
+    pub(crate) fn update(&mut self, b: &[u8]) {
         match self {
             Hasher::Sha256(h) => h.update(b),
             Hasher::Sha512(h) => h.update(b),
         }
     }
-    fn finish(self) -> Digest {
+    pub(crate) fn finish(self) -> Digest {
         match self {
             Hasher::Sha256(h) => Digest::from_parts(Algorithm::Sha256, to_hex(&h.finalize())),
             Hasher::Sha512(h) => Digest::from_parts(Algorithm::Sha512, to_hex(&h.finalize())),

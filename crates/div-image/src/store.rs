@@ -24,7 +24,7 @@ use crate::platform::Platform;
 use crate::progress::{Progress, ProgressSink};
 use crate::reference::{Digest, ImageRef};
 use crate::registry::{Registry, RegistryOptions, blob_path};
-use crate::unpack::{self, Unpacker};
+use crate::unpack::{self, UnpackError, UnpackLimits, Unpacker};
 
 /// Directories a sandbox mounts over; created empty in a root filesystem that lacks them.
 const MOUNT_POINTS: &[(&str, u32)] = &[
@@ -57,6 +57,8 @@ pub struct StoreOptions {
     pub registry: RegistryOptions,
     /// When to ask the registry.
     pub pull_policy: PullPolicy,
+    /// What unpacking an image may take (its size, its entries, the free space).
+    pub unpack: UnpackLimits,
 }
 
 /// A cache of images in one directory.
@@ -210,6 +212,13 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .expect("blocking cache work does not panic")
 }
 
+/// One layer to unpack: its blob, how it is compressed, and its diff_id from the config.
+struct Layer {
+    digest: Digest,
+    compression: manifest::Compression,
+    diff_id: Digest,
+}
+
 /// A held lock on the store; released on drop.
 struct Lock(#[allow(dead_code)] fs::File);
 
@@ -241,6 +250,14 @@ impl ImageStore {
     /// The cache's directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The same cache, images unpacked within `limits` (a caller whose settings change
+    /// while it runs sets them per pull).
+    pub fn with_unpack_limits(&self, limits: UnpackLimits) -> ImageStore {
+        let mut store = self.clone();
+        store.options.unpack = limits;
+        store
     }
 
     fn tmp(&self) -> PathBuf {
@@ -427,11 +444,12 @@ impl ImageStore {
                 reference: reference.to_string(),
                 why: format!("its config is not valid JSON of an image config: {why}"),
             })?;
-        if diff_ids != manifest.layers.len() {
+        if diff_ids.len() != manifest.layers.len() {
             return Err(EnsureError::BadImage {
                 reference: reference.to_string(),
                 why: format!(
-                    "its config lists {diff_ids} layers and its manifest {}",
+                    "its config lists {} layers and its manifest {}",
+                    diff_ids.len(),
                     manifest.layers.len()
                 ),
             });
@@ -458,69 +476,37 @@ impl ImageStore {
             .try_collect::<Vec<()>>()
             .await?;
 
-        // Unpack into a private directory, then rename it into place whole.
+        // Unpack into a private directory, then rename it into place whole. Whatever goes
+        // wrong, the directory goes: nothing half unpacked is left in the cache.
         let work = self
             .tmp()
             .join(format!("unpack-{}-{}", digest.hex(), unique()));
         let rootfs = work.join("rootfs");
-        fs::create_dir_all(&rootfs).map_err(io_at(&rootfs))?;
-        let mut unpacker = Unpacker::new(&rootfs);
-        let n = manifest.layers.len();
-        for (i, (layer, compression)) in manifest.layers.iter().zip(compressions).enumerate() {
-            progress.event(&Progress::Unpacking {
-                index: i,
-                layers: n,
-            });
-            let path = blob_path(&self.root, &layer.digest);
-            let result = blocking(move || {
-                let stats = fs::File::open(&path)
-                    .and_then(|file| unpack::decompress(io::BufReader::new(file), compression))
-                    .map_err(crate::unpack::UnpackError::Tar)
-                    .and_then(|reader| unpacker.apply(reader));
-                (unpacker, stats)
+        let layers: Vec<Layer> = manifest
+            .layers
+            .iter()
+            .zip(compressions)
+            .zip(diff_ids)
+            .map(|((l, compression), diff_id)| Layer {
+                digest: l.digest.clone(),
+                compression,
+                diff_id,
             })
-            .await;
-            unpacker = result.0;
-            if let Err(source) = result.1 {
-                let _ = unpack::remove_tree(&work);
-                return Err(EnsureError::Unpack {
-                    reference: reference.to_string(),
-                    layer: layer.digest.clone(),
-                    source,
-                });
+            .collect();
+        let added = match self
+            .unpack(reference, &digest, &rootfs, layers, progress)
+            .await
+        {
+            Ok(added) => added,
+            Err(e) => {
+                let _ = blocking({
+                    let work = work.clone();
+                    move || unpack::remove_tree(&work)
+                })
+                .await;
+                return Err(e);
             }
-        }
-        let added = blocking({
-            let rootfs = rootfs.clone();
-            move || -> Result<Vec<String>, crate::unpack::UnpackError> {
-                unpacker.finish()?;
-                let mut added = Vec::new();
-                for (name, mode) in MOUNT_POINTS {
-                    let p = rootfs.join(name);
-                    if fs::symlink_metadata(&p).is_err() {
-                        use std::os::unix::fs::PermissionsExt as _;
-                        fs::create_dir(&p).map_err(|source| crate::unpack::UnpackError::Write {
-                            path: format!("/{name}"),
-                            source,
-                        })?;
-                        fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).map_err(
-                            |source| crate::unpack::UnpackError::Write {
-                                path: format!("/{name}"),
-                                source,
-                            },
-                        )?;
-                        added.push((*name).to_owned());
-                    }
-                }
-                Ok(added)
-            }
-        })
-        .await
-        .map_err(|source| EnsureError::Unpack {
-            reference: reference.to_string(),
-            layer: digest.clone(),
-            source,
-        })?;
+        };
         let unpacked_bytes = blocking({
             let rootfs = rootfs.clone();
             move || dir_size(&rootfs)
@@ -540,7 +526,10 @@ impl ImageStore {
             added,
         };
         let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
-        fs::write(work.join("image.json"), json).map_err(io_at(&work))?;
+        if let Err(e) = fs::write(work.join("image.json"), json) {
+            let _ = unpack::remove_tree(&work);
+            return Err(io_at(&work)(e));
+        }
         match fs::rename(&work, &dir) {
             Ok(()) => {}
             Err(_) if self.read_record(&dir).is_some() => {
@@ -564,6 +553,99 @@ impl ImageStore {
             digest,
             rootfs,
             config,
+        })
+    }
+
+    /// Applies `layers` in order into `rootfs` (made here), each stream checked against its
+    /// diff_id and all held to the store's [`UnpackLimits`]; adds the mount points the image
+    /// lacks and returns their names.
+    async fn unpack(
+        &self,
+        reference: &ImageRef,
+        digest: &Digest,
+        rootfs: &Path,
+        layers: Vec<Layer>,
+        progress: &dyn ProgressSink,
+    ) -> Result<Vec<String>, EnsureError> {
+        fs::create_dir_all(rootfs).map_err(io_at(rootfs))?;
+        let mut unpacker = Unpacker::with_limits(rootfs, self.options.unpack);
+        let n = layers.len();
+        for (i, layer) in layers.into_iter().enumerate() {
+            progress.event(&Progress::Unpacking {
+                index: i,
+                layers: n,
+            });
+            let mismatch = |found: Digest| EnsureError::DiffIdMismatch {
+                reference: reference.to_string(),
+                index: i + 1,
+                layers: n,
+                layer: layer.digest.clone(),
+                expected: Box::new(layer.diff_id.clone()),
+                found: Box::new(found),
+            };
+            // An uncompressed layer's stream is its blob, whose digest was verified as it
+            // came in: its diff_id must be that digest, known before anything is written.
+            let plain = layer.compression == manifest::Compression::None
+                && layer.digest.algorithm() == layer.diff_id.algorithm();
+            if plain && layer.digest != layer.diff_id {
+                return Err(mismatch(layer.digest.clone()));
+            }
+            let algorithm = (!plain).then(|| layer.diff_id.algorithm());
+            let path = blob_path(&self.root, &layer.digest);
+            let compression = layer.compression;
+            let result = blocking(move || {
+                let stats = fs::File::open(&path)
+                    .and_then(|file| unpack::decompress(io::BufReader::new(file), compression))
+                    .map_err(UnpackError::Tar)
+                    .and_then(|reader| unpacker.apply_inner(reader, algorithm));
+                (unpacker, stats)
+            })
+            .await;
+            unpacker = result.0;
+            let (_, found) = result.1.map_err(|source| match source {
+                UnpackError::Limit(limit) => EnsureError::TooLarge {
+                    reference: reference.to_string(),
+                    index: i + 1,
+                    layers: n,
+                    layer: layer.digest.clone(),
+                    limit,
+                },
+                source => EnsureError::Unpack {
+                    reference: reference.to_string(),
+                    layer: layer.digest.clone(),
+                    source,
+                },
+            })?;
+            if let Some(found) = found
+                && found != layer.diff_id
+            {
+                return Err(mismatch(found));
+            }
+        }
+        let rootfs = rootfs.to_path_buf();
+        blocking(move || -> Result<Vec<String>, UnpackError> {
+            unpacker.finish()?;
+            let mut added = Vec::new();
+            for (name, mode) in MOUNT_POINTS {
+                let p = rootfs.join(name);
+                if fs::symlink_metadata(&p).is_err() {
+                    use std::os::unix::fs::PermissionsExt as _;
+                    let write = |source| UnpackError::Write {
+                        path: format!("/{name}"),
+                        source,
+                    };
+                    fs::create_dir(&p).map_err(write)?;
+                    fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).map_err(write)?;
+                    added.push((*name).to_owned());
+                }
+            }
+            Ok(added)
+        })
+        .await
+        .map_err(|source| EnsureError::Unpack {
+            reference: reference.to_string(),
+            layer: digest.clone(),
+            source,
         })
     }
 

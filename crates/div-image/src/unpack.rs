@@ -12,6 +12,12 @@
 //! - A directory entry where a directory already is keeps the directory and its contents.
 //! - Device nodes and FIFOs are skipped; ownership is set where the process may (root), and
 //!   failed chowns are ignored otherwise.
+//!
+//! And the bounds ([`UnpackLimits`]), all layers of an image together: the bytes of files
+//! written and the decompressed bytes read, the entries, and the free space of the
+//! filesystem less a margin. Each is checked before the bytes or the entry that would pass
+//! it are written. [`Unpacker::apply_hashed`] also hashes the whole decompressed stream as
+//! it is read: the layer's diff_id.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -22,10 +28,133 @@ use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as
 use std::path::{Component, Path, PathBuf};
 
 use crate::manifest::Compression;
+use crate::reference::{Algorithm, Digest};
+use crate::registry::Hasher;
 
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE: &str = ".wh..wh..opq";
 const MAX_LINKS: u32 = 255;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// What each entry is counted as against the free space, besides its contents: a block
+/// (a folder's, an inode's and its name's share).
+const ENTRY_BYTES: u64 = 4096;
+
+/// How often (in bytes counted against the free space) the filesystem is asked again how
+/// much is free: what other writers took meanwhile is seen within this much.
+const FREE_CHECK_EVERY: u64 = 8 * MIB;
+
+/// Bounds on what unpacking an image may take, all its layers together (docs/images.md,
+/// Limits). A layer that would pass one fails with [`UnpackError::Limit`] before the byte or
+/// the entry that passes it is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackLimits {
+    /// The most bytes an image unpacks to: the contents of the files written, and also the
+    /// decompressed bytes read (a tar stream's headers, data skipped, what follows its end),
+    /// each held to it. Default [`UnpackLimits::DEFAULT_MAX_BYTES`], 64 GiB.
+    pub max_bytes: u64,
+    /// The most tar entries (files, folders, links, whiteouts…) an image holds. Default
+    /// [`UnpackLimits::DEFAULT_MAX_ENTRIES`], one million.
+    pub max_entries: u64,
+    /// Bytes of the filesystem under the root that unpacking leaves free, for everything
+    /// else written there; `None`: 1 GiB or 5 % of the filesystem's size, whichever is
+    /// smaller ([`UnpackLimits::keep_free_of`]). Each entry counts as its contents and
+    /// 4 KiB.
+    pub keep_free: Option<u64>,
+}
+
+impl UnpackLimits {
+    /// 64 GiB: several times the largest images in common use (a CUDA PyTorch runtime
+    /// image unpacks to about 8 GiB).
+    pub const DEFAULT_MAX_BYTES: u64 = 64 * GIB;
+    /// One million entries: images of many GiB hold tens of thousands.
+    pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+
+    /// The bytes kept free on a filesystem of `size` bytes when [`keep_free`] is `None`:
+    /// 1 GiB, or 5 % of a filesystem smaller than 20 GiB.
+    ///
+    /// [`keep_free`]: UnpackLimits::keep_free
+    pub fn keep_free_of(size: u64) -> u64 {
+        (size / 20).min(GIB)
+    }
+}
+
+impl Default for UnpackLimits {
+    fn default() -> UnpackLimits {
+        UnpackLimits {
+            max_bytes: UnpackLimits::DEFAULT_MAX_BYTES,
+            max_entries: UnpackLimits::DEFAULT_MAX_ENTRIES,
+            keep_free: None,
+        }
+    }
+}
+
+/// The limit an image's unpacking would have passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limit {
+    /// [`UnpackLimits::max_bytes`].
+    Size {
+        /// The limit, in bytes.
+        max: u64,
+    },
+    /// [`UnpackLimits::max_entries`].
+    Entries {
+        /// The limit.
+        max: u64,
+    },
+    /// The filesystem's free space less what is kept free.
+    FreeSpace {
+        /// Bytes free when unpacking began, or, when others took space meanwhile, when
+        /// the filesystem was last asked.
+        available: u64,
+        /// Bytes kept free.
+        keep_free: u64,
+    },
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Size { max } => {
+                write!(
+                    f,
+                    "the limit of {} on an image's unpacked size",
+                    bytes(*max)
+                )
+            }
+            Limit::Entries { max } => write!(
+                f,
+                "the limit of {max} entries (files, folders, links) in an image"
+            ),
+            Limit::FreeSpace {
+                available,
+                keep_free,
+            } => write!(
+                f,
+                "the free space of the image cache's filesystem ({} free) less the {} kept free for everything else there",
+                bytes(*available),
+                bytes(*keep_free)
+            ),
+        }
+    }
+}
+
+/// A size as people read it: `64 GiB`, `100 MiB`, `1.5 GiB`, `512 bytes`, in integers.
+pub(crate) fn bytes(n: u64) -> String {
+    for (unit, name) in [(GIB, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")] {
+        if n >= unit {
+            if n.is_multiple_of(unit) {
+                return format!("{} {name}", n / unit);
+            }
+            // Tenths, rounded down: never more than there is.
+            let tenths = (u128::from(n) * 10 / u128::from(unit)) as u64;
+            return format!("{}.{} {name}", tenths / 10, tenths % 10);
+        }
+    }
+    format!("{n} bytes")
+}
 
 /// What applying one layer did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,6 +192,161 @@ pub enum UnpackError {
         /// What was wrong.
         why: String,
     },
+    /// The layer would pass one of the [`UnpackLimits`]; what it would have passed was not
+    /// written.
+    #[error("the layer unpacks past {0}")]
+    Limit(Limit),
+}
+
+/// A layer's decompressed stream as the tar reader takes it: hashed, counted, and held to
+/// what is left of the image's byte limit.
+struct Stream<R> {
+    inner: R,
+    hasher: Option<Hasher>,
+    read: u64,
+    allowance: u64,
+    over: bool,
+}
+
+impl<R: Read> Read for Stream<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.allowance {
+            self.over = true;
+            return Err(io::Error::other("the image's byte limit is passed"));
+        }
+        if let Some(h) = &mut self.hasher {
+            h.update(&buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+/// The free space of the filesystem under the root, as unpacking began.
+#[derive(Debug, Clone, Copy)]
+struct Free {
+    /// Bytes free when unpacking began.
+    available: u64,
+    /// Bytes kept free.
+    keep_free: u64,
+    /// What may be counted against it: free at the start less what is kept.
+    allowed: u64,
+    /// Asked again once [`Budget::disk`] reaches this.
+    next_check: u64,
+}
+
+/// What an image's layers have taken so far, against [`UnpackLimits`].
+#[derive(Debug)]
+struct Budget {
+    limits: UnpackLimits,
+    /// Bytes of file contents written.
+    written: u64,
+    /// Decompressed bytes read.
+    read: u64,
+    /// Entries.
+    entries: u64,
+    /// Bytes counted against the free space: contents, and [`ENTRY_BYTES`] an entry.
+    disk: u64,
+    /// `None` before the first layer, and on a filesystem that reports no size.
+    free: Option<Free>,
+    /// Whether the filesystem was asked yet.
+    asked: bool,
+}
+
+/// Bytes free to an unprivileged writer on the filesystem under `p`, and its size; `None`
+/// for one that reports no size (a pseudo filesystem).
+fn free_space(p: &Path) -> io::Result<Option<(u64, u64)>> {
+    let st = rustix::fs::statvfs(p)?;
+    if st.f_blocks == 0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        st.f_bavail.saturating_mul(st.f_frsize),
+        st.f_blocks.saturating_mul(st.f_frsize),
+    )))
+}
+
+impl Budget {
+    fn new(limits: UnpackLimits) -> Budget {
+        Budget {
+            limits,
+            written: 0,
+            read: 0,
+            entries: 0,
+            disk: 0,
+            free: None,
+            asked: false,
+        }
+    }
+
+    /// Asks the filesystem under `root` how much is free, the first time.
+    fn start(&mut self, root: &Path) -> Result<(), UnpackError> {
+        if self.asked {
+            return Ok(());
+        }
+        self.asked = true;
+        let space = free_space(root).map_err(|source| UnpackError::Write {
+            path: "/".to_owned(),
+            source,
+        })?;
+        self.free = space.map(|(available, size)| {
+            let keep_free = self
+                .limits
+                .keep_free
+                .unwrap_or_else(|| UnpackLimits::keep_free_of(size));
+            Free {
+                available,
+                keep_free,
+                allowed: available.saturating_sub(keep_free),
+                next_check: FREE_CHECK_EVERY,
+            }
+        });
+        Ok(())
+    }
+
+    /// Counts `bytes` of contents about to be written and `entries` about to be made;
+    /// refuses them if they would pass a limit.
+    fn charge(&mut self, root: &Path, bytes: u64, entries: u64) -> Result<(), UnpackError> {
+        let limit = |l| Err(UnpackError::Limit(l));
+        let written = self.written + bytes;
+        if written > self.limits.max_bytes {
+            return limit(Limit::Size {
+                max: self.limits.max_bytes,
+            });
+        }
+        let count = self.entries + entries;
+        if count > self.limits.max_entries {
+            return limit(Limit::Entries {
+                max: self.limits.max_entries,
+            });
+        }
+        let disk = self.disk + bytes + entries * ENTRY_BYTES;
+        if let Some(free) = &mut self.free {
+            if disk > free.allowed {
+                return limit(Limit::FreeSpace {
+                    available: free.available,
+                    keep_free: free.keep_free,
+                });
+            }
+            if disk >= free.next_check {
+                // Others write to the same disk: what they took counts too.
+                if let Ok(Some((available, _))) = free_space(root)
+                    && available < free.keep_free.saturating_add(bytes)
+                {
+                    return limit(Limit::FreeSpace {
+                        available,
+                        keep_free: free.keep_free,
+                    });
+                }
+                free.next_check = disk + FREE_CHECK_EVERY;
+            }
+        }
+        self.written = written;
+        self.entries = count;
+        self.disk = disk;
+        Ok(())
+    }
 }
 
 /// Applies layers, in order, to one root directory.
@@ -74,6 +358,7 @@ pub struct Unpacker {
     dirs: BTreeMap<PathBuf, (u32, u64)>,
     /// Paths known to be real directories (not symlinks): resolving skips their `lstat`.
     known: HashSet<PathBuf>,
+    budget: Budget,
 }
 
 fn display(rel: &Path) -> String {
@@ -167,12 +452,20 @@ pub(crate) fn decompress<'r>(
 }
 
 impl Unpacker {
-    /// Starts unpacking into `root`, an existing empty directory.
+    /// Starts unpacking into `root`, an existing empty directory, within the default
+    /// [`UnpackLimits`].
     pub fn new(root: impl Into<PathBuf>) -> Unpacker {
+        Unpacker::with_limits(root, UnpackLimits::default())
+    }
+
+    /// Starts unpacking into `root`, an existing empty directory, within `limits` (all the
+    /// layers applied together).
+    pub fn with_limits(root: impl Into<PathBuf>, limits: UnpackLimits) -> Unpacker {
         Unpacker {
             root: root.into(),
             dirs: BTreeMap::new(),
             known: HashSet::new(),
+            budget: Budget::new(limits),
         }
     }
 
@@ -198,14 +491,62 @@ impl Unpacker {
         remove_any(&full)
     }
 
-    /// Applies one layer's tar stream (already decompressed).
+    /// Applies one layer's tar stream (already decompressed), reading it to its end.
     pub fn apply(&mut self, reader: impl Read) -> Result<LayerStats, UnpackError> {
+        self.apply_inner(reader, None).map(|(stats, _)| stats)
+    }
+
+    /// [`apply`](Unpacker::apply), and the digest of the whole stream read, with
+    /// `algorithm`: the layer's diff_id, to compare with the one its image's config names.
+    pub fn apply_hashed(
+        &mut self,
+        reader: impl Read,
+        algorithm: Algorithm,
+    ) -> Result<(LayerStats, Digest), UnpackError> {
+        self.apply_inner(reader, Some(algorithm))
+            .map(|(stats, d)| (stats, d.expect("a stream hashed has a digest")))
+    }
+
+    pub(crate) fn apply_inner(
+        &mut self,
+        reader: impl Read,
+        algorithm: Option<Algorithm>,
+    ) -> Result<(LayerStats, Option<Digest>), UnpackError> {
+        self.budget.start(&self.root)?;
+        let mut stream = Stream {
+            inner: reader,
+            hasher: algorithm.map(Hasher::new),
+            read: 0,
+            allowance: self
+                .budget
+                .limits
+                .max_bytes
+                .saturating_sub(self.budget.read),
+            over: false,
+        };
+        let mut buf = vec![0u8; 64 << 10];
+        let stats = self.entries(&mut stream, &mut buf).and_then(|stats| {
+            // What follows the archive's end is part of the diff_id too (and bounded).
+            io::copy(&mut stream, &mut io::sink()).map_err(UnpackError::Tar)?;
+            Ok(stats)
+        });
+        self.budget.read += stream.read;
+        if stream.over {
+            return Err(UnpackError::Limit(Limit::Size {
+                max: self.budget.limits.max_bytes,
+            }));
+        }
+        Ok((stats?, stream.hasher.map(Hasher::finish)))
+    }
+
+    fn entries(&mut self, reader: impl Read, buf: &mut [u8]) -> Result<LayerStats, UnpackError> {
         let mut archive = tar::Archive::new(reader);
         let mut stats = LayerStats::default();
         // Paths this layer wrote, and their ancestors: whiteouts spare them.
         let mut touched: HashSet<PathBuf> = HashSet::new();
         for entry in archive.entries().map_err(UnpackError::Tar)? {
             let mut entry = entry.map_err(UnpackError::Tar)?;
+            self.budget.charge(&self.root, 0, 1)?;
             stats.entries += 1;
             let raw = entry.path_bytes().into_owned();
             let name = String::from_utf8_lossy(&raw).into_owned();
@@ -301,7 +642,18 @@ impl Unpacker {
                         .mode(0o600)
                         .open(&dest)
                         .map_err(write)?;
-                    io::copy(&mut entry, &mut f).map_err(UnpackError::Tar)?;
+                    // Counted before each write: a sparse entry's holes are written as
+                    // zeros, so what is written can be more than the stream carries.
+                    loop {
+                        let n = match entry.read(buf) {
+                            Ok(0) => break,
+                            Ok(n) => n,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) => return Err(UnpackError::Tar(e)),
+                        };
+                        self.budget.charge(&self.root, n as u64, 0)?;
+                        io::Write::write_all(&mut f, &buf[..n]).map_err(write)?;
+                    }
                     chown(&dest, uid, gid).map_err(write)?;
                     f.set_permissions(fs::Permissions::from_mode(mode))
                         .map_err(write)?;
@@ -531,6 +883,29 @@ pub(crate) fn remove_tree(p: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        for (n, text) in [
+            (64 << 30, "64 GiB"),
+            (100 << 20, "100 MiB"),
+            (1536 << 20, "1.5 GiB"),
+            ((1 << 30) - 1, "1023.9 MiB"),
+            (1536, "1.5 KiB"),
+            (512, "512 bytes"),
+            (0, "0 bytes"),
+        ] {
+            assert_eq!(bytes(n), text, "{n}");
+        }
+        assert_eq!(
+            Limit::FreeSpace {
+                available: 3 << 30,
+                keep_free: 1 << 30
+            }
+            .to_string(),
+            "the free space of the image cache's filesystem (3 GiB free) less the 1 GiB kept free for everything else there"
+        );
+    }
 
     #[test]
     fn gzip_and_zstd_layers_unpack() {

@@ -8,18 +8,23 @@
 //! runs offline, and the run's first log line says so: [`host_stands_in_line`]), or it is
 //! pulled like any other. An image a run names, `div_spec::DEFAULT_IMAGE` included, is always
 //! pulled and used, never replaced.
+//!
+//! Each pull unpacks within div-image's `UnpackLimits`: at most `max_image_gib` of
+//! `home/settings.json` (64 GiB by default, read at each pull), never the last of the
+//! cache's disk (docs/images.md, Limits).
 
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use div_image::{
-    CredentialSources, Credentials, ImageRef, ImageStore, Platform, ProgressSink, PullPolicy,
-    RegistryOptions, StoreOptions,
+    CredentialSources, Credentials, EnsureError, ImageRef, ImageStore, Limit, Platform,
+    ProgressSink, PullPolicy, RegistryOptions, StoreOptions, UnpackError, UnpackLimits,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::HttpError;
+use crate::error::{ErrorCode, HttpError, io_full};
+use crate::settings::{SETTINGS_FILE, Settings};
 
 /// What stands in for the default image (`pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +52,8 @@ pub struct ImageSettings {
 pub(crate) struct Images {
     pub(crate) store: ImageStore,
     settings: ImageSettings,
+    /// The state directory, whose `settings.json` bounds each pull.
+    home: PathBuf,
 }
 
 /// A run's resolved image, written as `run-dir/image.json` when the run is created and read
@@ -88,9 +95,25 @@ impl Images {
                 // A tag pulled once is used from the cache (no network per run); `div image
                 // prune` forgets it.
                 pull_policy: PullPolicy::Missing,
+                unpack: UnpackLimits::default(),
             },
         )?;
-        Ok(Images { store, settings })
+        Ok(Images {
+            store,
+            settings,
+            home: home.to_path_buf(),
+        })
+    }
+
+    /// What a pull may unpack now: `max_image_gib` from `home/settings.json`, read at each
+    /// pull; the rest div-image's defaults (a million entries, 1 GiB or 5 % of the disk left
+    /// free).
+    fn unpack_limits(&self) -> Result<UnpackLimits, HttpError> {
+        let settings = Settings::read(&self.home).map_err(HttpError::internal)?;
+        Ok(UnpackLimits {
+            max_bytes: settings.max_image_bytes(),
+            ..UnpackLimits::default()
+        })
     }
 
     /// The image a run naming `requested` runs in: `None` for this machine's own system (a
@@ -118,15 +141,10 @@ impl Images {
         })?;
         let image = self
             .store
+            .with_unpack_limits(self.unpack_limits()?)
             .ensure(&reference, &Platform::host(), &credentials, progress)
             .await
-            .map_err(|e| {
-                let text = div_api::error_chain(&e);
-                match e {
-                    div_image::EnsureError::Io { .. } => HttpError::internal(text),
-                    _ => HttpError::invalid(format!("the image cannot be used: {text}")),
-                }
-            })?;
+            .map_err(|e| refusal(&e, &self.home))?;
         let user = image
             .user()
             .map_err(|e| {
@@ -146,6 +164,37 @@ impl Images {
             rootfs: image.rootfs,
             name_resolution,
         }))
+    }
+}
+
+/// What a pull that failed with `e` answers: 422 for an image that cannot be used (the
+/// registry's answer, a bad image, one past `max_image_gib`, with the setting named), 507
+/// when it would take the disk's last free space or the disk is full, 500 for the cache's
+/// own failures.
+fn refusal(e: &EnsureError, home: &Path) -> HttpError {
+    let text = div_api::error_chain(e);
+    let cannot = format!("the image cannot be used: {text}");
+    match e {
+        EnsureError::Io { source, .. } if io_full(source) => {
+            HttpError::disk_full("pulling the image")
+        }
+        EnsureError::Unpack {
+            source: UnpackError::Write { source, .. },
+            ..
+        } if io_full(source) => HttpError::disk_full("unpacking the image"),
+        EnsureError::Io { .. } => HttpError::internal(text),
+        EnsureError::TooLarge {
+            limit: Limit::FreeSpace { .. },
+            ..
+        } => HttpError::new(ErrorCode::InsufficientStorage, cannot),
+        EnsureError::TooLarge {
+            limit: Limit::Size { .. },
+            ..
+        } => HttpError::invalid(format!(
+            "{cannot}; `max_image_gib` in `{}` sets that limit",
+            home.join(SETTINGS_FILE).display()
+        )),
+        _ => HttpError::invalid(cannot),
     }
 }
 
@@ -267,7 +316,77 @@ pub(crate) fn read_run_image(run_dir: &Path) -> Result<Option<RunImage>, String>
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use super::{DefaultImage, host_stands_in_line, name_resolution_mount_points, to_pull};
+    use div_image::{Digest, EnsureError, Limit};
+
+    use super::{
+        DefaultImage, Images, host_stands_in_line, name_resolution_mount_points, refusal, to_pull,
+    };
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn each_pull_is_bounded_by_max_image_gib_as_the_settings_say_then() {
+        let home = tempfile::tempdir().unwrap();
+        let images = Images::open(home.path(), Default::default()).unwrap();
+        assert_eq!(images.unpack_limits().unwrap().max_bytes, 64 << 30);
+        let settings = home.path().join("settings.json");
+        std::fs::write(&settings, r#"{"max_image_gib": 2}"#).unwrap();
+        let limits = images.unpack_limits().unwrap();
+        assert_eq!(limits.max_bytes, 2 << 30);
+        assert_eq!(limits.max_entries, 1_000_000);
+        assert_eq!(limits.keep_free, None);
+        std::fs::write(&settings, r#"{"max_image_gib": 0}"#).unwrap();
+        let err = images.unpack_limits().unwrap_err();
+        assert!(err.message.contains("`max_image_gib`"), "{}", err.message);
+    }
+
+    #[test]
+    fn refusals_name_the_layer_the_limit_and_the_setting() {
+        let home = std::path::Path::new("/home/div");
+        let digest = Digest::sha256_of(b"layer");
+        let too_large = |limit| EnsureError::TooLarge {
+            reference: "127.0.0.1:5000/bomb:1".to_owned(),
+            index: 2,
+            layers: 3,
+            layer: digest.clone(),
+            limit,
+        };
+        let e = refusal(&too_large(Limit::Size { max: 64 << 30 }), home);
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert_eq!(
+            e.message,
+            format!(
+                "the image cannot be used: layer 2 of 3 (`{digest}`) of `127.0.0.1:5000/bomb:1` unpacks past the limit of 64 GiB on an image's unpacked size: refused, nothing of the image kept; `max_image_gib` in `/home/div/settings.json` sets that limit"
+            )
+        );
+        let e = refusal(
+            &too_large(Limit::FreeSpace {
+                available: 3 << 30,
+                keep_free: 1 << 30,
+            }),
+            home,
+        );
+        assert_eq!(e.code, ErrorCode::InsufficientStorage);
+        assert!(
+            e.message.ends_with("unpacks past the free space of the image cache's filesystem (3 GiB free) less the 1 GiB kept free for everything else there: refused, nothing of the image kept"),
+            "{}",
+            e.message
+        );
+        let e = refusal(&too_large(Limit::Entries { max: 10 }), home);
+        assert_eq!(e.code, ErrorCode::Invalid);
+        let e = refusal(
+            &EnsureError::DiffIdMismatch {
+                reference: "r".to_owned(),
+                index: 1,
+                layers: 1,
+                layer: digest.clone(),
+                expected: Box::new(Digest::sha256_of(b"a")),
+                found: Box::new(Digest::sha256_of(b"b")),
+            },
+            home,
+        );
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(e.message.contains("its diff_id is"), "{}", e.message);
+    }
 
     #[test]
     fn only_an_unnamed_default_image_is_stood_in_for() {

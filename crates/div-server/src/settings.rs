@@ -35,6 +35,9 @@ pub(crate) struct Settings {
     /// [`MAX_RUN_DISK_GIB`]; by default 16, or an eighth of the state directory's filesystem
     /// where that is less (`scratch`).
     pub(crate) run_disk_gib: Option<u64>,
+    /// The most an image may unpack to, in GiB, 1 to [`MAX_IMAGE_GIB`]; 64 by default
+    /// (div-image's `UnpackLimits`, read by `images` at each pull).
+    pub(crate) max_image_gib: Option<u64>,
 }
 
 /// The most GiB `run_disk_gib` may give a run.
@@ -113,6 +116,15 @@ impl Settings {
                 format!("whole GiB, 1 to {MAX_RUN_DISK_GIB}"),
             );
         }
+        if let Some(g) = settings.max_image_gib
+            && !(1..=MAX_IMAGE_GIB).contains(&g)
+        {
+            return bad(
+                "max_image_gib",
+                g.to_string(),
+                format!("GiB, 1 to {MAX_IMAGE_GIB}"),
+            );
+        }
         Ok(settings)
     }
 
@@ -132,7 +144,16 @@ impl Settings {
     pub(crate) fn max_run_seconds(&self) -> u64 {
         self.max_run_seconds.unwrap_or(rules::MAX_RUN_SECONDS)
     }
+
+    /// The most bytes an image may unpack to.
+    pub(crate) fn max_image_bytes(&self) -> u64 {
+        self.max_image_gib
+            .map_or(div_image::UnpackLimits::DEFAULT_MAX_BYTES, |g| g << 30)
+    }
 }
+
+/// The most GiB `max_image_gib` may say (64 TiB).
+pub(crate) const MAX_IMAGE_GIB: u64 = 65_536;
 
 #[cfg(test)]
 mod tests {
@@ -152,6 +173,24 @@ mod tests {
         assert_eq!(settings.stop_grace_seconds(), 10);
         assert_eq!(settings.max_run_seconds(), 86_400);
         assert_eq!(settings.keep_code_snapshots(), 10);
+    }
+
+    #[test]
+    fn max_image_gib_is_read_and_bounded() {
+        assert_eq!(Settings::default().max_image_bytes(), 64 << 30);
+        assert_eq!(
+            with(r#"{"max_image_gib": 8}"#).unwrap().max_image_bytes(),
+            8 << 30
+        );
+        for bad in ["0", "65537", "-1", "1.5"] {
+            let err = with(&format!(r#"{{"max_image_gib": {bad}}}"#)).unwrap_err();
+            assert!(
+                err.contains("max_image_gib") || err.contains("invalid"),
+                "{bad}: {err}"
+            );
+        }
+        let err = with(r#"{"max_image_gib": 0}"#).unwrap_err();
+        assert!(err.contains("is 0; it is GiB, 1 to 65536"), "{err}");
     }
 
     #[test]

@@ -636,3 +636,271 @@ fn a_train_py_run_with_checks_in_a_python_image() {
     );
     assert!(stderr.contains("passed 1 of 1 check"), "{stderr}");
 }
+
+/// A project whose state directory is a tmpfs of its own, of a few MiB (root only). When
+/// dropped, its server is stopped first, then the tmpfs is unmounted (lazily: a supervisor
+/// may still be writing its end).
+struct OnSmallDisk {
+    local: Local,
+}
+
+impl OnSmallDisk {
+    /// `None` (the test skips loudly) where a tmpfs cannot be mounted (not root).
+    #[allow(clippy::print_stderr)]
+    fn mount(local: Local, mib: u64) -> Option<OnSmallDisk> {
+        let at = local.home();
+        std::fs::create_dir_all(&at).expect("mkdir");
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m,mode=0700"),
+                "tmpfs",
+            ])
+            .arg(&at)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!(
+                "\n!!!!! SKIPPED: a tmpfs cannot be mounted here (run the tests as root) !!!!!\n"
+            );
+            return None;
+        }
+        Some(OnSmallDisk { local })
+    }
+}
+
+impl Drop for OnSmallDisk {
+    fn drop(&mut self) {
+        let _ = self.local.div(&["server", "stop"]);
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.local.home())
+            .status();
+    }
+}
+
+/// A file a run waits for in its volume `gate`: made by [`Gate::open`], or when dropped.
+struct Gate(PathBuf);
+
+impl Gate {
+    fn open(&self) {
+        std::fs::create_dir_all(&self.0).expect("the gate's volume");
+        std::fs::write(self.0.join("open"), "").expect("open the gate");
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::create_dir_all(&self.0);
+        let _ = std::fs::write(self.0.join("open"), "");
+    }
+}
+
+/// An image of gzip `layers` (blob, and the diff_id its config names).
+fn image_of(layers: &[(Vec<u8>, div_image::Digest)]) -> Built {
+    use div_image::Digest;
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": image_support::this_arch(),
+        "os": "linux",
+        "config": {"Env": ["PATH=/bin"]},
+        "rootfs": {"type": "layers",
+                   "diff_ids": layers.iter().map(|(_, d)| d.to_string()).collect::<Vec<_>>()},
+    }))
+    .expect("json");
+    let cd = Digest::sha256_of(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": image_support::OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": cd.to_string(), "size": config.len()},
+        "layers": layers.iter().map(|(data, _)| serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": Digest::sha256_of(data).to_string(),
+            "size": data.len(),
+        })).collect::<Vec<_>>(),
+    }))
+    .expect("json");
+    Built {
+        manifest_digest: Digest::sha256_of(&manifest),
+        blobs: layers
+            .iter()
+            .map(|(data, _)| (Digest::sha256_of(data), data.clone()))
+            .collect(),
+        config: (cd, config),
+        manifest,
+        layers: layers.iter().map(|(d, _)| Digest::sha256_of(d)).collect(),
+    }
+}
+
+/// A gzip layer whose tar holds one file of `mib` MiB of zeros, in a few KiB a MiB: gzip
+/// members concatenated, which layers are read as (one stream).
+fn zero_bomb(mib: u64) -> Vec<u8> {
+    // The header of an empty file, its size then set (octal) and its checksum made again.
+    let mut header = image_support::tar(&[E::File("zeros", 0o644, Vec::new())])[..512].to_vec();
+    header[124..136].copy_from_slice(format!("{:011o}\0", mib << 20).as_bytes());
+    header[148..156].fill(b' ');
+    let sum: u32 = header.iter().map(|b| u32::from(*b)).sum();
+    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    let member = image_support::gzip(&vec![0u8; 1 << 20]);
+    let mut out = image_support::gzip(&header);
+    for _ in 0..mib {
+        out.extend_from_slice(&member);
+    }
+    out.extend_from_slice(&image_support::gzip(&[0u8; 1024]));
+    out
+}
+
+#[test]
+fn a_decompression_bomb_and_a_wrong_diff_id_are_refused_while_a_run_beside_them_finishes_whole() {
+    use div_image::Digest;
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    // The state directory (and so the image cache and every run's files) on a 64 MiB disk:
+    // the bomb's 256 MiB of zeros would fill it.
+    let Some(disk) = OnSmallDisk::mount(project(), 64) else {
+        return;
+    };
+    let local = &disk.local;
+    let bomb = zero_bomb(256);
+    let bomb_layer = Digest::sha256_of(&bomb);
+    let honest = image_support::tar(&[E::Dir("etc", 0o755), file("etc/x", "x")]);
+    let honest_gz = image_support::gzip(&honest);
+    let wrong = Digest::sha256_of(b"another stream");
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let bomb_image = image_of(&[(bomb, Digest::sha256_of(b"never reached"))]);
+        push(
+            &reg.addr,
+            "attacks/bomb",
+            "1",
+            &bomb_image,
+            &Credentials::none(),
+        )
+        .await;
+        let diff_image = image_of(&[(honest_gz.clone(), wrong.clone())]);
+        push(
+            &reg.addr,
+            "attacks/diff",
+            "1",
+            &diff_image,
+            &Credentials::none(),
+        )
+        .await;
+    });
+
+    // The run beside: a log line every tick until the test opens its gate (at the end, or
+    // when it fails: the run never outlives the test).
+    let gate = Gate(local.home().join("volumes/gate"));
+    let out = local.div(&[
+        "run",
+        "--detach",
+        "--gpu",
+        "cpu",
+        "--no-upload",
+        "--",
+        // (Bounded by itself too: 2400 ticks, so a gate never seen fails the test, not hangs it.)
+        "n=0; until [ -e /mnt/gate/open ] || [ $n -ge 2400 ]; do n=$((n+1)); echo \"tick $n\"; sleep 0.05; done; \
+         [ -e /mnt/gate/open ] && echo \"ticked $n times\"",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let name = text(&out.stdout).trim().to_owned();
+    // It is going: its first line is in its log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let runs = local.home().join("runs");
+    while !std::fs::read_dir(&runs)
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_to_string(e.path().join("log")).is_ok_and(|l| l.contains("tick 1\n"))
+            })
+        })
+        .unwrap_or(false)
+    {
+        assert!(std::time::Instant::now() < deadline, "the run never logged");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let bomb_ref = format!("{}/attacks/bomb:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &bomb_ref,
+        "--no-upload",
+        "--",
+        "echo ran",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("ran"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "caused by: the image cannot be used: layer 1 of 1 (`{bomb_layer}`) of `{bomb_ref}` unpacks past the free space of the image cache's filesystem ("
+        )) && stderr.contains("kept free for everything else there: refused, nothing of the image kept"),
+        "{stderr}"
+    );
+
+    let diff_ref = format!("{}/attacks/diff:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &diff_ref,
+        "--no-upload",
+        "--",
+        "echo ran",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "caused by: the image cannot be used: layer 1 of 1 (`{}`) of `{diff_ref}` unpacks to `{}`, but the image's config says its diff_id is `{wrong}`: refused, nothing of the image kept",
+            Digest::sha256_of(&honest_gz),
+            Digest::sha256_of(&honest),
+        )),
+        "{stderr}"
+    );
+    // Nothing of either is kept as unpacked.
+    let cache = local.home().join("images");
+    assert_eq!(
+        std::fs::read_dir(cache.join("tmp")).expect("tmp").count(),
+        0,
+        "{:?}",
+        listing(&cache.join("tmp"))
+    );
+    assert!(local.rootfs().is_empty(), "{:?}", local.rootfs());
+
+    // The run beside goes on to its end with every line it wrote.
+    gate.open();
+    let out = local.div(&["logs", "--follow", &name]);
+    let log = text(&out.stdout);
+    assert!(out.status.success(), "{log}\n{}", text(&out.stderr));
+    let ticks: u64 = log
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("ticked ")?
+                .strip_suffix(" times")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no last line in {log}"));
+    for n in 1..=ticks {
+        assert_eq!(
+            log.matches(&format!("tick {n}\n")).count(),
+            1,
+            "tick {n} in {log}"
+        );
+    }
+    // And the next run runs.
+    let out = local.div(&["run", "--gpu", "cpu", "--no-upload", "--", "echo after"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("after\n"),
+        "{}",
+        text(&out.stdout)
+    );
+}

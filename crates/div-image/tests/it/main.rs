@@ -1,5 +1,6 @@
 //! div-image's integration tests: one binary.
 
+mod bounds;
 mod registry;
 mod support;
 mod token;

@@ -20,6 +20,7 @@ fn store(dir: &Path) -> ImageStore {
         StoreOptions {
             registry: fast_options(),
             pull_policy: PullPolicy::Always,
+            ..StoreOptions::default()
         },
     )
     .expect("open store")
