@@ -16,6 +16,7 @@ use crate::server::Server;
 
 mod beneath;
 mod blobs;
+pub(crate) mod leftovers;
 pub(crate) mod retention;
 pub(crate) mod stage;
 
