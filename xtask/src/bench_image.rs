@@ -413,30 +413,34 @@ fn cached_run(div: &Path, busybox: &str, tmp: &Path, rounds: usize) -> Result<()
     let project = tmp.join("project");
     fs::create_dir_all(&project)?;
     fs::write(project.join("README"), "x\n")?;
+    let command = |args: &[&str]| -> Command {
+        let mut c = Command::new(div);
+        c.args(args)
+            .current_dir(&project)
+            .env("DIVERGENT_HOME", &home)
+            .env("HOME", tmp)
+            .env("NO_COLOR", "1")
+            .env_remove("DIVERGENT_API_URL")
+            .env_remove("DIVERGENT_TOKEN")
+            .env_remove("DIVERGENT_EMULATE_GPUS")
+            .env_remove("DIVERGENT_DEFAULT_IMAGE");
+        c
+    };
     let div_cmd = |args: &[&str]| -> Result<Duration> {
         let t = Instant::now();
-        quiet(
-            Command::new(div)
-                .args(args)
-                .current_dir(&project)
-                .env("DIVERGENT_HOME", &home)
-                .env("HOME", tmp)
-                .env("NO_COLOR", "1")
-                .env_remove("DIVERGENT_API_URL")
-                .env_remove("DIVERGENT_TOKEN")
-                .env_remove("DIVERGENT_EMULATE_GPUS")
-                .env_remove("DIVERGENT_DEFAULT_IMAGE"),
-        )?;
+        quiet(&mut command(args))?;
         Ok(t.elapsed())
     };
-    struct Stop<'a>(&'a dyn Fn(&[&str]) -> Result<Duration>);
+    /// Its runs, then the server, stopped however the benchmark ends.
+    struct Stop<'a>(&'a dyn Fn(&[&str]) -> Command);
     impl Drop for Stop<'_> {
         fn drop(&mut self) {
-            let _ = (self.0)(&["server", "stop"]);
+            crate::bench_run::stop_runs(self.0);
+            let _ = (self.0)(&["server", "stop"]).output();
         }
     }
     div_cmd(&["server", "start"])?;
-    let _stop = Stop(&div_cmd);
+    let _stop = Stop(&command);
     let in_image = ["run", "--gpu", "cpu", "--image", busybox, "--", "true"];
     let on_host = ["run", "--gpu", "cpu", "--", "true"];
     // The pull, the first shipment and the first launch out of the way.

@@ -141,7 +141,45 @@ impl Local {
 
 impl Drop for Local {
     fn drop(&mut self) {
+        stop_runs(|args| self.cmd(args));
         let _ = self.cmd(&["server", "stop"]).output();
+    }
+}
+
+/// Stops every run of a local control plane that is queued or running (`div runs --all
+/// --json`, then `div stop` each, all at once, for a minute at most), as a test's harness does
+/// when it ends: a benchmark that failed half way leaves no run going in a home about to be
+/// removed. `div` gives the command `div` is run with (its home and environment).
+pub(crate) fn stop_runs(div: impl Fn(&[&str]) -> Command) {
+    let listed = div(&["runs", "--all", "--limit", "1000", "--json"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let runs: Vec<serde_json::Value> = listed
+        .ok()
+        .and_then(|out| serde_json::from_slice(&out.stdout).ok())
+        .unwrap_or_default();
+    let mut stops: Vec<std::process::Child> = runs
+        .iter()
+        .filter(|r| matches!(r["status"].as_str(), Some("queued" | "running")))
+        .filter_map(|r| r["id"].as_str())
+        .filter_map(|id| {
+            div(&["stop", id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stops.is_empty() && Instant::now() < deadline {
+        stops.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for mut stop in stops {
+        let _ = stop.kill();
+        let _ = stop.wait();
     }
 }
 

@@ -127,7 +127,7 @@ impl OnSlurm {
         })
     }
 
-    fn div(&self, args: &[&str]) -> Result<()> {
+    fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.div);
         cmd.args(args)
             .current_dir(&self.project)
@@ -136,12 +136,17 @@ impl OnSlurm {
             .env_remove("DIVERGENT_API_URL")
             .env_remove("DIVERGENT_TOKEN")
             .env("NO_COLOR", "1");
-        quiet(&mut cmd)
+        cmd
+    }
+
+    fn div(&self, args: &[&str]) -> Result<()> {
+        quiet(&mut self.cmd(args))
     }
 }
 
 impl Drop for OnSlurm {
     fn drop(&mut self) {
+        crate::bench_run::stop_runs(|args| self.cmd(args));
         let _ = self.div(&["server", "stop"]);
     }
 }

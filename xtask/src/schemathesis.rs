@@ -91,7 +91,50 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
     let status = cmd.status().context("running schemathesis");
     let _ = stop.send(());
     let _ = runtime.block_on(server);
+    // The runs Schemathesis placed (any command it made up) are stopped before their home
+    // goes: the server is stopped first, so none starts meanwhile.
+    stop_runs_left(&tmp.path().join("home"));
     let status = status?;
     ensure!(status.success(), "schemathesis found failures: {status}");
     Ok(())
+}
+
+/// Stops every run in `home` that has not ended, as the local executor's stop does (an empty
+/// `stop` in its run directory, which its supervisor looks for every 20 ms), and waits at most
+/// a minute for each to write its end (a run's grace is 10 s unless it asked for another).
+fn stop_runs_left(home: &std::path::Path) {
+    let going: Vec<PathBuf> = std::fs::read_dir(home.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| dir.is_dir() && !dir.join("end.json").exists())
+        .collect();
+    for dir in &going {
+        let _ = std::fs::write(dir.join("stop"), b"");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for dir in going {
+        // A run whose supervisor is gone writes no end: its lock is free, and it is let be.
+        while !dir.join("end.json").exists()
+            && supervised(&dir)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if !dir.join("end.json").exists() && supervised(&dir) {
+            eprintln!(
+                "warning: the run in {} did not end within a minute of its stop",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// Whether a supervisor holds the run's lock (`supervisor.lock`, held for its life).
+fn supervised(run_dir: &std::path::Path) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(run_dir.join("supervisor.lock"))
+        .is_ok_and(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
 }

@@ -141,9 +141,22 @@ pub(crate) fn judge(check: &str, result: Option<&str>) -> CheckVerdict {
     }
 }
 
-/// Whether `name` is a valid volume name.
-pub(crate) fn valid_volume_name(name: &str) -> bool {
-    name.parse::<VolumeName>().is_ok()
+/// A volume's name, or div-spec's rule for one (what was wrong and what would be right).
+pub(crate) fn check_volume_name(name: &str) -> Result<(), String> {
+    name.parse::<VolumeName>()
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// A project's name as a client gives it (div-spec's rule: a slug exactly, as `div` sends),
+/// or the rule, with the slug that would be one.
+pub(crate) fn check_project_name(name: &str) -> Result<(), String> {
+    div_spec::check_project_name(name).map_err(|e| e.to_string())
+}
+
+/// A run's name (div-spec's rule, which `div --name` checks too), or the rule.
+pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
+    div_spec::check_run_name(name).map_err(|e| e.to_string())
 }
 
 /// Every `/mnt/<name>` literally in `command`.

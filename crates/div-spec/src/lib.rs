@@ -51,7 +51,7 @@ pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};
 pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};
 pub use sku::{Sku, UnknownSku};
-pub use slug::{MAX_SLUG_LEN, Slug, SlugError};
+pub use slug::{MAX_SLUG_LEN, ProjectNameError, Slug, SlugError, check_project_name};
 pub use terminal::{is_terminal_control, terminal_safe};
 pub use volume::{VolumeName, VolumeNameError, is_volume_path, volumes_named};
 

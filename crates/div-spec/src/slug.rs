@@ -31,6 +31,42 @@ pub enum SlugError {
     Empty { typed: String },
 }
 
+/// The error returned by [`check_project_name`]: a project name as given (by a control
+/// plane's client), not as typed at `--project`, which is slugified instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{typed}` is not a project name; a project name is 1 to 63 lowercase letters, digits and `-`, not starting or ending with `-` and with no `--`{}",
+    .slug.as_ref().map(|s| format!(" (`{s}` is one)")).unwrap_or_default()
+)]
+pub struct ProjectNameError {
+    /// The name as given.
+    pub typed: String,
+    /// The slug made of it, when it has letters or digits to make one from.
+    pub slug: Option<Slug>,
+}
+
+/// Whether `name` is a project name exactly as it stands (what [`Slug`] holds): 1 to
+/// [`MAX_SLUG_LEN`] of `a-z`, `0-9` and `-`, not starting or ending with `-`, with no `--`.
+/// A name is one exactly when it is its own slug. `div` sends only slugs; a control plane
+/// refuses any other project with this.
+pub fn check_project_name(name: &str) -> Result<(), ProjectNameError> {
+    let ok = (1..=MAX_SLUG_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    if ok {
+        return Ok(());
+    }
+    let text = slug_text(name);
+    Err(ProjectNameError {
+        typed: name.to_owned(),
+        slug: (!text.is_empty()).then_some(Slug(text)),
+    })
+}
+
 /// The ASCII for a Latin letter with an accent, or `None` to treat it as a separator.
 fn transliterate(c: char) -> Option<&'static str> {
     Some(match c {

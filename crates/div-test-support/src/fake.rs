@@ -128,6 +128,38 @@ fn invalid(message: String, details: Value) -> ApiError {
     ApiError::from_server(ErrorKind::Refused, "invalid".to_owned(), message, details)
 }
 
+/// A volume's name as a route gives it, or the server's refusal (div-spec's rule), before
+/// the volume is looked for.
+fn volume_name(name: &str) -> Result<(), ApiError> {
+    name.parse::<div_spec::VolumeName>()
+        .map(drop)
+        .map_err(|e| invalid(e.to_string(), Value::Null))
+}
+
+/// The server's refusal of the names a run gives (div-spec's rules), before anything else.
+fn run_names(run: &CreateRun) -> Result<(), ApiError> {
+    if run.project.trim().is_empty() {
+        return Err(invalid("the run has no project".to_owned(), Value::Null));
+    }
+    div_spec::check_project_name(&run.project).map_err(|e| invalid(e.to_string(), Value::Null))?;
+    if let Some(name) = &run.name {
+        div_spec::check_run_name(name).map_err(|e| invalid(e.to_string(), Value::Null))?;
+    }
+    if let Some(code) = &run.code {
+        volume_name(&code.volume)?;
+        if !div_spec::is_volume_path(&code.path) {
+            return Err(invalid(
+                format!(
+                    "the code's path `{}` is not a path inside a volume",
+                    code.path
+                ),
+                Value::Null,
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl FakeControlPlane {
     /// A fake offering [`sample_catalogue`].
     pub fn new() -> Self {
@@ -229,6 +261,7 @@ impl FakeControlPlane {
     /// size (div-pricing's rules), whole nodes ([`FakeControlPlane::with_nodes_of`]), the
     /// ceiling, the checks, the project, the code.
     fn refuse(&self, state: &State, run: &CreateRun) -> Result<div_pricing::Sizing, ApiError> {
+        run_names(run)?;
         let catalogue = self.catalogue.clone().unwrap_or_else(sample_catalogue);
         if !catalogue.skus.iter().any(|s| s.name == run.sku) {
             let accepted: Vec<&str> = catalogue.skus.iter().map(|s| s.name.as_str()).collect();
@@ -278,9 +311,6 @@ impl FakeControlPlane {
             .find_map(|c| c.parse::<div_spec::Check>().err())
         {
             return Err(invalid(e.to_string(), Value::Null));
-        }
-        if run.project.trim().is_empty() {
-            return Err(invalid("the run has no project".to_owned(), Value::Null));
         }
         if let Some(code) = &run.code
             && !state
@@ -399,9 +429,7 @@ impl ControlPlane for FakeControlPlane {
 
     async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
         // The server's rule: a volume name (div-spec's).
-        if name.parse::<div_spec::VolumeName>().is_err() {
-            return Err(invalid(format!("bad volume name `{name}`"), Value::Null));
-        }
+        volume_name(name)?;
         let mut state = self.state();
         let v = state
             .volumes
@@ -419,6 +447,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
+        volume_name(name)?;
         self.state()
             .volumes
             .remove(name)
@@ -431,6 +460,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         hashes: &[String],
     ) -> Result<MissingBlobs, ApiError> {
+        volume_name(volume)?;
         let state = self.state();
         let v = state
             .volumes
@@ -460,6 +490,7 @@ impl ControlPlane for FakeControlPlane {
         total: u64,
         data: BlobSource,
     ) -> Result<(), ApiError> {
+        volume_name(volume)?;
         let bytes = match data {
             BlobSource::Bytes(b) => b.to_vec(),
             BlobSource::File { path, offset, len } => {
@@ -526,6 +557,7 @@ impl ControlPlane for FakeControlPlane {
         if self.stages == FakeStages::None {
             return Ok(None);
         }
+        volume_name(volume)?;
         let mut hashes: Vec<String> = tree
             .entries
             .iter()
@@ -558,6 +590,7 @@ impl ControlPlane for FakeControlPlane {
         stage: &str,
         blobs: &[div_api::PackBlob],
     ) -> Result<(), ApiError> {
+        volume_name(volume)?;
         {
             let mut state = self.state();
             if state.stages.get(stage).is_none_or(|(v, _)| v != volume) {
@@ -569,6 +602,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        volume_name(volume)?;
         let taken = self.state().stages.remove(stage);
         let tree = match taken {
             Some((v, tree)) if v == volume && self.stages == FakeStages::Kept => tree,
@@ -582,6 +616,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         tree: &CommitTree,
     ) -> Result<CommittedTree, ApiError> {
+        volume_name(volume)?;
         let mut state = self.state();
         let v = state
             .volumes
@@ -667,6 +702,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        volume_name(volume)?;
         let state = self.state();
         let v = state
             .volumes
@@ -699,6 +735,7 @@ impl ControlPlane for FakeControlPlane {
         path: &str,
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError> {
+        volume_name(volume)?;
         let data = {
             let state = self.state();
             let v = state
@@ -786,6 +823,14 @@ impl ControlPlane for FakeControlPlane {
 
     async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
         let state = self.state();
+        // A project outside the rule, unless runs of it are held (the server lists what it
+        // stored before the rule).
+        if let Some(project) = &query.project
+            && let Err(e) = div_spec::check_project_name(project)
+            && !state.runs.iter().any(|r| &r.project == project)
+        {
+            return Err(invalid(e.to_string(), Value::Null));
+        }
         let start: usize = match &query.cursor {
             None => 0,
             Some(c) => c

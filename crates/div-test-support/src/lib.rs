@@ -8,6 +8,8 @@
 //! - [`conformance`]: named checks any [`ControlPlane`] must pass, with a
 //!   [`ConformanceContext`] saying what runs quickly and whether runs really execute;
 //! - [`FakeControlPlane`]: an in-memory control plane that passes the suite;
+//! - [`leftovers`]: what a harness that made a control plane stops when it ends, and the
+//!   processes left under a folder;
 //! - `image` (feature `image`): a real registry on loopback, images built in memory, and a
 //!   tree's contents to compare.
 //!
@@ -27,6 +29,7 @@ mod fake;
 mod filters;
 #[cfg(feature = "image")]
 pub mod image;
+pub mod leftovers;
 pub mod mock;
 pub mod proxy;
 

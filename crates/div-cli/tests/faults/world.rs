@@ -327,8 +327,15 @@ impl World {
     }
 }
 
+/// Its runs stopped (on the cluster, their jobs with them), then its server, when the test
+/// ends, pass or panic.
 impl Drop for World {
     fn drop(&mut self) {
+        div_test_support::leftovers::stop_runs_with_div(
+            &|args| self.command(args),
+            &self.home(),
+            self.tmp.path(),
+        );
         let _ = self.div(&["server", "stop"]);
     }
 }

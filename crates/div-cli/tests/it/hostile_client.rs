@@ -93,8 +93,14 @@ impl Local {
     }
 }
 
+/// Its runs stopped, then its server, when the test ends (as `support::Local`'s).
 impl Drop for Local {
     fn drop(&mut self) {
+        div_test_support::leftovers::stop_runs_with_div(
+            &|args| self.command(args),
+            &self.tmp.path().join("div-home"),
+            self.tmp.path(),
+        );
         let _ = self.div(&["server", "stop"]);
     }
 }

@@ -127,8 +127,14 @@ impl Cluster {
     }
 }
 
+/// Its runs stopped (their jobs with them), then its server, when the test ends.
 impl Drop for Cluster {
     fn drop(&mut self) {
+        div_test_support::leftovers::stop_runs_with_div(
+            &|args| self.command(args),
+            &self.home(),
+            self.tmp.path(),
+        );
         let _ = self.div(&["server", "stop"]);
     }
 }

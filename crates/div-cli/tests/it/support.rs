@@ -263,8 +263,16 @@ impl Local {
     }
 }
 
+/// When the test ends, pass or panic: every run it placed that is still going is stopped
+/// (`div runs --all --json`, `div stop` each, within a bound), then the server; a run left
+/// going would go on with its home deleted under it.
 impl Drop for Local {
     fn drop(&mut self) {
+        div_test_support::leftovers::stop_runs_with_div(
+            &|args| self.command(args),
+            &self.home(),
+            self.tmp.path(),
+        );
         let _ = self.div(&["server", "stop"]);
     }
 }

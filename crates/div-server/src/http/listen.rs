@@ -53,6 +53,27 @@ pub(crate) async fn serve(
         let _ = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await;
     }
 
+    // What earlier servers left on its way in or out (stages, puts, partial uploads idle for
+    // an hour): listed before anything is answered, so nothing of this server's is among it,
+    // and removed meanwhile.
+    let leftovers = {
+        let s = Arc::clone(&server);
+        tokio::task::spawn_blocking(move || {
+            crate::volumes::leftovers::Leftovers::list(&s, std::time::SystemTime::now())
+        })
+        .await
+        .unwrap_or_default()
+    };
+    if !leftovers.is_empty() {
+        tracing::info!(
+            count = leftovers.len(),
+            "removing what an earlier server left in the volumes' folders"
+        );
+        drop(crate::server::spawn_work(&server, move |_| {
+            leftovers.remove()
+        }));
+    }
+
     let socket = crate::socket_path(&home);
     let _ = std::fs::remove_file(&socket);
     let unix = tokio::net::UnixListener::bind(&socket).map_err(|source| ServerError::Listen {

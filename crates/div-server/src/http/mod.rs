@@ -114,12 +114,12 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(status, &v))
         }
         (&Method::DELETE, ["v1", "volumes", name]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             blocking(server, move |s| volumes::delete_volume(s, &name)).await?;
             Ok(empty(204))
         }
         (&Method::POST, ["v1", "volumes", name, "blobs", "missing"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let body: MissingBlobsRequest = read_json(req).await?;
             let m = blocking(server, move |s| {
                 volumes::missing_blobs(s, &name, &body.hashes)
@@ -128,7 +128,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(200, &m))
         }
         (&Method::POST, ["v1", "volumes", name, "blobs", "pack"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let body = read_body(req).await?;
             let stage = param(&q, "stage");
             let answer = blocking(server, move |s| {
@@ -138,11 +138,11 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(200, &answer))
         }
         (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
-            let (name, hash) = (name.to_string(), hash.to_string());
+            let (name, hash) = (named_volume(name)?, hash.to_string());
             upload::upload(Arc::clone(server), &shared.uploads, name, hash, &q, req).await
         }
         (&Method::POST, ["v1", "volumes", name, "trees"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let body: CommitTree = read_json(req).await?;
             let volume = name.clone();
             let (status, t) =
@@ -159,13 +159,13 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(status, &t))
         }
         (&Method::POST, ["v1", "volumes", name, "stages"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let body: CommitTree = read_json(req).await?;
             let staged = blocking(server, move |s| volumes::stage_tree(s, &name, &body)).await?;
             Ok(wire::json(201, &staged))
         }
         (&Method::POST, ["v1", "volumes", name, "stages", stage, "commit"]) => {
-            let (name, stage) = (name.to_string(), stage.to_string());
+            let (name, stage) = (named_volume(name)?, stage.to_string());
             let volume = name.clone();
             let (status, t, homes) =
                 blocking(server, move |s| volumes::commit_stage(s, &name, &stage)).await?;
@@ -189,20 +189,20 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             Ok(wire::json(status, &t))
         }
         (&Method::GET, ["v1", "volumes", name, "trees"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let p = param(&q, "path").unwrap_or_default();
             let d = param(&q, "digest").unwrap_or_default();
             let t = blocking(server, move |s| volumes::tree_held(s, &name, &p, &d)).await?;
             Ok(wire::json(200, &t))
         }
         (&Method::GET, ["v1", "volumes", name, "tree"]) => {
-            let name = name.to_string();
+            let name = named_volume(name)?;
             let p = param(&q, "path").unwrap_or_default();
             let entries = blocking(server, move |s| volumes::list_tree(s, &name, &p)).await?;
             Ok(wire::json(200, &json!({ "entries": entries })))
         }
         (&Method::GET, ["v1", "volumes", name, "file"]) => {
-            files::respond(server, name.to_string(), &q, &req).await
+            files::respond(server, named_volume(name)?, &q, &req).await
         }
         (&Method::POST, ["v1", "images", "pull"]) => {
             #[derive(serde::Deserialize)]
@@ -291,6 +291,13 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         }
         _ => Err(HttpError::not_found(format!("no route `{method} {path}`"))),
     }
+}
+
+/// The volume a `/v1/volumes/{name}…` route names, held to the rule for volume names (422
+/// with the rule otherwise) before anything is looked up by it.
+fn named_volume(name: &str) -> Result<String, HttpError> {
+    volumes::check_name(name)?;
+    Ok(name.to_owned())
 }
 
 /// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor` (empty ones are absent).

@@ -244,6 +244,18 @@ pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, HttpErr
         None => None,
     };
     let limit = query.limit.unwrap_or(50).clamp(1, 1000);
+    // A project outside the rule is refused with it, unless runs of it are stored: runs placed
+    // before the rule (when any project was taken) are still listed by it.
+    if let Some(project) = &query.project
+        && let Err(rule) = rules::check_project_name(project)
+        && server
+            .store
+            .list_runs(Some(project), None, 1, None)?
+            .0
+            .is_empty()
+    {
+        return Err(HttpError::invalid(rule));
+    }
     let (runs, next) =
         server
             .store

@@ -20,6 +20,7 @@ pub(crate) struct Valid {
 
 /// Checks `request` against this machine and div's rules.
 pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, HttpError> {
+    names(request)?;
     let accepted = server.inventory.accepted();
     let sku = rules::sku(&request.sku)
         .filter(|s| accepted.iter().any(|a| a == s.name))
@@ -116,22 +117,9 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         ),
     )
     .map_err(|e| HttpError::invalid(e.to_string()))?;
-    if request.project.trim().is_empty() {
-        return Err(HttpError::invalid("the run has no project"));
-    }
-    if let Some(name) = &request.name
-        && !valid_run_name(name)
-    {
-        return Err(HttpError::invalid(format!(
-            "`{name}` is not a run name; use lowercase letters, digits and `-`"
-        )));
-    }
     if let Some(code) = &request.code {
         let dir = server.volume_dir(&code.volume).join(&code.path);
-        if server.store.volume(&code.volume)?.is_none()
-            || !div_spec::is_volume_path(&code.path)
-            || !dir.is_dir()
-        {
+        if server.store.volume(&code.volume)?.is_none() || !dir.is_dir() {
             return Err(HttpError::invalid(format!(
                 "the code `{}/{}` is not in a volume",
                 code.volume, code.path
@@ -155,12 +143,28 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
     })
 }
 
-fn valid_run_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
-        })
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && !name.starts_with("r_")
+/// The names a run gives, each held to its rule (div-spec's), first: the names `div` would
+/// send (its project is a slug of the folder's name, its `--name` checked, its code in
+/// `<project>-code` at `code/<id>`). Anything else comes from another client and is refused
+/// with the rule before anything is looked up by it (a code volume named `../..` is never
+/// looked for on disk). Runs stored before this rule keep their names: they are read by id
+/// or name as ever (docs/api.md, "Names").
+fn names(request: &CreateRun) -> Result<(), HttpError> {
+    if request.project.trim().is_empty() {
+        return Err(HttpError::invalid("the run has no project"));
+    }
+    rules::check_project_name(&request.project).map_err(HttpError::invalid)?;
+    if let Some(name) = &request.name {
+        rules::check_run_name(name).map_err(HttpError::invalid)?;
+    }
+    if let Some(code) = &request.code {
+        crate::volumes::check_name(&code.volume)?;
+        if !div_spec::is_volume_path(&code.path) {
+            return Err(HttpError::invalid(format!(
+                "the code's path `{}` is not a path inside a volume: relative, `/`-separated, with no empty, `.` or `..` part, like `code/9f31c2ab`",
+                code.path
+            )));
+        }
+    }
+    Ok(())
 }

@@ -13,7 +13,8 @@
 //! code snapshots' retention keeps a home's blob (in the blob folder) before it removes its
 //! tree.
 //!
-//! Stages live in the server's memory: a server that restarts has none, and a client whose
+//! Stages live in the server's memory: a server that restarts has none (the folders of an
+//! earlier server's are removed when it starts, `volumes::leftovers`), and a client whose
 //! stage is gone (404) sends its tree the other way. At most [`MAX_STAGES`] are kept; making
 //! one more lets the oldest idle one go.
 
@@ -27,7 +28,7 @@ use div_api::{CommitTree, CommittedTree, EntryKind, StagedTree, TreeEntry};
 use rustix::fs::{Mode, OFlags};
 
 use super::{
-    blob_dir, check_place, commit_lock, committed_tree, file_hashes, link_tree, locate_blobs,
+    check_place, commit_lock, committed_tree, file_hashes, link_tree, locate_blobs,
     move_into_place, not_sent, on_disk, require_volume, rules, staging, valid_rel,
 };
 use crate::clock::now_ms;
@@ -142,7 +143,6 @@ pub(crate) fn stage_tree(
     wanted.retain(|_, files| !files.is_empty());
     let partial = super::blobs::partial_sizes(server, volume, &missing);
     let root = server.volume_dir(volume);
-    clear_leftovers(server, volume);
     let dir = staging(server, volume, &root, "stage")?;
     fs::create_dir(&dir)?;
     let id = dir
@@ -192,31 +192,6 @@ pub(crate) fn stage_tree(
         partial,
         extra: Default::default(),
     })
-}
-
-/// Removes the stages a server before this one left in the volume's blob folder (once per
-/// volume in this server's life).
-fn clear_leftovers(server: &Server, volume: &str) {
-    static CLEARED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    let blobs = blob_dir(server, volume);
-    let mut cleared = CLEARED.lock().unwrap_or_else(|e| e.into_inner());
-    if cleared.contains(&blobs) {
-        return;
-    }
-    let mine = format!("stage-{}-", std::process::id());
-    if let Ok(entries) = fs::read_dir(&blobs) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with("stage-")
-                && !name.starts_with(&mine)
-                && entry.file_type().is_ok_and(|t| t.is_dir())
-            {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    cleared.push(blobs);
 }
 
 /// Writes the blobs of a pack (checked already: each its hash) that the stage `id` wants into

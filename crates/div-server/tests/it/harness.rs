@@ -115,6 +115,8 @@ impl Server {
             task.abort();
             let _ = task.await;
         }
+        // Its runs go on, for the test to find (and for the server it starts next to stop).
+        self.shutdown = None;
         (self.home.clone(), self._dir.take())
     }
 
@@ -324,11 +326,64 @@ impl Server {
     }
 }
 
+/// A server this harness started is stopped when the test ends, pass or panic, and so is
+/// every run it placed: a run left going would go on with its home deleted under it. The
+/// server is told to stop first (so it starts no queued run meanwhile; on a multi-threaded
+/// runtime it is waited for), then [`stop_runs_left`]. A drop cannot let a server on the
+/// test's own current-thread runtime answer, so the runs are told the way its executor tells
+/// them, in their directories. A killed or external server is left as it is.
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+        let Some(tx) = self.shutdown.take() else {
+            return;
+        };
+        let _ = tx.send(());
+        let on_workers = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_workers && let Some(task) = &self.task {
+            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            while !task.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
+        stop_runs_left(&self.home);
+    }
+}
+
+/// Stops every run in `home` that is still going, as the local executor's `stop` does (an
+/// empty `stop` in its run directory, which its supervisor looks for every 20 ms), and waits,
+/// at most [`div_test_support::leftovers::STOP_WITHIN`], until no process names `home` (its
+/// supervisors and their bwrap) or works in it (an unsandboxed run). What is left then is said
+/// on stderr (and `.ci/leftovers` fails on it).
+pub(crate) fn stop_runs_left(home: &Path) {
+    use div_test_support::leftovers::{STOP_WITHIN, processes_under, say};
+    let deadline = std::time::Instant::now() + STOP_WITHIN;
+    loop {
+        // Looked at again each time: a supervisor starting meanwhile finds its stop too.
+        for dir in std::fs::read_dir(home.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = dir.path();
+            if dir.is_dir() && !dir.join("end.json").exists() && !dir.join("stop").exists() {
+                let _ = std::fs::write(dir.join("stop"), b"");
+            }
+        }
+        let left = processes_under(home);
+        if left.is_empty() {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            for p in left {
+                say(&format!(
+                    "still going {}s after its stop: {p}",
+                    STOP_WITHIN.as_secs()
+                ));
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

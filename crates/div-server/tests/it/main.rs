@@ -14,6 +14,7 @@ mod hostile;
 mod hostile_env;
 mod hostile_files;
 mod limits;
+mod names;
 mod races;
 mod retention;
 mod runs;

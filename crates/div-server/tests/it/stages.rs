@@ -374,35 +374,136 @@ async fn a_stage_takes_only_what_its_tree_says_and_is_committed_once() {
     assert!(status == 400 || status == 422, "{status} {refused}");
 }
 
-/// A stage a server before this one left half written in the blob folder (it stopped, or
-/// was killed, between a stage and its commit) is removed when the volume next stages a tree;
-/// this server's own are left to their packs.
+/// Sends `data[from..to]` of a blob of `data.len()` bytes: the answer's status.
+async fn put_part(server: &Server, data: &[u8], from: usize, to: usize) -> u16 {
+    let (status, _) = server
+        .try_request(
+            "PUT",
+            &format!(
+                "/v1/volumes/{VOLUME}/blobs/{}?offset={from}&total={}",
+                hash(data),
+                data.len()
+            ),
+            Some(data[from..to].to_vec()),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await
+        .expect("an answer");
+    status
+}
+
+/// What an earlier server left on its way in or out is removed when a server starts on its
+/// home (`volumes::leftovers`, docs/reliability.md): its stages whatever their age (a stage
+/// lives in its server's memory: none can be finished by another), a root put's folder beside
+/// the volume's files, and partial uploads not written to for over an hour (the hour put
+/// behind them with `filetime`, not waited for). A partial upload written to within the hour
+/// is kept and its client goes on from where it was; the client whose stage went with its
+/// server is answered 404 for it, and its tree goes the other way. A folder of the volume's
+/// own that only looks like one is kept.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stage_left_by_an_earlier_server_is_removed() {
+async fn a_restarted_server_removes_what_an_earlier_one_left_and_a_client_goes_on() {
     let server = start(10).await;
     let blobs = server.home.join("blobs").join(VOLUME);
-    let left = blobs.join("stage-1-1700000000000-0");
-    std::fs::create_dir_all(left.join("src")).expect("mkdir");
-    std::fs::write(left.join("src/half.py"), "half wri").expect("write");
-    let data: &[u8] = b"print('hi')\n";
-    let (status, first) = stage(&server, VOLUME, "code/a", &[file("a.py", data, false)]).await;
-    assert_eq!(status, 201, "{first}");
-    assert!(!left.exists(), "the earlier server's stage is gone");
-    let mine = blobs.join(first["id"].as_str().expect("an id"));
-    let (status, second) = stage(&server, VOLUME, "code/b", &[file("b.py", data, false)]).await;
-    assert_eq!(status, 201, "{second}");
-    assert!(
-        mine.is_dir(),
-        "this server's own stage is kept for its packs"
-    );
-    let id = first["id"].as_str().expect("an id").to_owned();
-    let (status, sent) = pack(&server, &id, &[data]).await;
+    // A stage of this server, left between its packs and its commit.
+    let staged_data: &[u8] = b"print('staged')\n";
+    let (status, staged) = stage(
+        &server,
+        VOLUME,
+        "code/s",
+        &[file("s.py", staged_data, false)],
+    )
+    .await;
+    assert_eq!(status, 201, "{staged}");
+    let id = staged["id"].as_str().expect("an id").to_owned();
+    let (status, sent) = pack(&server, &id, &[staged_data]).await;
     assert_eq!(status, 200, "{sent}");
-    let (status, committed) = commit(&server, VOLUME, &id).await;
+    let its_stage = blobs.join(&id);
+    assert!(its_stage.is_dir(), "the stage is on disk");
+    // An old one from a server long gone, and a put's folder beside the volume's files.
+    let old_stage = blobs.join("stage-1-1700000000000-0");
+    std::fs::create_dir_all(old_stage.join("src")).expect("mkdir");
+    std::fs::write(old_stage.join("src/half.py"), "half wri").expect("write");
+    let beside = in_volume(&server, ".tmp-put-1-1700000000000-1");
+    std::fs::create_dir_all(beside.join("a")).expect("mkdir");
+    let not_ours = in_volume(&server, ".tmp-stage-notes");
+    std::fs::create_dir_all(&not_ours).expect("mkdir");
+    // Two partial uploads: one idle for two hours, one written to 50 minutes ago.
+    let idle: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+    let recent: Vec<u8> = (0..6000u32).map(|i| (i % 241) as u8).collect();
+    assert_eq!(put_part(&server, &idle, 0, 1000).await, 204);
+    assert_eq!(put_part(&server, &recent, 0, 2500).await, 204);
+    let partial = |data: &[u8]| blobs.join("partial").join(hash(data));
+    let ago = |secs: u64| {
+        filetime::FileTime::from_system_time(
+            std::time::SystemTime::now() - Duration::from_secs(secs),
+        )
+    };
+    filetime::set_file_mtime(partial(&idle), ago(2 * 3600)).expect("mtime");
+    filetime::set_file_mtime(partial(&recent), ago(50 * 60)).expect("mtime");
+
+    let (home, _dir) = server.kill().await;
+    let server = Server::at(crate::harness::options(
+        &home,
+        Some("h100:2"),
+        div_server::SandboxMode::Auto,
+    ))
+    .await;
+    let gone = [&its_stage, &old_stage, &beside, &partial(&idle)];
+    until("what the earlier server left is removed", || {
+        gone.iter().all(|p| !p.exists())
+    })
+    .await;
+    assert!(not_ours.is_dir(), "a folder of the volume's own is kept");
+
+    // The recent upload goes on from where it was, and the blob is whole.
+    let (status, missing) = server
+        .request(
+            "POST",
+            &format!("/v1/volumes/{VOLUME}/blobs/missing"),
+            Some(json!({ "hashes": [hash(&recent), hash(&idle)] })),
+        )
+        .await;
+    assert_eq!(status, 200, "{missing}");
+    let partial_sizes = missing["partial"].as_object().cloned().unwrap_or_default();
+    assert_eq!(
+        partial_sizes.into_iter().collect::<Vec<_>>(),
+        [(hash(&recent), json!(2500))],
+        "only the recent upload is partly there: {missing}"
+    );
+    assert_eq!(put_part(&server, &recent, 2500, recent.len()).await, 201);
+    assert_eq!(
+        std::fs::read(blob(&server, &recent)).expect("the blob"),
+        recent
+    );
+
+    // The stage went with its server: its commit is 404, and the tree goes the other way.
+    let (status, refused) = commit(&server, VOLUME, &id).await;
+    assert_eq!(status, 404, "{refused}");
+    let blobs = vec![div_api::PackBlob {
+        hash: hash(staged_data),
+        data: staged_data.to_vec().into(),
+    }];
+    let (status, _) = server
+        .try_request(
+            "POST",
+            &format!("/v1/volumes/{VOLUME}/blobs/pack"),
+            Some(div_api::pack_frame(&blobs)),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200);
+    let (status, committed) = server
+        .request(
+            "POST",
+            &format!("/v1/volumes/{VOLUME}/trees"),
+            Some(json!({ "path": "code/s", "entries": [file("s.py", staged_data, false)] })),
+        )
+        .await;
     assert_eq!(status, 201, "{committed}");
     assert_eq!(
-        std::fs::read(in_volume(&server, "code/a/a.py")).expect("read"),
-        data
+        std::fs::read(in_volume(&server, "code/s/s.py")).expect("read"),
+        staged_data
     );
 }
 

@@ -47,13 +47,15 @@ fn install(bin: &Path, from: &str) -> PathBuf {
     to
 }
 
-/// The server process, killed when the test ends however it ends.
-pub(crate) struct Serving(Child);
+/// The server process and its home: killed when the test ends however it ends, and every run
+/// it placed stopped then ([`crate::harness::stop_runs_left`]).
+pub(crate) struct Serving(Child, PathBuf);
 
 impl Drop for Serving {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        crate::harness::stop_runs_left(&self.1);
     }
 }
 
@@ -120,7 +122,7 @@ pub(crate) async fn serve_as_user(dir: &Path) -> (Serving, Server, u32, u32) {
         .stderr(out)
         .spawn()
         .expect("setpriv starts");
-    let serving = Serving(child);
+    let serving = Serving(child, home.clone());
     let server = Server::external(&home);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !matches!(

@@ -146,6 +146,18 @@ proptest! {
         let _ = div_spec::volumes_named(&typed);
     }
 
+    /// A project name is one exactly when it is its own slug: what `--project` and a folder's
+    /// name become is always taken, and nothing else is.
+    #[test]
+    fn proptest_a_project_name_is_its_own_slug(typed in "[a-zA-Z0-9 ._/<>-]{0,70}") {
+        let slug = typed.parse::<Slug>().ok();
+        let own = slug.as_ref().is_some_and(|s| s.as_str() == typed);
+        prop_assert_eq!(div_spec::check_project_name(&typed).is_ok(), own, "{:?}", typed);
+        if let Some(s) = slug {
+            prop_assert_eq!(div_spec::check_project_name(s.as_str()), Ok(()));
+        }
+    }
+
     /// `KEY=value` never panics on any text (names of any length, `=`, NULs, any Unicode),
     /// and what it accepts is within the bounds and round-trips.
     #[test]

@@ -1,6 +1,7 @@
 use div_spec::{
     EnvPair, MAX_ENV_NAME_BYTES, MAX_ENV_TOTAL_BYTES, MAX_ENV_VALUE_BYTES, Slug, VolumeName,
-    check_env_name, check_env_total, check_env_value, is_env_key, volumes_named,
+    check_env_name, check_env_total, check_env_value, check_project_name, is_env_key,
+    volumes_named,
 };
 use insta::assert_snapshot;
 
@@ -34,6 +35,31 @@ fn slug_refusals() {
     assert_snapshot!(Slug::slugify("!!!").unwrap_err().to_string(), @"a directory named `!!!` has no letters or digits to make a project name from; pass --project");
     assert_snapshot!(Slug::slugify("").unwrap_err().to_string(), @"a directory named `` has no letters or digits to make a project name from; pass --project");
     assert_snapshot!(refused::<Slug>("---"), @"the project name `---` has no letters or digits; a project name is lowercase letters, digits and `-`");
+}
+
+#[test]
+fn project_names_as_given() {
+    for good in ["a", "very-cool-classifier", "v2-0", "2024", &"a".repeat(63)] {
+        assert_eq!(check_project_name(good), Ok(()), "`{good}`");
+    }
+    let refusal = |name: &str| check_project_name(name).unwrap_err().to_string();
+    assert_snapshot!(refusal("<img id=x src=x>"), @"`<img id=x src=x>` is not a project name; a project name is 1 to 63 lowercase letters, digits and `-`, not starting or ending with `-` and with no `--` (`img-id-x-src-x` is one)");
+    assert_snapshot!(refusal("../../etc"), @"`../../etc` is not a project name; a project name is 1 to 63 lowercase letters, digits and `-`, not starting or ending with `-` and with no `--` (`etc` is one)");
+    assert_snapshot!(refusal("---"), @"`---` is not a project name; a project name is 1 to 63 lowercase letters, digits and `-`, not starting or ending with `-` and with no `--`");
+    for bad in [
+        "",
+        "a/b",
+        "UPPER",
+        "a--b",
+        "-a",
+        "a-",
+        "a_b",
+        "café",
+        &"a".repeat(64),
+        &"a".repeat(300),
+    ] {
+        assert!(check_project_name(bad).is_err(), "`{bad}` is refused");
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 17);
+    assert_eq!(report.passed.len(), 18);
 }
 
 /// The fake, but creating a run twice for one key.
@@ -112,6 +112,61 @@ async fn a_control_plane_that_forgets_keys_fails_the_suite() {
         "{}",
         report.failed[0].1
     );
+}
+
+/// The OpenAPI document's patterns and lengths for names (`ProjectName`, `RunName`,
+/// `VolumeName`) say exactly div-spec's rules, which the server and the fake refuse by: tried
+/// on every string of up to four characters of an alphabet that reaches each rule's edges, and
+/// on long ones.
+#[test]
+fn the_documents_name_patterns_are_div_specs_rules() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/api/openapi.yaml"
+    ))
+    .expect("the OpenAPI document");
+    let schema = |name: &str| -> (regex::Regex, usize) {
+        let at = doc
+            .find(&format!("\n    {name}:\n      type: string\n"))
+            .unwrap_or_else(|| panic!("no string schema `{name}`"));
+        let block = &doc[at..];
+        let field = |key: &str| -> &str {
+            let from = block.find(&format!("\n      {key}: ")).expect(key) + key.len() + 9;
+            block[from..].lines().next().expect("a value")
+        };
+        let pattern = field("pattern").trim_matches('"').replace("\\\\", "\\");
+        let max: usize = field("maxLength").parse().expect("a length");
+        assert_eq!(field("minLength"), "1", "{name}");
+        (regex::Regex::new(&pattern).expect("a pattern"), max)
+    };
+    type Rule = fn(&str) -> bool;
+    let rules: [(&str, Rule); 3] = [
+        ("ProjectName", |s| div_spec::check_project_name(s).is_ok()),
+        ("RunName", |s| div_spec::check_run_name(s).is_ok()),
+        ("VolumeName", |s| s.parse::<div_spec::VolumeName>().is_ok()),
+    ];
+    let alphabet = ['a', 'r', '0', '-', '_', '.', 'A', '/', '<'];
+    let mut tried: Vec<String> = vec![String::new()];
+    for _ in 0..4 {
+        let longer: Vec<String> = tried
+            .iter()
+            .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+            .collect();
+        tried.extend(longer);
+    }
+    tried.sort();
+    tried.dedup();
+    for n in [62, 63, 64, 300] {
+        tried.push("a".repeat(n));
+        tried.push(format!("{}-b", "a".repeat(n - 2)));
+    }
+    for (name, rule) in rules {
+        let (pattern, max) = schema(name);
+        for s in &tried {
+            let documented = !s.is_empty() && s.len() <= max && pattern.is_match(s);
+            assert_eq!(documented, rule(s), "{name}: `{s}`");
+        }
+    }
 }
 
 #[test]
