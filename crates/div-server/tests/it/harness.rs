@@ -457,7 +457,7 @@ pub(crate) fn in_run(run_dir: &std::path::Path, rel: &str) -> std::path::PathBuf
                 std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
                     let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
                     args.iter().any(|a| a.ends_with(b"supervise"))
-                        && args.iter().any(|a| *a == needle.as_slice())
+                        && args.contains(&needle.as_slice())
                 })
             })
     });
