@@ -10,7 +10,7 @@
 //!
 //! There are two: [`LocalExecutor`], a supervisor process on this machine, and
 //! [`slurm::SlurmExecutor`], one Slurm job a run with a supervisor on each node, whose runs'
-//! ends the control plane decides once for the whole run (`crate::decision`).
+//! ends the control plane decides once for the whole run (`div_runtime::decision`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod slurm;
 
 use crate::SupervisorCommand;
-use crate::cgroup::{self, RunCgroups};
-use crate::{supervisor, sys};
+use div_runtime::cgroup::{self, RunCgroups};
+use div_runtime::{supervisor, sys};
 
 /// What the launcher hands an executor: a run directory already holding the supervisor's
 /// `spec.json`, with no `end.json` and no `stop`.
@@ -101,7 +101,7 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
         None
     }
     /// Whether the control plane decides when this executor's runs reach their ceiling and
-    /// time limit, once for the whole run (`crate::decision`), rather than each supervisor
+    /// time limit, once for the whole run (`div_runtime::decision`), rather than each supervisor
     /// for its own part: a run on several nodes.
     fn decides_limits(&self) -> bool {
         false
@@ -169,7 +169,7 @@ impl Executor for LocalExecutor {
         // The supervisor looks for this file every 20 ms. No signal is sent: one that
         // arrived between the supervisor's exec and its handler being installed would kill
         // it before it wrote the run's end, and the run would read as lost.
-        fs::write(run_dir.join("stop"), b"")
+        fs::write(run_dir.join(supervisor::STOP_FILE), b"")
     }
 
     fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness {
@@ -374,7 +374,7 @@ mod tests {
             unrecorded = executor.liveness(dir.path(), None);
         }
         assert_eq!(unrecorded, Liveness::Gone);
-        assert!(crate::sys::kill(handle.pid, libc::SIGKILL));
+        assert!(div_runtime::sys::kill(handle.pid, libc::SIGKILL));
         assert_eq!(
             wait_until_gone(&executor, other.path(), &handle),
             Liveness::Gone

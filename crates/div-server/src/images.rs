@@ -76,6 +76,17 @@ pub(crate) struct RunImage {
     pub(crate) name_resolution: bool,
 }
 
+impl RunImage {
+    /// What of it the run's sandbox needs.
+    pub(crate) fn root(&self) -> div_runtime::sandbox::ImageRoot {
+        div_runtime::sandbox::ImageRoot {
+            rootfs: self.rootfs.clone(),
+            user: self.user,
+            name_resolution: self.name_resolution,
+        }
+    }
+}
+
 /// The file, in a run's directory, that holds its [`RunImage`].
 pub(crate) const RUN_IMAGE_FILE: &str = "image.json";
 

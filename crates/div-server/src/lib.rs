@@ -28,10 +28,6 @@
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
 // The module map and which module may use which: ARCHITECTURE.md, "div-server".
-mod cgroup;
-mod clock;
-mod decision;
-mod disk;
 mod error;
 mod executor;
 mod http;
@@ -39,25 +35,19 @@ mod inventory;
 mod org;
 mod rules;
 mod runs;
-mod sandbox;
-mod scratch;
 mod secrets;
 mod server;
 mod settings;
 mod slurm_config;
 mod state_reserve;
 mod store;
-mod supervisor;
-mod sys;
 mod volumes;
-mod workspace;
 
 mod images;
-mod init;
 pub mod local;
+pub use div_runtime::sys::tune_allocator;
 pub use images::{DefaultImage, ImageSettings};
 pub use local::{LocalControlPlane, StartError};
-pub use sys::tune_allocator;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -192,5 +182,5 @@ pub fn supervise(run_dir: &Path) -> i32 {
     if let Some(code) = executor::slurm::node_or_gather(run_dir) {
         return code;
     }
-    supervisor::supervise(run_dir)
+    div_runtime::supervisor::supervise(run_dir)
 }

@@ -14,11 +14,11 @@ use div_api::RunStatus;
 use div_spec::Money;
 use serde::Serialize;
 
-use crate::clock::{self, now_ms};
 use crate::rules;
 use crate::server::Server;
 use crate::settings::{SETTINGS_FILE, Settings};
 use crate::store::StoreError;
+use div_runtime::clock::{self, now_ms};
 
 /// The month's spend against the limit: the catalogue's `org_usage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -97,4 +97,4 @@ pub(crate) fn usage(server: &Server) -> Result<Option<Usage>, StoreError> {
 }
 
 /// The file that tells a run's supervisor it is stopped by the org, holding the reason.
-pub(crate) const STOP_FILE: &str = "stop-org";
+pub(crate) use div_runtime::supervisor::ORG_STOP_FILE as STOP_FILE;

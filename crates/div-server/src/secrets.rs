@@ -2,9 +2,9 @@
 
 use div_api::SecretInfo;
 
-use crate::clock;
 use crate::error::HttpError;
 use crate::server::Server;
+use div_runtime::clock;
 
 /// Refuses a secret name that is not an environment variable name, or is longer than
 /// [`div_spec::MAX_ENV_NAME_BYTES`].
@@ -22,7 +22,7 @@ pub(crate) fn list(server: &Server) -> Result<Vec<SecretInfo>, HttpError> {
 pub(crate) fn set(server: &Server, name: &str, value: &str) -> Result<SecretInfo, HttpError> {
     check_name(name)?;
     // A value no process could be given is refused now, not when a run starts.
-    if let Some(problem) = crate::sandbox::env_value_problem("secret", name, value) {
+    if let Some(problem) = div_runtime::sandbox::env_value_problem("secret", name, value) {
         return Err(HttpError::invalid(problem));
     }
     // Every run gets every secret: together they must fit in a run's environment. Checked and

@@ -15,7 +15,8 @@ use crate::executor::{Executor, LocalExecutor};
 use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
-use crate::{ServerError, ServerOptions, cgroup, sandbox, slurm_config};
+use crate::{ServerError, ServerOptions, slurm_config};
+use div_runtime::{cgroup, sandbox};
 
 /// Everything the server shares between requests and the scheduler.
 #[derive(Debug)]
@@ -49,7 +50,7 @@ pub(crate) struct Server {
     busy: std::sync::atomic::AtomicUsize,
     /// Trees being written as their blobs arrive (`volumes::stage`).
     pub(crate) stages: crate::volumes::Stages,
-    /// `div-init` in the state directory (`crate::init`): every run's first process. `None`
+    /// `div-init` in the state directory (`div_runtime::init`): every run's first process. `None`
     /// where it could not be laid there (said on the server's log): runs then start under
     /// bubblewrap's own first process, as before it.
     pub(crate) init: Option<PathBuf>,
@@ -132,10 +133,11 @@ impl Server {
         }
         let images = Images::open(&home, options.images.clone())?;
         // Runs' `/workspace` as overlays where this machine lets them be (see `workspace`).
-        let overlay =
-            sandboxed && local && crate::workspace::overlay_works(&home, &sandbox::bwrap_head());
-        let init = crate::init::install(&home);
-        let scratch = sandboxed && local && crate::scratch::works(&home);
+        let overlay = sandboxed
+            && local
+            && div_runtime::workspace::overlay_works(&home, &sandbox::bwrap_head());
+        let init = div_runtime::init::install(&home);
+        let scratch = sandboxed && local && div_runtime::scratch::works(&home);
         let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         server.overlay = overlay;
         server.scratch = scratch;

@@ -20,7 +20,7 @@ pub(crate) fn keep(home: &Path) {
     if fs::metadata(&path).is_ok_and(|m| m.len() == BYTES as u64) {
         return;
     }
-    let room = crate::scratch::space(home).is_ok_and(|(_, free)| free > 4 * BYTES as u64);
+    let room = div_runtime::scratch::space(home).is_ok_and(|(_, free)| free > 4 * BYTES as u64);
     if !room {
         return;
     }

@@ -14,8 +14,8 @@ use div_api::{Run, RunStatus, SecretInfo, Volume};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use crate::clock::now_ms;
 use crate::executor::Handle;
+use div_runtime::clock::now_ms;
 
 /// The error returned by every [`Store`] operation.
 #[derive(Debug, thiserror::Error)]

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use div_api::{CommitTree, CommittedTree, Volume, VolumeEntry};
 use serde_json::json;
 
-use crate::clock::{self, now_ms};
-use crate::disk;
 use crate::error::HttpError;
 use crate::rules;
 use crate::server::Server;
+use div_runtime::clock::{self, now_ms};
+use div_runtime::disk;
 
 mod beneath;
 mod blobs;

@@ -33,12 +33,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{Executor, Handle, Launch, Liveness, Placement};
 use crate::SupervisorCommand;
-use crate::clock::now_ms;
-use crate::decision::{self, Decision, Why};
 use crate::inventory::{GpuGroup, Inventory};
 use crate::rules;
 use crate::slurm_config::SlurmConfig;
-use crate::supervisor::{self, EndRecord, RunSpec};
+use div_runtime::clock::now_ms;
+use div_runtime::decision::{self, Decision, Why};
+use div_runtime::supervisor::{self, EndRecord, RunSpec};
 
 /// The batch script's template: `@RUN_DIR@` and `@SUPERVISE@` are filled in, shell-quoted.
 const BATCH_TEMPLATE: &str = include_str!("slurm.sh");
@@ -174,7 +174,7 @@ fn slurm(program: &str, args: &[String]) -> Result<String, String> {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => return Err(format!("`{program}` failed: {e}")),
         Err(_) => {
-            crate::sys::kill(pid, libc::SIGKILL);
+            div_runtime::sys::kill(pid, libc::SIGKILL);
             return Err(format!(
                 "`{program}` did not answer within {}s (is slurmctld up, and SLURM_CONF right?)",
                 SLURM_DEADLINE.as_secs()
@@ -445,7 +445,7 @@ impl SlurmExecutor {
             if k == 0 {
                 fs::rename(&spec.workspace, &workspace).map_err(|e| io("workspace", e))?;
             } else {
-                crate::workspace::copy_tree(&spec.workspace, &workspace)
+                div_runtime::workspace::copy_tree(&spec.workspace, &workspace)
                     .map_err(|e| io("workspace", e))?;
             }
             fs::create_dir_all(tmp.join("divergent")).map_err(|e| io("tmp", e))?;

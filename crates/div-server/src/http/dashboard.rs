@@ -431,7 +431,7 @@ fn signalled_at(run_dir: &std::path::Path) -> Option<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
         .as_millis();
-    Some(crate::clock::rfc3339(u64::try_from(ms).ok()?))
+    Some(div_runtime::clock::rfc3339(u64::try_from(ms).ok()?))
 }
 
 /// The whole log, as a file to save.

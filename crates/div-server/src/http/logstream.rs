@@ -96,7 +96,7 @@ impl Log {
         match self {
             Log::Run(path) => std::fs::File::open(path),
             Log::Node(run_dir, k) => {
-                let f = crate::sys::open_beneath(run_dir, &["nodes", &k.to_string(), "log"])?;
+                let f = div_runtime::sys::open_beneath(run_dir, &["nodes", &k.to_string(), "log"])?;
                 // A FIFO or a device planted there is no log.
                 if !f.metadata()?.is_file() {
                     return Err(std::io::Error::other("not a plain file"));

@@ -7,16 +7,16 @@ use std::path::{Path, PathBuf};
 
 use div_api::RunStatus;
 
-use crate::clock::{self, now_ms};
 use crate::executor::Launch;
 use crate::images::{self, RunImage};
 use crate::rules;
-use crate::sandbox::{self, SandboxInput};
 use crate::server::Server;
 use crate::settings::Settings;
 use crate::store::{RunInternal, RunRecord};
-use crate::supervisor::{self, RunSpec};
-use crate::workspace::Overlay;
+use div_runtime::clock::{self, now_ms};
+use div_runtime::sandbox::{self, SandboxInput};
+use div_runtime::supervisor::{self, RunSpec};
+use div_runtime::workspace::Overlay;
 
 /// Starts `record` on `cores` and `gpus`, with a disk of its own of `disk` bytes where it
 /// gets one (`scratch`), and records it as running; an error says why it could not start.
@@ -33,7 +33,7 @@ pub(crate) fn launch(
     for left in [
         "end.json",
         "stop",
-        crate::decision::FILE,
+        div_runtime::decision::FILE,
         crate::executor::slurm::STARTED_FILE,
         crate::org::STOP_FILE,
         supervisor::ABANDONED_FILE,
@@ -122,7 +122,7 @@ fn prepare(
                     layers.prepare().map_err(io)?;
                     fs::create_dir_all(&workspace).map_err(io)?;
                 }
-                None => crate::workspace::copy_tree(&committed, &workspace).map_err(io)?,
+                None => div_runtime::workspace::copy_tree(&committed, &workspace).map_err(io)?,
             }
         }
         None => fs::create_dir_all(&workspace).map_err(io)?,
@@ -321,7 +321,7 @@ fn prepare(
             devices: &devices,
             command: &command,
             chdir: &start_dir,
-            image: image.as_ref(),
+            image: image.as_ref().map(RunImage::root).as_ref(),
             shim_by_supervisor: python_shim.is_some(),
             init: server.init.as_deref(),
         })
@@ -373,14 +373,14 @@ fn prepare(
         // Its writable places on a disk of its own (a root server on this machine), else
         // measured against the size it would have had (a soft limit); not on Slurm's nodes.
         disk: (server.sandboxed && !server.executor.queues()).then(|| match disk {
-            Some(bytes) if server.scratch => crate::scratch::Disk {
+            Some(bytes) if server.scratch => div_runtime::scratch::Disk {
                 bytes,
                 own_filesystem: true,
             },
-            _ => crate::scratch::Disk {
-                bytes: crate::scratch::wanted(
+            _ => div_runtime::scratch::Disk {
+                bytes: div_runtime::scratch::wanted(
                     settings.run_disk_gib,
-                    crate::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
+                    div_runtime::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
                 ),
                 own_filesystem: false,
             },

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
 
-use crate::clock::{self, now_ms};
 use crate::error::{ErrorCode, HttpError};
 use crate::images::{RUN_IMAGE_FILE, RunImage};
 use crate::rules;
 use crate::server::{Server, blocking};
 use crate::store::{Placed, RunInternal, RunRecord};
-use crate::supervisor::{self, KeptResult, KeptTelemetry};
+use div_runtime::clock::{self, now_ms};
+use div_runtime::supervisor::{self, KeptResult, KeptTelemetry};
 
 /// Random lowercase base36 characters, from the kernel's generator.
 fn random_base36(n: usize) -> String {

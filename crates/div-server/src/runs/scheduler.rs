@@ -8,14 +8,14 @@ use std::path::Path;
 
 use div_api::{RunQueue, RunStatus};
 
-use crate::clock::{self, now_ms};
-use crate::decision::{self, Decision, Limit, Why};
 use crate::executor::Liveness;
 use crate::runs::launcher;
 use crate::server::Server;
 use crate::store::{RunInternal, RunRecord, StoreError};
-use crate::supervisor::{self, EndRecord};
 use crate::{org, rules};
+use div_runtime::clock::{self, now_ms};
+use div_runtime::decision::{self, Decision, Limit, Why};
+use div_runtime::supervisor::{self, EndRecord};
 
 /// The reason of a run whose supervisor vanished without writing its end.
 pub(crate) const LOST_REASON: &str = "the supervisor was lost";
@@ -151,7 +151,7 @@ fn admit(
     // The disks of runs going that they have not filled yet are promised to them: a new
     // run's disk comes out of what is free past that and the reserve (`scratch`).
     let (disk_size, disk_free) = if server.scratch && launch && !queued.is_empty() {
-        crate::scratch::space(&server.home).unwrap_or((0, 0))
+        div_runtime::scratch::space(&server.home).unwrap_or((0, 0))
     } else {
         (0, 0)
     };
@@ -161,7 +161,7 @@ fn admit(
             .filter_map(|r| {
                 let given = r.internal.disk_bytes?;
                 let dir = server.run_dir(&r.run.id);
-                Some(given.saturating_sub(crate::scratch::allocated(&dir)))
+                Some(given.saturating_sub(div_runtime::scratch::allocated(&dir)))
             })
             .sum()
     } else {
@@ -169,7 +169,7 @@ fn admit(
     };
     let disk_wanted = if server.scratch && launch && !queued.is_empty() {
         let settings = crate::settings::Settings::read(&server.home).unwrap_or_default();
-        crate::scratch::wanted(settings.run_disk_gib, disk_size)
+        div_runtime::scratch::wanted(settings.run_disk_gib, disk_size)
     } else {
         0
     };
@@ -230,7 +230,7 @@ fn admit(
         // Its own disk, where runs get one: what the filesystem can back past the disks
         // promised to the runs going and the control plane's reserve; else it waits.
         let disk = if server.scratch {
-            match crate::scratch::allowance(disk_wanted, disk_size, disk_free, promised) {
+            match div_runtime::scratch::allowance(disk_wanted, disk_size, disk_free, promised) {
                 Some(bytes) => Some(bytes),
                 // Not even with no other run going (a filesystem too small for disks of
                 // runs' own): it runs without one, its places measured instead.
@@ -240,7 +240,7 @@ fn admit(
                         "waiting for disk: {} free past the control plane's reserve and the disks of the runs going",
                         div_spec::format_bytes(
                             disk_free
-                                .saturating_sub(crate::scratch::reserve(disk_size))
+                                .saturating_sub(div_runtime::scratch::reserve(disk_size))
                                 .saturating_sub(promised)
                         )
                     );
@@ -318,7 +318,7 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
     let read_end = || -> Option<EndRecord> {
         let bytes = fs::read(&end_path).ok()?;
         Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            supervisor::unreadable_end(&bytes, &e.to_string(), &record.run, &record.internal)
+            unreadable_end(&bytes, &e.to_string(), &record.run, &record.internal)
         }))
     };
     let end = match read_end() {
@@ -366,7 +366,7 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
 /// For a run whose limits the control plane decides (`Executor::decides_limits`: a run on
 /// several nodes): notes when its executor says it started (it runs, and is billed, from
 /// then), and decides, once for the whole run, the end a lost part, its ceiling or its time
-/// limit calls for (`crate::decision`), which every part then obeys at the same moment.
+/// limit calls for (`div_runtime::decision`), which every part then obeys at the same moment.
 fn watch_limits(server: &Server, record: &mut RunRecord, dir: &Path) -> Result<(), StoreError> {
     if record.internal.started_ms.is_none()
         && let Some(started) = server.executor.started_ms(dir)
@@ -445,12 +445,66 @@ fn watch_limits(server: &Server, record: &mut RunRecord, dir: &Path) -> Result<(
     Ok(())
 }
 
+/// The end of a run whose `end.json` is there but could not be parsed (`error`): what can
+/// still be found in its bytes (the exit code, the times, the spend) is kept, and the reason
+/// says the record was unreadable.
+fn unreadable_end(
+    bytes: &[u8],
+    error: &str,
+    run: &div_api::Run,
+    internal: &RunInternal,
+) -> EndRecord {
+    let text = String::from_utf8_lossy(bytes);
+    let number = |key: &str| -> Option<i64> {
+        let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
+        let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    let now = now_ms();
+    let started_ms = number("started_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .or(internal.started_ms)
+        .unwrap_or(now);
+    let ended_ms = number("ended_ms")
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(now);
+    let exit_code = number("exit_code").and_then(|n| i32::try_from(n).ok());
+    let duration_seconds = ended_ms.saturating_sub(started_ms) / 1000;
+    let found = match exit_code {
+        Some(code) => format!("; its exit code, {code}, was found in it"),
+        None => "; no exit code could be found in it".to_owned(),
+    };
+    EndRecord {
+        status: RunStatus::Failed,
+        exit_code,
+        reason: Some(format!(
+            "the run's end record (runs/{}/end.json) could not be read: {error}{found}",
+            run.id
+        )),
+        started_ms,
+        ended_ms,
+        duration_seconds,
+        // Metered from its times when the record does not say.
+        spent_cents: number("spent_cents").unwrap_or_else(|| {
+            rules::charge(run.cents_per_hour, duration_seconds, run.max_spend_cents)
+        }),
+        verdicts: Vec::new(),
+    }
+}
+
 /// The end of a run whose supervisor is gone without writing one: failed, charged until now,
 /// and what it left where it ran goes with it, so no orphan survives.
 fn lost(server: &Server, record: &RunRecord) -> EndRecord {
     server.executor.reclaim(&record.run.id);
     // Its own disk, let go with its supervisor's mounts: the space is free again.
-    let _ = fs::remove_file(server.run_dir(&record.run.id).join(crate::scratch::IMAGE));
+    let _ = fs::remove_file(
+        server
+            .run_dir(&record.run.id)
+            .join(div_runtime::scratch::IMAGE),
+    );
     let now = now_ms();
     let started = record.internal.started_ms.unwrap_or(now);
     let seconds = now.saturating_sub(started) / 1000;
@@ -483,7 +537,7 @@ mod tests {
     use crate::inventory::Inventory;
     use crate::server::Server;
     use crate::store::{Placed, RunInternal, RunRecord, Store};
-    use crate::supervisor::{EndRecord, RunSpec};
+    use div_runtime::supervisor::{EndRecord, RunSpec};
 
     /// What the fake executor saw, and what it says.
     #[derive(Debug, Default)]
@@ -680,7 +734,8 @@ mod tests {
             spent_cents: 7,
             verdicts: Vec::new(),
         };
-        crate::supervisor::write_json_atomic(&server.run_dir(&a).join("end.json"), &end).unwrap();
+        div_runtime::supervisor::write_json_atomic(&server.run_dir(&a).join("end.json"), &end)
+            .unwrap();
         // The fake still says the supervisor is alive; the end on disk wins.
         assert!(tick(&server).unwrap());
         let ended = record(&server, &a);

@@ -89,11 +89,9 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             "an environment variable is refused: {e}"
         )));
     }
-    if let Some(problem) = request
-        .env
-        .iter()
-        .find_map(|e| crate::sandbox::env_value_problem("environment variable", &e.key, &e.value))
-    {
+    if let Some(problem) = request.env.iter().find_map(|e| {
+        div_runtime::sandbox::env_value_problem("environment variable", &e.key, &e.value)
+    }) {
         return Err(HttpError::invalid(problem));
     }
     if let Some(e) = request

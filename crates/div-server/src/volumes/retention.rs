@@ -36,10 +36,10 @@ use div_api::RunStatus;
 
 use super::beneath::{folder_beneath, split};
 use super::{blob_dir, commit_lock, unique_name, valid_hash};
-use crate::clock::now_ms;
 use crate::error::HttpError;
 use crate::server::Server;
 use crate::settings::Settings;
+use div_runtime::clock::now_ms;
 
 /// The trees the rule counts: `div run`'s code snapshots.
 pub(crate) const SNAPSHOTS: &str = "code/";

@@ -31,9 +31,9 @@ use super::{
     check_place, commit_lock, committed_tree, file_hashes, link_tree, locate_blobs,
     move_into_place, not_sent, on_disk, require_volume, rules, staging, valid_rel,
 };
-use crate::clock::now_ms;
 use crate::error::HttpError;
 use crate::server::Server;
+use div_runtime::clock::now_ms;
 
 /// A blob of a pack, as `div_api::parse_pack` reads it: its hash and its bytes.
 pub(crate) type PackBlobRef<'b> = (&'b str, &'b [u8]);

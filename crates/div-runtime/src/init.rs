@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 static BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/div-init"));
 
 /// Where a sandboxed run's first process is, inside the sandbox.
-pub(crate) const IN_SANDBOX: &str = "/.div/init";
+pub const IN_SANDBOX: &str = "/.div/init";
 
 /// Lays the program into `home/bin/div-init-<digest>` (named by its contents, so a server
 /// of another build never runs this one's, nor a run a half-written one), mode 0755, and
 /// returns its path. One already there with the same name is taken as it is.
-pub(crate) fn install(home: &Path) -> io::Result<PathBuf> {
+pub fn install(home: &Path) -> io::Result<PathBuf> {
     let digest = blake3::hash(BINARY).to_hex();
     let dir = home.join("bin");
     fs::create_dir_all(&dir)?;

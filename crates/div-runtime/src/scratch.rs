@@ -24,43 +24,43 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 /// What a run's disk is given by default: 16 GiB (or less on a small disk, [`wanted`]).
-pub(crate) const DEFAULT_GIB: u64 = 16;
+pub const DEFAULT_GIB: u64 = 16;
 /// The least a run is started with: 64 MiB (less, and it waits).
-pub(crate) const MIN_BYTES: u64 = 64 << 20;
+pub const MIN_BYTES: u64 = 64 << 20;
 
 /// The disk a run asks for on a filesystem of `size` bytes: `setting_gib` (`run_disk_gib`),
 /// or 16 GiB, or an eighth of the filesystem where that is less.
-pub(crate) fn wanted(setting_gib: Option<u64>, size: u64) -> u64 {
+pub fn wanted(setting_gib: Option<u64>, size: u64) -> u64 {
     match setting_gib {
         Some(gib) => gib.saturating_mul(1 << 30),
         None => (DEFAULT_GIB << 30).min(size / 8),
     }
 }
 /// The image file, in the run directory.
-pub(crate) const IMAGE: &str = "disk.img";
+pub const IMAGE: &str = "disk.img";
 /// Where the supervisor mounts it, in the run directory.
 const MOUNT: &str = "disk";
 
 /// A run's disk, as the server gives it (in `spec.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Disk {
+pub struct Disk {
     /// Its size.
-    pub(crate) bytes: u64,
+    pub bytes: u64,
     /// Whether it is a filesystem of its own (a loop-mounted image); else the run's places
     /// are measured against `bytes` (a soft limit).
-    pub(crate) own_filesystem: bool,
+    pub own_filesystem: bool,
 }
 
 /// The space kept free on the state directory's filesystem for the control plane's own
 /// writes (logs, results, ends, the database, uploads): a tenth of the filesystem, at most
 /// 1 GiB.
-pub(crate) fn reserve(filesystem_bytes: u64) -> u64 {
+pub fn reserve(filesystem_bytes: u64) -> u64 {
     (filesystem_bytes / 10).min(1 << 30)
 }
 
 /// The state directory's filesystem: its size and what an unprivileged writer may still
 /// write (`statvfs`).
-pub(crate) fn space(home: &Path) -> io::Result<(u64, u64)> {
+pub fn space(home: &Path) -> io::Result<(u64, u64)> {
     let st = rustix::fs::statvfs(home)?;
     Ok((
         st.f_blocks.saturating_mul(st.f_frsize),
@@ -69,7 +69,7 @@ pub(crate) fn space(home: &Path) -> io::Result<(u64, u64)> {
 }
 
 /// What an image takes on the disk now (its allocated blocks: it is sparse).
-pub(crate) fn allocated(run_dir: &Path) -> u64 {
+pub fn allocated(run_dir: &Path) -> u64 {
     fs::metadata(run_dir.join(IMAGE)).map_or(0, |m| m.blocks().saturating_mul(512))
 }
 
@@ -77,7 +77,7 @@ pub(crate) fn allocated(run_dir: &Path) -> u64 {
 /// unprivileged writer may write, of `size`) could not back it with `promised` bytes still
 /// owed to the disks of runs going (their sizes less what they hold already) and the
 /// [`reserve`] kept. `None`: not even [`MIN_BYTES`].
-pub(crate) fn allowance(wanted: u64, size: u64, free: u64, promised: u64) -> Option<u64> {
+pub fn allowance(wanted: u64, size: u64, free: u64, promised: u64) -> Option<u64> {
     let backable = free.saturating_sub(reserve(size)).saturating_sub(promised);
     let bytes = wanted.min(backable);
     (bytes >= MIN_BYTES).then_some(bytes)
@@ -85,7 +85,7 @@ pub(crate) fn allowance(wanted: u64, size: u64, free: u64, promised: u64) -> Opt
 
 /// Whether this machine lets a run have a filesystem of its own: a probe image made,
 /// formatted and mounted in a child's own mount namespace, then removed. Root only.
-pub(crate) fn works(home: &Path) -> bool {
+pub fn works(home: &Path) -> bool {
     if !rustix::process::geteuid().is_root() {
         return false;
     }
@@ -156,7 +156,7 @@ fn mkfs() -> PathBuf {
 /// `tmp`, `mnt`, `overlay`), in the calling supervisor's own mount namespace: each is made
 /// on the new filesystem with the same mode and what the launcher put in it (its folders),
 /// then bound over the original. What the run writes there lands on its disk alone.
-pub(crate) fn mount(run_dir: &Path, bytes: u64, places: &[PathBuf]) -> io::Result<()> {
+pub fn mount(run_dir: &Path, bytes: u64, places: &[PathBuf]) -> io::Result<()> {
     let image = run_dir.join(IMAGE);
     make_image(&image, bytes)?;
     let target = run_dir.join(MOUNT);
@@ -208,7 +208,7 @@ fn copy_folders(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Unmounts the run's disk (and what was bound from it) in the calling supervisor's
 /// namespace, and removes its image: the space is free again.
-pub(crate) fn remove(run_dir: &Path, places: &[PathBuf]) {
+pub fn remove(run_dir: &Path, places: &[PathBuf]) {
     for place in places {
         let _ = rustix::mount::unmount(place, rustix::mount::UnmountFlags::DETACH);
     }
@@ -218,7 +218,7 @@ pub(crate) fn remove(run_dir: &Path, places: &[PathBuf]) {
 }
 
 /// What `places` hold now, in bytes (for the soft limit: no filesystem of its own).
-pub(crate) fn used(places: &[PathBuf]) -> u64 {
+pub fn used(places: &[PathBuf]) -> u64 {
     places
         .iter()
         .map(|p| crate::disk::tree_bytes(p))

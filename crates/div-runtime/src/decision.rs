@@ -18,12 +18,12 @@ use serde::{Deserialize, Serialize};
 use crate::rules;
 
 /// The decision's file, in the run directory.
-pub(crate) const FILE: &str = "stop.json";
+pub const FILE: &str = "stop.json";
 
 /// Why a run is told to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Why {
+pub enum Why {
     /// `div stop`, the dashboard's Stop.
     Canceled,
     /// Its `--max-spend`.
@@ -38,25 +38,25 @@ pub(crate) enum Why {
 
 /// The one decision that ends a run of several supervisors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Decision {
-    pub(crate) why: Why,
+pub struct Decision {
+    pub why: Why,
     /// The run's reason, where its status has one (the time limit's, the org's, the lost
     /// node's).
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
     /// What each supervisor writes in its log as it tells its run.
-    pub(crate) line: String,
-    pub(crate) decided_ms: u64,
+    pub line: String,
+    pub decided_ms: u64,
     /// When whatever of the run is left is killed, on every node at once.
-    pub(crate) kill_at_ms: u64,
+    pub kill_at_ms: u64,
     /// Where the run's spend stops: at its end (`None`), or, for a lost node, the moment it
     /// was found lost (the rest of the grace is not billed).
     #[serde(default)]
-    pub(crate) spend_until_ms: Option<u64>,
+    pub spend_until_ms: Option<u64>,
 }
 
 impl Decision {
     /// The run's status and reason once it has ended under this decision.
-    pub(crate) fn status(&self) -> (RunStatus, Option<String>) {
+    pub fn status(&self) -> (RunStatus, Option<String>) {
         let status = match self.why {
             Why::Canceled => RunStatus::Canceled,
             Why::Ceiling => RunStatus::HitCeiling,
@@ -70,7 +70,7 @@ impl Decision {
 /// Writes `decision` as the run's, unless it already has one; returns the one that holds
 /// (the first, always). Made whole beside it, then linked into place, which fails where a
 /// decision is already there: no reader ever sees half of one, and none is replaced.
-pub(crate) fn decide(run_dir: &Path, decision: &Decision) -> io::Result<Decision> {
+pub fn decide(run_dir: &Path, decision: &Decision) -> io::Result<Decision> {
     let path = run_dir.join(FILE);
     if let Some(first) = read(run_dir) {
         return Ok(first);
@@ -91,7 +91,7 @@ pub(crate) fn decide(run_dir: &Path, decision: &Decision) -> io::Result<Decision
 }
 
 /// The run's decision, when one was made.
-pub(crate) fn read(run_dir: &Path) -> Option<Decision> {
+pub fn read(run_dir: &Path) -> Option<Decision> {
     let bytes = fs::read(run_dir.join(FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
@@ -100,13 +100,13 @@ pub(crate) fn read(run_dir: &Path) -> Option<Decision> {
 /// (`told_ms`): its grace before, but never more than half of the whole, so a run whose
 /// ceiling buys 7 s is told at 4 s, not at its start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limit {
-    pub(crate) told_ms: u64,
-    pub(crate) limit_ms: u64,
+pub struct Limit {
+    pub told_ms: u64,
+    pub limit_ms: u64,
 }
 
 impl Limit {
-    pub(crate) fn new(limit_seconds: u64, grace_seconds: u64) -> Limit {
+    pub fn new(limit_seconds: u64, grace_seconds: u64) -> Limit {
         let before = grace_seconds.min(limit_seconds / 2);
         Limit {
             told_ms: (limit_seconds - before).saturating_mul(1000),
@@ -115,7 +115,7 @@ impl Limit {
     }
 
     /// The run's ceiling as a limit: `None` without one (or at no price).
-    pub(crate) fn ceiling(
+    pub fn ceiling(
         cents_per_hour: i64,
         max_spend_cents: Option<i64>,
         grace_seconds: u64,
@@ -127,7 +127,7 @@ impl Limit {
 
 /// `24-hour limit`, or the shorter one this machine's settings give: `time limit of 60 s
 /// (max_run_seconds)`.
-pub(crate) fn time_limit_words(max_seconds: u64) -> String {
+pub fn time_limit_words(max_seconds: u64) -> String {
     if max_seconds == rules::MAX_RUN_SECONDS {
         "24-hour limit".to_owned()
     } else {
@@ -136,7 +136,7 @@ pub(crate) fn time_limit_words(max_seconds: u64) -> String {
 }
 
 /// Why a run stopped at its time limit failed: `reached the 24-hour limit` at 24 hours.
-pub(crate) fn time_limit_reason(max_seconds: u64) -> String {
+pub fn time_limit_reason(max_seconds: u64) -> String {
     if max_seconds == rules::MAX_RUN_SECONDS {
         crate::supervisor::DAY_REASON.to_owned()
     } else {
@@ -145,13 +145,13 @@ pub(crate) fn time_limit_reason(max_seconds: u64) -> String {
 }
 
 /// `10 s`, `1 s`, `0 s`: whole seconds, rounded up.
-pub(crate) fn seconds_words(ms: u64) -> String {
+pub fn seconds_words(ms: u64) -> String {
     format!("{} s", ms.div_ceil(1000))
 }
 
 /// The line a run's log gets as it is told: `div: {why}: SIGTERM sent to the run; SIGKILL in
 /// 10 s if it has not exited`, `left_ms` being what is left until the kill.
-pub(crate) fn told_line(why: &str, left_ms: u64) -> String {
+pub fn told_line(why: &str, left_ms: u64) -> String {
     format!(
         "div: {why}: SIGTERM sent to the run; SIGKILL in {} if it has not exited",
         seconds_words(left_ms)
@@ -159,7 +159,7 @@ pub(crate) fn told_line(why: &str, left_ms: u64) -> String {
 }
 
 /// What the told line says of a ceiling `left_ms` away.
-pub(crate) fn ceiling_words(max_spend_cents: i64, left_ms: u64) -> String {
+pub fn ceiling_words(max_spend_cents: i64, left_ms: u64) -> String {
     format!(
         "its {} ceiling is {} away",
         div_spec::Money::from_cents(max_spend_cents),
@@ -168,7 +168,7 @@ pub(crate) fn ceiling_words(max_spend_cents: i64, left_ms: u64) -> String {
 }
 
 /// What the told line says of a time limit `left_ms` away.
-pub(crate) fn time_limit_line_words(max_seconds: u64, left_ms: u64) -> String {
+pub fn time_limit_line_words(max_seconds: u64, left_ms: u64) -> String {
     format!(
         "its {} is {} away",
         time_limit_words(max_seconds),
@@ -177,7 +177,7 @@ pub(crate) fn time_limit_line_words(max_seconds: u64, left_ms: u64) -> String {
 }
 
 /// What the told line says of a stop asked for.
-pub(crate) const ASKED_WORDS: &str = "it was asked to stop";
+pub const ASKED_WORDS: &str = "it was asked to stop";
 
 #[cfg(test)]
 mod tests {

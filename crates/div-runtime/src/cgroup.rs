@@ -26,26 +26,26 @@ const SERVER_LEAF: &str = "div-server";
 /// Which cgroup hierarchy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Version {
+pub enum Version {
     V1,
     V2,
 }
 
 /// A directory runs' cgroups are made in, for one controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Parent {
-    pub(crate) version: Version,
-    pub(crate) dir: PathBuf,
+pub struct Parent {
+    pub version: Version,
+    pub dir: PathBuf,
 }
 
 /// Where runs' memory, CPU and tasks cgroups go; `None` where this process may not make them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Plan {
-    pub(crate) memory: Option<Parent>,
-    pub(crate) cpu: Option<Parent>,
+pub struct Plan {
+    pub memory: Option<Parent>,
+    pub cpu: Option<Parent>,
     /// A plan written by an older server has none.
     #[serde(default)]
-    pub(crate) pids: Option<Parent>,
+    pub pids: Option<Parent>,
 }
 
 /// One mount of a cgroup filesystem, from `mountinfo`.
@@ -166,7 +166,7 @@ fn controller_list(text: &str) -> BTreeSet<String> {
 /// Where runs' cgroups could go, read from the files under `root` (`/` on a real machine):
 /// nothing is written. v2 where the controller is available in our cgroup (or in its
 /// parent, when we are in the server's own leaf), else v1 where the controller is mounted.
-pub(crate) fn candidates(root: &Path) -> Plan {
+pub fn candidates(root: &Path) -> Plan {
     let read = |p: &str| fs::read_to_string(root.join(p)).unwrap_or_default();
     let mounts = cgroup_mounts(&read("proc/self/mountinfo"));
     let (v1_paths, v2_path) = own_paths(&read("proc/self/cgroup"));
@@ -220,7 +220,7 @@ pub(crate) fn candidates(root: &Path) -> Plan {
 /// The plan this process can really use: each candidate proved by making (and removing) a
 /// probe cgroup that has the controller's files; a v2 parent gets the controller enabled for
 /// its children first.
-pub(crate) fn detect() -> Plan {
+pub fn detect() -> Plan {
     let plan = candidates(Path::new("/"));
     let prove = |parent: Option<Parent>, controller: &str| -> Option<Parent> {
         let parent = parent?;
@@ -281,10 +281,10 @@ fn enable_v2(dir: &Path, controller: &str) -> io::Result<()> {
 
 /// A run's own cgroups, made from a [`Plan`].
 #[derive(Debug, Default)]
-pub(crate) struct RunCgroups {
-    pub(crate) memory: Option<Parent>,
-    pub(crate) cpu: Option<Parent>,
-    pub(crate) pids: Option<Parent>,
+pub struct RunCgroups {
+    pub memory: Option<Parent>,
+    pub cpu: Option<Parent>,
+    pub pids: Option<Parent>,
 }
 
 impl RunCgroups {
@@ -292,7 +292,7 @@ impl RunCgroups {
     /// they share a parent) and writes the limits: its memory, its cores, and `tasks`
     /// processes and threads together. A cgroup that cannot be made is left out: the caller
     /// says so and falls back.
-    pub(crate) fn make(
+    pub fn make(
         plan: &Plan,
         run_id: &str,
         memory_bytes: u64,
@@ -348,7 +348,7 @@ impl RunCgroups {
 
     /// The cgroups a run of `run_id` was given under `plan`, those that still exist: what a
     /// lost supervisor left behind.
-    pub(crate) fn left_by(plan: &Plan, run_id: &str) -> RunCgroups {
+    pub fn left_by(plan: &Plan, run_id: &str) -> RunCgroups {
         let name = format!("div-{run_id}");
         let existing = |p: &Option<Parent>| {
             p.as_ref()
@@ -366,7 +366,7 @@ impl RunCgroups {
     }
 
     /// Each distinct cgroup directory of the run.
-    pub(crate) fn dirs(&self) -> Vec<PathBuf> {
+    pub fn dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for p in [&self.memory, &self.cpu, &self.pids].into_iter().flatten() {
             if !dirs.contains(&p.dir) {
@@ -377,7 +377,7 @@ impl RunCgroups {
     }
 
     /// Whether the kernel killed something in the run's memory cgroup for its memory.
-    pub(crate) fn oom_killed(&self) -> bool {
+    pub fn oom_killed(&self) -> bool {
         let Some(p) = &self.memory else {
             return false;
         };
@@ -393,7 +393,7 @@ impl RunCgroups {
     /// file: the kernel moves one thread, the caller, without the global lock that moving a
     /// whole process through `cgroup.procs` takes, which waits for an RCU grace period
     /// (about 10 ms here, where this takes 0.3 ms).
-    pub(crate) fn enter_v1(&self) -> io::Result<()> {
+    pub fn enter_v1(&self) -> io::Result<()> {
         for dir in self.dirs_of(Version::V1) {
             write_in(&dir.join("tasks"), "0")?;
         }
@@ -402,7 +402,7 @@ impl RunCgroups {
 
     /// Moves the calling thread back out of the run's v1 cgroups, into each one's parent:
     /// where the supervisor was, since a run's cgroups are made in the server's own.
-    pub(crate) fn leave_v1(&self) -> io::Result<()> {
+    pub fn leave_v1(&self) -> io::Result<()> {
         for dir in self.dirs_of(Version::V1) {
             if let Some(parent) = dir.parent() {
                 write_in(&parent.join("tasks"), "0")?;
@@ -413,7 +413,7 @@ impl RunCgroups {
 
     /// Moves the process `pid` into the run's v2 cgroup (`cgroup.procs`): what is not
     /// entered by [`RunCgroups::enter_v1`]. Its children afterwards are born there.
-    pub(crate) fn attach_v2(&self, pid: u32) -> io::Result<()> {
+    pub fn attach_v2(&self, pid: u32) -> io::Result<()> {
         for dir in self.dirs_of(Version::V2) {
             write_in(&dir.join("cgroup.procs"), &pid.to_string())?;
         }
@@ -432,7 +432,7 @@ impl RunCgroups {
     }
 
     /// Every process in the run's cgroups.
-    pub(crate) fn pids(&self) -> Vec<u32> {
+    pub fn pids(&self) -> Vec<u32> {
         self.dirs()
             .iter()
             .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
@@ -446,7 +446,7 @@ impl RunCgroups {
 
     /// Removes the run's cgroups (empty once its processes are gone; retried briefly while
     /// the kernel finishes with them).
-    pub(crate) fn remove(&self) {
+    pub fn remove(&self) {
         for dir in self.dirs() {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
             while fs::remove_dir(&dir).is_err()

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, now (0 for a clock set before 1970).
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -12,13 +12,13 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// `ms` since the epoch as RFC 3339, to the second, in UTC: `2026-11-30T19:09:20Z`.
-pub(crate) fn rfc3339(ms: u64) -> String {
+pub fn rfc3339(ms: u64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Now, as RFC 3339.
-pub(crate) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     rfc3339(now_ms())
 }
 

@@ -156,7 +156,7 @@ pub(super) fn read_result(path: &Path) -> (KeptResult, Option<String>) {
 /// The run's telemetry, read as [`read_untrusted`] reads (at most
 /// [`TELEMETRY_MAX_BYTES`]). A file that could not be read is said by a bad line 1; one read
 /// in part by a bad line at the first line not read.
-pub(crate) fn read_telemetry(path: &Path) -> KeptTelemetry {
+pub fn read_telemetry(path: &Path) -> KeptTelemetry {
     let mut kept = KeptTelemetry::default();
     let (bytes, more) = match read_untrusted(path, 2, TELEMETRY_SHOWN, TELEMETRY_MAX_BYTES, true) {
         Untrusted::Missing => return kept,

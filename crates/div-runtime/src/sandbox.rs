@@ -6,7 +6,17 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::images::RunImage;
+/// What of a run's image its sandbox needs: the image's unpacked tree, the user its config
+/// names, and whether the tree can take the host's name resolution files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The unpacked root filesystem (read-only inside the run).
+    pub rootfs: PathBuf,
+    /// The uid and gid the config's `User` names; `None`: root.
+    pub user: Option<(u32, u32)>,
+    /// Whether `/etc/resolv.conf` and `/etc/hosts` of the tree can take the host's files.
+    pub name_resolution: bool,
+}
 
 /// The top-level directories a run never sees from the host or its image (`.div`: where a
 /// GPU run in an image finds the driver, [`GPU_DRIVER_DIR`]; an image's own is not bound).
@@ -34,14 +44,14 @@ const PROC_COVERS: [&str; 5] = [
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
 /// Where the shared download cache is inside the sandbox.
-pub(crate) const CACHE_MOUNT: &str = "/cache";
+pub const CACHE_MOUNT: &str = "/cache";
 
 /// What is wrong with `value` as the value of the variable `key` (`what`: "secret" or
 /// "environment variable"), if anything, by div-spec's [`div_spec::check_env_value`] (the
 /// client checks the same when the value is typed): a NUL byte (no process can be given one),
 /// or more than [`div_spec::MAX_ENV_VALUE_BYTES`] (the kernel takes no `KEY=value` over
 /// 128 KiB, so a larger one could never reach a run; it is refused when it is set instead).
-pub(crate) fn env_value_problem(what: &str, key: &str, value: &str) -> Option<String> {
+pub fn env_value_problem(what: &str, key: &str, value: &str) -> Option<String> {
     match div_spec::check_env_value(key, value) {
         Ok(()) => None,
         Err(div_spec::EnvError::Nul { .. }) => Some(format!(
@@ -59,7 +69,7 @@ const BWRAP_DIRS: [&str; 4] = ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin"
 
 /// The absolute path of `bwrap` in [`BWRAP_DIRS`]; `/usr/bin/bwrap` when none is found (the
 /// start then fails and says so).
-pub(crate) fn bwrap_program() -> PathBuf {
+pub fn bwrap_program() -> PathBuf {
     BWRAP_DIRS
         .iter()
         .map(|d| Path::new(d).join("bwrap"))
@@ -90,7 +100,7 @@ fn bwrap_true(userns: bool) -> bool {
 /// user namespace of the run's own in which no other can be made, or — where user namespaces
 /// are turned off (`user.max_user_namespaces` 0), which only root's bwrap can do without —
 /// without one (no nested one can be made there either).
-pub(crate) fn bwrap_works() -> bool {
+pub fn bwrap_works() -> bool {
     if bwrap_true(true) {
         let _ = OWN_USERNS.set(true);
         return true;
@@ -103,13 +113,13 @@ pub(crate) fn bwrap_works() -> bool {
 }
 
 /// Whether runs get a user namespace of their own (where bubblewrap works so).
-pub(crate) fn own_user_namespace() -> bool {
+pub fn own_user_namespace() -> bool {
     *OWN_USERNS.get().unwrap_or(&true)
 }
 
 /// bubblewrap and the first flags every run's sandbox has: no capability, and (where it
 /// works) a user namespace of its own in which no other can be made.
-pub(crate) fn bwrap_head() -> Vec<String> {
+pub fn bwrap_head() -> Vec<String> {
     let mut argv = vec![
         bwrap_program().display().to_string(),
         "--cap-drop".to_owned(),
@@ -139,7 +149,7 @@ fn python_shim() -> Option<PathBuf> {
 /// now, for the supervisor to lay over `/usr/local/bin` ([`lay_python_shim`]); `None` when
 /// the host has `python` already (or no `python3`), when there is no `/usr/local/bin`, or
 /// when the overlay's options cannot carry the folder's path.
-pub(crate) fn python_shim_folder(home: &Path) -> Option<PathBuf> {
+pub fn python_shim_folder(home: &Path) -> Option<PathBuf> {
     let python3 = python_shim()?;
     if !Path::new(USR_LOCAL_BIN).is_dir() {
         return None;
@@ -170,37 +180,37 @@ const USR_LOCAL_BIN: &str = "/usr/local/bin";
 /// the sandbox. One mount, where binding each entry of `/usr/local/bin` again over a tmpfs
 /// (what bwrap is given otherwise) costs bwrap a mount and a read of the mount table each
 /// (3.3 ms for this machine's 20 entries).
-pub(crate) fn lay_python_shim(folder: &Path) -> std::io::Result<()> {
+pub fn lay_python_shim(folder: &Path) -> std::io::Result<()> {
     let options = format!("lowerdir={}:{USR_LOCAL_BIN}", folder.display());
     crate::sys::mount_overlay_read_only(&options, Path::new(USR_LOCAL_BIN))
 }
 
 /// What a sandboxed run is given.
 #[derive(Debug)]
-pub(crate) struct SandboxInput<'a> {
-    pub(crate) home: &'a Path,
-    pub(crate) workspace: &'a Path,
-    pub(crate) tmp: &'a Path,
-    pub(crate) mnt: &'a Path,
+pub struct SandboxInput<'a> {
+    pub home: &'a Path,
+    pub workspace: &'a Path,
+    pub tmp: &'a Path,
+    pub mnt: &'a Path,
     /// Volume name and its host directory.
-    pub(crate) volumes: &'a [(String, PathBuf)],
+    pub volumes: &'a [(String, PathBuf)],
     /// The download cache every run shares, bound writable at [`CACHE_MOUNT`].
-    pub(crate) cache: &'a Path,
+    pub cache: &'a Path,
     /// Device nodes to bind (GPU runs).
-    pub(crate) devices: &'a [PathBuf],
-    pub(crate) command: &'a str,
+    pub devices: &'a [PathBuf],
+    pub command: &'a str,
     /// Where the command starts: `/workspace`, or `/` (an image's `WorkingDir`) for a run
     /// that shipped nothing.
-    pub(crate) chdir: &'a str,
+    pub chdir: &'a str,
     /// The run's image; `None`: this machine's own system.
-    pub(crate) image: Option<&'a RunImage>,
+    pub image: Option<&'a ImageRoot>,
     /// Whether the supervisor lays the `python` shim over `/usr/local/bin` itself
     /// ([`lay_python_shim`]), so bwrap's arguments leave it out.
-    pub(crate) shim_by_supervisor: bool,
+    pub shim_by_supervisor: bool,
     /// `div-init` on the host (`crate::init`): the sandbox's first process, bound read-only
     /// at [`crate::init::IN_SANDBOX`]; `None`: bubblewrap's own first process, which ends the
     /// run with its shell.
-    pub(crate) init: Option<&'a Path>,
+    pub init: Option<&'a Path>,
 }
 
 fn s(p: &Path) -> String {
@@ -214,7 +224,7 @@ fn s(p: &Path) -> String {
 /// `/tmp`, `/mnt`, each volume and `/workspace` bound, each volume's committed code
 /// (`code/`) read-only over it. The run's environment is not here: the supervisor adds it
 /// (`--args`), and starts bwrap with a fixed one.
-pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
+pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     let mut argv: Vec<String> = vec![bwrap_program().display().to_string()];
     argv.extend(
         [
@@ -335,7 +345,7 @@ pub(crate) fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
 /// (appended to `LD_LIBRARY_PATH`) and its programs in `bin/` (appended to `PATH`), bound
 /// read-only on the image's tmpfs root, as apptainer `--nv` binds them at
 /// `/.singularity.d/libs`. Untested on a GPU (docs/local-control-plane.md, Images).
-pub(crate) const GPU_DRIVER_DIR: &str = "/.div/nvidia";
+pub const GPU_DRIVER_DIR: &str = "/.div/nvidia";
 
 /// The driver's user-space libraries a CUDA or NVML program loads (nvidia-container-toolkit's
 /// `compute` and `utility` sets): a name matches itself or itself with a version after it
@@ -371,9 +381,9 @@ const DRIVER_PROGRAM_DIRS: [&str; 5] = ["/usr/bin", "/usr/local/bin", "/usr/sbin
 /// This machine's driver files: each by the name it gets under [`GPU_DRIVER_DIR`] and the
 /// real file it is.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct DriverFiles {
-    pub(crate) libraries: Vec<(String, PathBuf)>,
-    pub(crate) programs: Vec<(String, PathBuf)>,
+pub struct DriverFiles {
+    pub libraries: Vec<(String, PathBuf)>,
+    pub programs: Vec<(String, PathBuf)>,
 }
 
 /// `ldconfig -p`'s tag for this machine's own libraries (not the 32-bit ones beside them).
@@ -386,7 +396,7 @@ const LDCONFIG_ARCH: &str = if cfg!(target_arch = "aarch64") {
 /// The driver's libraries in `ldconfig -p`'s listing (`\tlibcuda.so.1 (libc6,x86-64) =>
 /// /usr/lib/x86_64-linux-gnu/libcuda.so.1`), this machine's architecture only, the first of
 /// each name (the loader's choice), each resolved to the regular file it is.
-pub(crate) fn driver_libraries(ldconfig: &str, arch: &str) -> Vec<(String, PathBuf)> {
+pub fn driver_libraries(ldconfig: &str, arch: &str) -> Vec<(String, PathBuf)> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for line in ldconfig.lines() {
         let Some((left, path)) = line.trim().split_once(" => ") else {
@@ -416,7 +426,7 @@ pub(crate) fn driver_libraries(ldconfig: &str, arch: &str) -> Vec<(String, PathB
 }
 
 /// The driver's programs found in `dirs`, the first of each name, resolved.
-pub(crate) fn driver_programs(dirs: &[&Path]) -> Vec<(String, PathBuf)> {
+pub fn driver_programs(dirs: &[&Path]) -> Vec<(String, PathBuf)> {
     DRIVER_PROGRAMS
         .iter()
         .filter_map(|name| {
@@ -445,7 +455,7 @@ fn driver_files() -> DriverFiles {
 }
 
 /// bubblewrap's `--ro-bind` of each driver file under [`GPU_DRIVER_DIR`].
-pub(crate) fn driver_binds(files: &DriverFiles) -> Vec<String> {
+pub fn driver_binds(files: &DriverFiles) -> Vec<String> {
     let mut argv = Vec::new();
     for (sub, list) in [("lib", &files.libraries), ("bin", &files.programs)] {
         for (name, real) in list {
@@ -548,7 +558,7 @@ fn host_root_argv(input: &SandboxInput<'_>) -> Vec<String> {
 /// `sh -lc <command>` without a sandbox (under `init`, div-init, where there is one);
 /// `python` is added at the end of the PATH (from a link in `bin`) when the host has only
 /// `python3`.
-pub(crate) fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec<String> {
+pub fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec<String> {
     let mut text = String::new();
     if let Some(python3) = python_shim()
         && std::fs::create_dir_all(bin).is_ok()
@@ -566,7 +576,7 @@ pub(crate) fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec
 }
 
 /// The GPU device nodes a GPU run gets.
-pub(crate) fn gpu_devices(indices: &[u32]) -> Vec<PathBuf> {
+pub fn gpu_devices(indices: &[u32]) -> Vec<PathBuf> {
     let mut devices: Vec<PathBuf> = indices
         .iter()
         .map(|i| PathBuf::from(format!("/dev/nvidia{i}")))
@@ -589,10 +599,9 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::{
-        DriverFiles, GPU_DRIVER_DIR, SandboxInput, bwrap_argv, driver_binds, driver_libraries,
-        driver_programs,
+        DriverFiles, GPU_DRIVER_DIR, ImageRoot, SandboxInput, bwrap_argv, driver_binds,
+        driver_libraries, driver_programs,
     };
-    use crate::images::RunImage;
 
     /// A fake driver: libraries as the NVIDIA installer leaves them (a versioned file, its
     /// soname a link to it), ldconfig's listing of them among others, and `nvidia-smi`.
@@ -684,12 +693,8 @@ mod tests {
         std::fs::create_dir_all(rootfs.join("bin")).unwrap();
         // An image of its own `/.div/nvidia/lib` (read-only, it would stop the binds below).
         std::fs::create_dir_all(rootfs.join(".div/nvidia/lib")).unwrap();
-        let image = RunImage {
-            reference: "127.0.0.1:5000/cuda:1".to_owned(),
-            digest: "sha256:00".to_owned(),
+        let image = ImageRoot {
             rootfs,
-            env: Vec::new(),
-            working_dir: None,
             user: None,
             name_resolution: false,
         };

@@ -30,22 +30,27 @@ mod tree;
 mod untrusted;
 
 use tree::{kill_tree, tell_init, terminate, tree_rss};
-pub(crate) use untrusted::read_telemetry;
+pub use untrusted::read_telemetry;
 use untrusted::{lost_under_mnt, read_result};
 
+/// Left by the server in a run directory, holding the reason, when the org's usage limit
+/// stops the run (`stopped_by_org`).
+pub const ORG_STOP_FILE: &str = "stop-org";
+/// Asked by the server (`div stop`): the supervisor stops the run gracefully.
+pub const STOP_FILE: &str = "stop";
 /// The reason a run killed for its memory (or by a signal from outside) gives.
-pub(crate) const OOM_REASON: &str = "killed (out of memory, or stopped)";
+pub const OOM_REASON: &str = "killed (out of memory, or stopped)";
 /// The reason a run stopped at 24 hours gives.
-pub(crate) const DAY_REASON: &str = "reached the 24-hour limit";
+pub const DAY_REASON: &str = "reached the 24-hour limit";
 /// The reason of a run stopped because the disk under its log filled up.
-pub(crate) const DISK_FULL_REASON: &str =
+pub const DISK_FULL_REASON: &str =
     "no space left on the control plane's disk; the run's log could not be written";
 /// Room kept beside the run so its end can be written even when the disk fills up.
 const RESERVE_BYTES: usize = 64 << 10;
 /// The most of `/tmp/divergent/result.json` that is read; a larger one is not read at all.
-pub(crate) const RESULT_MAX_BYTES: u64 = 16 << 20;
+pub const RESULT_MAX_BYTES: u64 = 16 << 20;
 /// The most of `/tmp/divergent/telemetry.jsonl` that is read; the rest is reported unread.
-pub(crate) const TELEMETRY_MAX_BYTES: u64 = 64 << 20;
+pub const TELEMETRY_MAX_BYTES: u64 = 64 << 20;
 /// The run's telemetry file as the run knows it.
 const TELEMETRY_SHOWN: &str = "/tmp/divergent/telemetry.jsonl";
 /// The most entries counted under one leftover folder in the run's `/mnt`.
@@ -67,20 +72,20 @@ const LAUNCH_ENV: [(&str, &str); 2] = [
 /// launch repeated after the server was killed mid-launch) finds it locked and leaves at
 /// once, touching nothing. The server reads "still there" from it when it does not know the
 /// supervisor's pid.
-pub(crate) const LOCK_FILE: &str = "supervisor.lock";
+pub const LOCK_FILE: &str = "supervisor.lock";
 /// Left by the server, under the lock, in a run directory it has recorded as lost: a
 /// supervisor that starts there afterwards (one that was still inside its `exec` when the
 /// server gave up on it) leaves without running anything.
-pub(crate) const ABANDONED_FILE: &str = "abandoned";
+pub const ABANDONED_FILE: &str = "abandoned";
 /// Left by a supervisor that got not a byte of the secrets it waited for on stdin: the server
 /// was killed between starting it and sending them. It ran nothing; the restarted server
 /// places the run again.
-pub(crate) const UNSENT_FILE: &str = "secrets.unsent";
+pub const UNSENT_FILE: &str = "secrets.unsent";
 
 /// Takes the run directory's [`LOCK_FILE`]: `Ok(Some)` holds it until dropped, `Ok(None)`
 /// when another process holds it now. The lock file is never inherited by the run (std
 /// opens it close-on-exec).
-pub(crate) fn claim(run_dir: &Path) -> io::Result<Option<File>> {
+pub fn claim(run_dir: &Path) -> io::Result<Option<File>> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = OpenOptions::new()
         .read(true)
@@ -122,99 +127,99 @@ fn claim_waiting(run_dir: &Path, patience: std::time::Duration) -> Option<Option
 
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunSpec {
-    pub(crate) run_id: String,
-    pub(crate) run_name: String,
+pub struct RunSpec {
+    pub run_id: String,
+    pub run_name: String,
     /// Program and arguments: `bwrap … sh -lc <command>` or `sh -lc <command>`.
-    pub(crate) argv: Vec<String>,
+    pub argv: Vec<String>,
     /// The working directory of `argv` on the host.
-    pub(crate) cwd: PathBuf,
+    pub cwd: PathBuf,
     /// The whole environment, in order (later wins), but for the secrets.
-    pub(crate) env: Vec<(String, String)>,
+    pub env: Vec<(String, String)>,
     /// Where the secrets go in `env`. Their values are never in this file: a local
     /// supervisor reads them from its stdin, which the server writes and closes as it
     /// starts it ([`read_secrets`]); a Slurm node's from `secrets_file`. `None`: no secrets
     /// to add (a spec written by an older server holds them in `env`).
     #[serde(default)]
-    pub(crate) secrets_at: Option<usize>,
+    pub secrets_at: Option<usize>,
     /// Where a Slurm node's supervisor reads the secrets (the run directory's `secrets.json`,
     /// mode 0600, on the directory the nodes share).
     #[serde(default)]
-    pub(crate) secrets_file: Option<PathBuf>,
+    pub secrets_file: Option<PathBuf>,
     /// Lines written at the top of the log before the command starts.
-    pub(crate) first_lines: Vec<String>,
+    pub first_lines: Vec<String>,
     /// Host cores to pin the run to.
-    pub(crate) cores: Vec<usize>,
+    pub cores: Vec<usize>,
     /// The container's memory.
-    pub(crate) memory_bytes: u64,
+    pub memory_bytes: u64,
     /// Where the run's memory and CPU cgroups are made, where this machine lets us.
     #[serde(default)]
-    pub(crate) cgroups: Plan,
-    pub(crate) cents_per_hour: i64,
-    pub(crate) max_spend_cents: Option<i64>,
-    pub(crate) max_seconds: u64,
+    pub cgroups: Plan,
+    pub cents_per_hour: i64,
+    pub max_spend_cents: Option<i64>,
+    pub max_seconds: u64,
     /// How long a run told to stop (stopped, near its ceiling, near its time limit, stopped
     /// by the org) has between SIGTERM and SIGKILL. A spec without it (written by an older
     /// server) gets the default.
     #[serde(default = "default_grace")]
-    pub(crate) stop_grace_seconds: u64,
+    pub stop_grace_seconds: u64,
     /// When the run started, in ms since the epoch: spend is metered from here.
-    pub(crate) started_ms: u64,
+    pub started_ms: u64,
     /// Checks, canonical.
-    pub(crate) checks: Vec<String>,
+    pub checks: Vec<String>,
     /// Where the run's result and telemetry land on the host.
-    pub(crate) result_path: PathBuf,
-    pub(crate) telemetry_path: PathBuf,
+    pub result_path: PathBuf,
+    pub telemetry_path: PathBuf,
     /// The host directory behind the run's `/mnt`, when sandboxed, and the volumes mounted in it.
-    pub(crate) mnt_dir: Option<PathBuf>,
-    pub(crate) volumes: Vec<String>,
+    pub mnt_dir: Option<PathBuf>,
+    pub volumes: Vec<String>,
     /// The run's `/workspace` on the host: its copy of the code, or the empty folder its
     /// overlay is mounted on; deleted once it ends.
-    pub(crate) workspace: PathBuf,
+    pub workspace: PathBuf,
     /// The layers of an overlay `/workspace` (the supervisor mounts it, in the run's own
     /// mount namespace, on `workspace`); `None`: `workspace` is a copy.
     #[serde(default)]
-    pub(crate) overlay: Option<crate::workspace::Overlay>,
+    pub overlay: Option<crate::workspace::Overlay>,
     /// The folder holding `python` that the supervisor lays over `/usr/local/bin` in its own
     /// mount namespace (`sandbox::lay_python_shim`); `None`: bwrap's arguments hold the shim,
     /// or none is needed.
     #[serde(default)]
-    pub(crate) python_shim: Option<PathBuf>,
+    pub python_shim: Option<PathBuf>,
     /// `div-init` on the host when the run's first process is div-init (`crate::init`): a
     /// stop is then told to it alone, and it tells every process of the run and waits for
     /// them all. `None` (a spec of an older server): each process is told from here.
     #[serde(default)]
-    pub(crate) init: Option<PathBuf>,
+    pub init: Option<PathBuf>,
     /// Set for one node of a run of several (a Slurm job's): what it does besides its own run.
     #[serde(default)]
-    pub(crate) node: Option<NodeDuties>,
+    pub node: Option<NodeDuties>,
     /// The most processes and threads the run may have at once (`rules::run_tasks`); `None`
     /// (a spec of an older server): [`rules::MAX_RUN_TASKS`].
     #[serde(default)]
-    pub(crate) tasks: Option<u64>,
+    pub tasks: Option<u64>,
     /// The run's disk for its `/tmp`, its own `/mnt` and its `/workspace` (`crate::scratch`);
     /// `None`: not bounded (a spec of an older server, a Slurm node).
     #[serde(default)]
-    pub(crate) disk: Option<crate::scratch::Disk>,
+    pub disk: Option<crate::scratch::Disk>,
 }
 
 /// What the supervisor of one node of a run does besides its own run: it decides no limit of
 /// its own but obeys the control plane's one decision for the whole run, and says it is well.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct NodeDuties {
+pub struct NodeDuties {
     /// The run's directory, where the control plane writes its decision ([`decision::FILE`]).
-    pub(crate) run_dir: PathBuf,
+    pub run_dir: PathBuf,
     /// Written every [`HEARTBEAT`] while this node is well: a node whose file stops changing
     /// is lost (`executor::slurm`).
-    pub(crate) heartbeat: PathBuf,
+    pub heartbeat: PathBuf,
     /// The node's slurmd's pid file: while it names no live process, Slurm cannot reach this
     /// node, and this supervisor stops saying it is well.
     #[serde(default)]
-    pub(crate) slurmd_pid_file: Option<PathBuf>,
+    pub slurmd_pid_file: Option<PathBuf>,
 }
 
 /// How often a node says it is well.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(5);
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 impl NodeDuties {
     /// Says this node is well (the time, as this node's clock reads it), where its slurmd is
@@ -246,39 +251,39 @@ fn default_grace() -> u64 {
 
 /// How a run ended, written by the supervisor as `run-dir/end.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct EndRecord {
-    pub(crate) status: RunStatus,
-    pub(crate) exit_code: Option<i32>,
-    pub(crate) reason: Option<String>,
-    pub(crate) started_ms: u64,
-    pub(crate) ended_ms: u64,
-    pub(crate) duration_seconds: u64,
-    pub(crate) spent_cents: i64,
-    pub(crate) verdicts: Vec<CheckVerdict>,
+pub struct EndRecord {
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub reason: Option<String>,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+    pub duration_seconds: u64,
+    pub spent_cents: i64,
+    pub verdicts: Vec<CheckVerdict>,
 }
 
 /// The result as kept after the run: `run-dir/result.kept.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct KeptResult {
-    pub(crate) result: Option<Value>,
-    pub(crate) problem: Option<String>,
+pub struct KeptResult {
+    pub result: Option<Value>,
+    pub problem: Option<String>,
     /// The result's JSON text, which checks judge: numbers compare as written, not as `f64`.
     /// Kept too, so that `GET /v1/runs/{run}/result` sends the numbers as written and
     /// `div result --check` judges them exactly (absent from a record kept before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) text: Option<String>,
+    pub text: Option<String>,
 }
 
 /// The telemetry as kept after the run: `run-dir/telemetry.kept.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct KeptTelemetry {
-    pub(crate) points: Vec<TelemetryPoint>,
-    pub(crate) bad_lines: Vec<BadLine>,
+pub struct KeptTelemetry {
+    pub points: Vec<TelemetryPoint>,
+    pub bad_lines: Vec<BadLine>,
 }
 
 /// Writes `value` as JSON to `path` atomically: a temporary file, then a rename. The file is
 /// the owner's alone (mode 0600): `spec.json` holds the run's secrets.
-pub(crate) fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
+pub fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     let _ = fs::remove_file(&tmp);
@@ -299,7 +304,7 @@ fn private_file(path: &Path) -> io::Result<File> {
 }
 
 /// The body of `div __supervise <run-dir>` and `div-supervise <run-dir>`.
-pub(crate) fn supervise(run_dir: &Path) -> i32 {
+pub fn supervise(run_dir: &Path) -> i32 {
     sys::new_session();
     sys::catch_stop_signals();
     // One supervisor per run, and none for a run already ended or given up on: held until
@@ -380,7 +385,7 @@ const SECRETS_MAX_BYTES: u64 = 64 << 20;
 /// The run's secrets, as JSON `[["NAME", "value"], …]`, from the server's pipe (or a Slurm
 /// node's file).
 /// Nothing at all (`UnexpectedEof`) is told apart from bytes that are not secrets.
-pub(crate) fn read_secrets(from: impl io::Read) -> io::Result<Vec<(String, String)>> {
+pub fn read_secrets(from: impl io::Read) -> io::Result<Vec<(String, String)>> {
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut io::Read::take(from, SECRETS_MAX_BYTES), &mut bytes)?;
     if bytes.is_empty() {
@@ -628,7 +633,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
             let _ = pipe.write_all(&args);
         });
     }
-    let stop_file = run_dir.join("stop");
+    let stop_file = run_dir.join(STOP_FILE);
     let grace = spec.stop_grace_seconds;
     let ceiling_at = Limit::ceiling(spec.cents_per_hour, spec.max_spend_cents, grace);
     let day_at = Limit::new(spec.max_seconds, grace);
@@ -654,7 +659,7 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         let elapsed = now_ms().saturating_sub(spec.started_ms);
         // Stopped by the org: the server wrote why (`org::STOP_FILE`) before asking the stop.
         // (An empty one is still being written by an older server: the next look reads it.)
-        if let Ok(reason) = fs::read_to_string(run_dir.join(crate::org::STOP_FILE))
+        if let Ok(reason) = fs::read_to_string(run_dir.join(ORG_STOP_FILE))
             && !reason.trim().is_empty()
         {
             break Stopped::Org(reason.trim().chars().take(200).collect());
@@ -955,56 +960,6 @@ fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     }
 }
 
-/// The end of a run whose `end.json` is there but could not be parsed (`error`): what can
-/// still be found in its bytes (the exit code, the times, the spend) is kept, and the reason
-/// says the record was unreadable.
-pub(crate) fn unreadable_end(
-    bytes: &[u8],
-    error: &str,
-    run: &div_api::Run,
-    internal: &crate::store::RunInternal,
-) -> EndRecord {
-    let text = String::from_utf8_lossy(bytes);
-    let number = |key: &str| -> Option<i64> {
-        let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
-        let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
-        let end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-            .unwrap_or(rest.len());
-        rest[..end].parse().ok()
-    };
-    let now = now_ms();
-    let started_ms = number("started_ms")
-        .and_then(|n| u64::try_from(n).ok())
-        .or(internal.started_ms)
-        .unwrap_or(now);
-    let ended_ms = number("ended_ms")
-        .and_then(|n| u64::try_from(n).ok())
-        .unwrap_or(now);
-    let exit_code = number("exit_code").and_then(|n| i32::try_from(n).ok());
-    let duration_seconds = ended_ms.saturating_sub(started_ms) / 1000;
-    let found = match exit_code {
-        Some(code) => format!("; its exit code, {code}, was found in it"),
-        None => "; no exit code could be found in it".to_owned(),
-    };
-    EndRecord {
-        status: RunStatus::Failed,
-        exit_code,
-        reason: Some(format!(
-            "the run's end record (runs/{}/end.json) could not be read: {error}{found}",
-            run.id
-        )),
-        started_ms,
-        ended_ms,
-        duration_seconds,
-        // Metered from its times when the record does not say.
-        spent_cents: number("spent_cents").unwrap_or_else(|| {
-            rules::charge(run.cents_per_hour, duration_seconds, run.max_spend_cents)
-        }),
-        verdicts: Vec::new(),
-    }
-}
-
 fn early_end(spec: &RunSpec, reason: String) -> EndRecord {
     let now = now_ms();
     EndRecord {
@@ -1203,7 +1158,7 @@ mod tests {
         // What a supervisor met when the server wrote the file in place: it exists, empty,
         // for a moment. The run goes on until the reason is there, then stops with it.
         let dir = tempfile::tempdir().expect("a temp dir");
-        let said = dir.path().join(crate::org::STOP_FILE);
+        let said = dir.path().join(ORG_STOP_FILE);
         fs::write(&said, b"").expect("an empty stop file");
         let writer = {
             let said = said.clone();

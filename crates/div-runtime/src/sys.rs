@@ -48,14 +48,14 @@ pub fn tune_allocator() {
 
 /// Starts a new session, so the process outlives the server that launched it and is not in
 /// its process group.
-pub(crate) fn new_session() {
+pub fn new_session() {
     // It only fails (harmlessly) when the process already leads a group.
     let _ = rustix::process::setsid();
 }
 
 /// Makes SIGTERM (and SIGINT, SIGHUP) set a flag read by [`stop_requested`] instead of
 /// killing the process.
-pub(crate) fn catch_stop_signals() {
+pub fn catch_stop_signals() {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // Fails only for a forbidden signal (SIGKILL, SIGSTOP); none of these is.
         let _ = signal_hook::flag::register(signal, Arc::clone(&TERM));
@@ -63,13 +63,13 @@ pub(crate) fn catch_stop_signals() {
 }
 
 /// Whether a stop signal arrived.
-pub(crate) fn stop_requested() -> bool {
+pub fn stop_requested() -> bool {
     TERM.load(Ordering::SeqCst)
 }
 
 /// Pins the calling process (and what it spawns afterwards) to `cores`; cores past what the
 /// kernel's set can name are left out.
-pub(crate) fn set_affinity(cores: &[usize]) -> io::Result<()> {
+pub fn set_affinity(cores: &[usize]) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();
     for &core in cores {
         if core < rustix::thread::CpuSet::MAX_CPU {
@@ -85,7 +85,7 @@ fn one_process(pid: u32) -> Option<Pid> {
 }
 
 /// Sends `signal` to `pid`; false when it is gone (or the signal is not one std names).
-pub(crate) fn kill(pid: u32, signal: libc::c_int) -> bool {
+pub fn kill(pid: u32, signal: libc::c_int) -> bool {
     match (one_process(pid), Signal::from_named_raw(signal)) {
         (Some(pid), Some(signal)) => rustix::process::kill_process(pid, signal).is_ok(),
         _ => false,
@@ -93,17 +93,17 @@ pub(crate) fn kill(pid: u32, signal: libc::c_int) -> bool {
 }
 
 /// Whether a process with this pid exists (zombies included).
-pub(crate) fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     one_process(pid).is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
 }
 
 /// The size of a memory page in bytes.
-pub(crate) fn page_size() -> u64 {
+pub fn page_size() -> u64 {
     rustix::param::page_size() as u64
 }
 
 /// Whether the filesystem holding `path` has no block left for an unprivileged writer.
-pub(crate) fn disk_full(path: &std::path::Path) -> bool {
+pub fn disk_full(path: &std::path::Path) -> bool {
     rustix::fs::statvfs(path).is_ok_and(|st| st.f_blocks > 0 && st.f_bavail == 0)
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn disk_full(path: &std::path::Path) -> bool {
 /// O_DIRECTORY` beneath the one before, the last component `O_NOFOLLOW | O_NONBLOCK` (so a
 /// FIFO never blocks the open). `base` itself is trusted. The caller still checks what was
 /// opened (`File::metadata`): it may be a FIFO, a folder or a device.
-pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<std::fs::File> {
+pub fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     let mut dir = rustix::fs::open(
         base,
@@ -147,17 +147,17 @@ pub(crate) fn open_beneath(base: &std::path::Path, rest: &[&str]) -> io::Result<
 /// time. A supervisor's loop then learns of its run's end as it happens, not up to a poll
 /// interval later.
 #[derive(Debug)]
-pub(crate) struct ExitWatch(Option<rustix::fd::OwnedFd>);
+pub struct ExitWatch(Option<rustix::fd::OwnedFd>);
 
 impl ExitWatch {
-    pub(crate) fn new(pid: u32) -> ExitWatch {
+    pub fn new(pid: u32) -> ExitWatch {
         ExitWatch(one_process(pid).and_then(|pid| {
             rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
         }))
     }
 
     /// Returns when the child has exited, or after `most`.
-    pub(crate) fn wait(&self, most: std::time::Duration) {
+    pub fn wait(&self, most: std::time::Duration) {
         use rustix::event::{PollFd, PollFlags, Timespec};
         let polled = self.0.as_ref().and_then(|fd| {
             let timeout = Timespec::try_from(most).ok()?;
@@ -173,7 +173,7 @@ impl ExitWatch {
 /// Whether the child `pid` has exited, without reaping it: while it stays a zombie its pid
 /// (and so its process-group id) cannot be given to another process, so what is killed by
 /// that pid afterwards is still the run's.
-pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
+pub fn child_exited(pid: u32) -> io::Result<bool> {
     use rustix::process::{WaitId, WaitIdOptions};
     let Some(pid) = one_process(pid) else {
         return Err(io::Error::new(
@@ -193,7 +193,7 @@ pub(crate) fn child_exited(pid: u32) -> io::Result<bool> {
 /// own, with every mount in it private: what is mounted there afterwards is seen by no other
 /// process, and goes away with the namespace's last process. Needs `CAP_SYS_ADMIN`. It
 /// allocates nothing, so it may also run between a fork and its exec.
-pub(crate) fn private_mount_namespace() -> io::Result<()> {
+pub fn private_mount_namespace() -> io::Result<()> {
     use rustix::mount::{MountPropagationFlags, mount_change};
     use rustix::thread::UnshareFlags;
     // SAFETY: rustix marks `unshare` unsafe for `UnshareFlags::FILES` alone, which would give
@@ -222,7 +222,7 @@ pub(crate) fn private_mount_namespace() -> io::Result<()> {
 ///
 /// The kernel makes a user namespace only for a process of one thread: called by the
 /// supervisor before it starts any.
-pub(crate) fn private_user_and_mount_namespace() -> io::Result<()> {
+pub fn private_user_and_mount_namespace() -> io::Result<()> {
     let (uid_map, gid_map) = own_id_maps();
     enter_own_user_namespace(&uid_map, &gid_map)
 }
@@ -273,7 +273,7 @@ fn enter_own_user_namespace(uid_map: &[u8], gid_map: &[u8]) -> io::Result<()> {
 /// `merged`. How the server tries, once, whether runs' `/workspace` can be overlays here
 /// (`workspace::overlay_works`). The server has threads, so this cannot be done in its own
 /// process; the forked child has one.
-pub(crate) fn with_overlay_in_private_namespace(
+pub fn with_overlay_in_private_namespace(
     command: &mut std::process::Command,
     options: &str,
     merged: &std::path::Path,
@@ -303,7 +303,7 @@ pub(crate) fn with_overlay_in_private_namespace(
 /// namespace (Linux 5.14 and later), so inside a run's own user namespace (bubblewrap's
 /// `--unshare-user`) it counts the run's own tasks alone; a fork past it fails with `EAGAIN`
 /// in the run.
-pub(crate) fn limit_tasks(command: &mut std::process::Command, tasks: u64) {
+pub fn limit_tasks(command: &mut std::process::Command, tasks: u64) {
     let limit = rustix::process::Rlimit {
         current: Some(tasks),
         maximum: Some(tasks),
@@ -321,7 +321,7 @@ pub(crate) fn limit_tasks(command: &mut std::process::Command, tasks: u64) {
 
 /// Mounts a writable overlayfs on `target` with `options` (`lowerdir=…,upperdir=…,workdir=…`),
 /// `volatile` (Linux 5.10 and later), or without it where the kernel refuses it.
-pub(crate) fn mount_writable_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
+pub fn mount_writable_overlay(options: &str, target: &std::path::Path) -> io::Result<()> {
     let (volatile, plain, target) = overlay_args(options, target)?;
     mount_overlay_volatile_or_not(&volatile, &plain, &target)
 }
@@ -365,7 +365,7 @@ fn mount_overlay_volatile_or_not(
 }
 
 /// Mounts a read-only overlayfs (`lowerdir=A:B`, no upper layer) on `target`.
-pub(crate) fn mount_overlay_read_only(options: &str, target: &std::path::Path) -> io::Result<()> {
+pub fn mount_overlay_read_only(options: &str, target: &std::path::Path) -> io::Result<()> {
     let options = std::ffi::CString::new(options)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the options"))?;
     rustix::mount::mount(
@@ -379,7 +379,7 @@ pub(crate) fn mount_overlay_read_only(options: &str, target: &std::path::Path) -
 }
 
 /// Detaches whatever is mounted on `target` (in this process's mount namespace).
-pub(crate) fn unmount(target: &std::path::Path) -> io::Result<()> {
+pub fn unmount(target: &std::path::Path) -> io::Result<()> {
     rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH)?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 /// The bytes the regular files under `path` hold (or `path`'s own, for a file), without
 /// following symlinks; what cannot be read counts nothing.
-pub(crate) fn tree_bytes(path: &Path) -> u64 {
+pub fn tree_bytes(path: &Path) -> u64 {
     tree_bytes_at_most(path, usize::MAX).0
 }
 
@@ -13,7 +13,7 @@ pub(crate) fn tree_bytes(path: &Path) -> u64 {
 /// count stopped there. Links are counted as nothing (never followed), FIFOs and devices too
 /// (never opened), folders walked without recursion, so no depth a run made can exhaust the
 /// stack and no number of entries can keep it walking past the bound.
-pub(crate) fn tree_bytes_at_most(path: &Path, max_entries: usize) -> (u64, bool) {
+pub fn tree_bytes_at_most(path: &Path, max_entries: usize) -> (u64, bool) {
     let mut total = 0u64;
     let mut seen = 0usize;
     let mut stack = vec![path.to_path_buf()];

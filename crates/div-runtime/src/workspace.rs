@@ -29,20 +29,20 @@ use serde::{Deserialize, Serialize};
 
 /// The layers of a run's overlay `/workspace`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Overlay {
+pub struct Overlay {
     /// The committed code, read-only.
-    pub(crate) lower: PathBuf,
+    pub lower: PathBuf,
     /// The run's writes.
-    pub(crate) upper: PathBuf,
+    pub upper: PathBuf,
     /// overlayfs's own scratch folder, on the upper layer's filesystem.
-    pub(crate) work: PathBuf,
+    pub work: PathBuf,
 }
 
 impl Overlay {
     /// The layers of the run in `run_dir` over `lower`: `run-dir/overlay/{upper,work}`.
     /// `None` when a path holds a character overlayfs's options cannot carry (`,` `:` `\`
     /// or a byte that is not UTF-8): that run's code is copied instead.
-    pub(crate) fn for_run(run_dir: &Path, lower: &Path) -> Option<Overlay> {
+    pub fn for_run(run_dir: &Path, lower: &Path) -> Option<Overlay> {
         let base = run_dir.join("overlay");
         let overlay = Overlay {
             lower: lower.to_path_buf(),
@@ -56,7 +56,7 @@ impl Overlay {
     }
 
     /// Makes empty upper and work folders (what an earlier launch of the run left is gone).
-    pub(crate) fn prepare(&self) -> io::Result<()> {
+    pub fn prepare(&self) -> io::Result<()> {
         if let Some(base) = self.upper.parent() {
             remove_all(base);
         }
@@ -65,7 +65,7 @@ impl Overlay {
     }
 
     /// Deletes both layers the run wrote.
-    pub(crate) fn remove(&self) {
+    pub fn remove(&self) {
         if let Some(base) = self.upper.parent() {
             remove_all(base);
         }
@@ -92,14 +92,14 @@ impl Overlay {
     /// the upper layer: a run that printed one line took 0.68 s to end after a first ship had
     /// left 263 MB unwritten, and any run ends late beside a busy writer. Nothing is lost: the
     /// run's writes to `/workspace` are never kept, and the layers are made new for each try.
-    pub(crate) fn mount(&self, merged: &Path) -> io::Result<()> {
+    pub fn mount(&self, merged: &Path) -> io::Result<()> {
         crate::sys::mount_writable_overlay(&self.options(), merged)
     }
 }
 
 /// Copies a tree (a run's `/workspace` where it is not an overlay, a Slurm node's copy):
 /// directories, files (copy_file_range through `fs::copy`) and links, never following one.
-pub(crate) fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     fs::create_dir_all(to)?;
     for entry in fs::read_dir(from)? {
         let entry = entry?;
@@ -129,7 +129,7 @@ fn remove_all(dir: &Path) {
 /// `home`, mounts and shows its lower layer's file to bubblewrap (`bwrap`: the sandbox's
 /// program and its first flags), and takes bubblewrap's writes in its upper layer alone.
 /// Tried once, when the server starts.
-pub(crate) fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
+pub fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
     let probe = home.join(format!("overlay-probe-{}", std::process::id()));
     let works = (|| -> io::Result<bool> {
         let lower = probe.join("lower");
