@@ -38,7 +38,6 @@ mod runs;
 mod secrets;
 mod server;
 mod settings;
-mod slurm_config;
 mod state_reserve;
 mod store;
 mod volumes;

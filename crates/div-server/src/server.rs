@@ -10,12 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use div_api::RunQueue;
 
 use crate::error::HttpError;
-use crate::executor::slurm::SlurmExecutor;
-use crate::executor::{Executor, LocalExecutor};
+use crate::executor::Executor;
 use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
-use crate::{ServerError, ServerOptions, slurm_config};
+use crate::{ServerError, ServerOptions};
 use div_runtime::{cgroup, sandbox};
 
 /// Everything the server shares between requests and the scheduler.
@@ -95,27 +94,9 @@ impl Server {
             .map_err(home_err)?;
 
         let cgroups = cgroup::detect();
-        // `home/slurm.toml` chooses Slurm; without it runs run on this machine.
-        let mut local = false;
-        let (inventory, executor): (Inventory, Box<dyn Executor>) = match slurm_config::load(&home)
-            .map_err(ServerError::Slurm)?
-        {
-            Some(config) => {
-                let (executor, inventory) = SlurmExecutor::open(config, &options.supervisor, &home)
-                    .map_err(ServerError::Slurm)?;
-                (inventory, Box::new(executor))
-            }
-            None => (
-                {
-                    local = true;
-                    Inventory::load(&options.gpus)?
-                },
-                Box::new(LocalExecutor::new(
-                    options.supervisor.clone(),
-                    cgroups.clone(),
-                )),
-            ),
-        };
+        let chosen = crate::executor::Choice::read(&home)?;
+        let local = chosen.is_local();
+        let (inventory, executor) = chosen.open(options, &home, &cgroups)?;
         let sandboxed = match options.sandbox {
             crate::SandboxMode::None => false,
             crate::SandboxMode::Auto => sandbox::bwrap_works(),

@@ -566,16 +566,16 @@ mod tests {
             }
             assert!(launch.run_dir.join("spec.json").is_file());
             seen.started.push(launch.run_dir.to_owned());
-            Ok(Handle {
-                pid: 1000 + seen.started.len() as u32,
-            })
+            Ok(Handle::Process(1000 + seen.started.len() as u32))
         }
         fn stop(&self, _run_dir: &Path, _handle: Option<&Handle>) -> std::io::Result<()> {
             Ok(())
         }
         fn liveness(&self, _run_dir: &Path, handle: Option<&Handle>) -> Liveness {
             match handle {
-                Some(h) if !self.seen().gone.contains(&h.pid) => Liveness::Alive,
+                Some(h) if h.process().is_some_and(|p| !self.seen().gone.contains(&p)) => {
+                    Liveness::Alive
+                }
                 _ => Liveness::Gone,
             }
         }
@@ -642,7 +642,7 @@ mod tests {
 
         let started = record(&server, &a);
         assert_eq!(started.run.status, RunStatus::Running);
-        assert_eq!(started.internal.handle, Some(Handle { pid: 1001 }));
+        assert_eq!(started.internal.handle, Some(Handle::Process(1001)));
         assert_eq!(started.internal.cores, [0, 1]);
         let spec: RunSpec =
             serde_json::from_slice(&std::fs::read(server.run_dir(&a).join("spec.json")).unwrap())

@@ -1,117 +1,16 @@
-//! The executor: the seam between the server and where runs run.
-//!
-//! The invariant: **an executor decides only where a run runs.** The server decides what
-//! runs and when (validation, the queue, GPUs and cores); the supervisor next to the run
-//! (`div __supervise <run-dir>`) runs it and writes the truth on disk: `end.json` with its
-//! status, spend and verdicts, the log, the kept result and telemetry. An executor starts
-//! that supervisor somewhere, asks it to stop, and says whether it is still there; it never
-//! writes a run's status, and the server never reads a run's end from anywhere but its run
-//! directory.
-//!
-//! There are two: [`LocalExecutor`], a supervisor process on this machine, and
-//! [`slurm::SlurmExecutor`], one Slurm job a run with a supervisor on each node, whose runs'
-//! ends the control plane decides once for the whole run (`div_runtime::decision`).
+//! The local executor: each run's supervisor, a process of its own session on this machine,
+//! started with its secrets down its stdin, reaped when it exits, asked to stop through its
+//! run directory, found again by its pid or its lock.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-pub(crate) mod slurm;
-
+use super::{Executor, Handle, Launch, Liveness};
 use crate::SupervisorCommand;
 use div_runtime::cgroup::{self, RunCgroups};
 use div_runtime::{supervisor, sys};
-
-/// What the launcher hands an executor: a run directory already holding the supervisor's
-/// `spec.json`, with no `end.json` and no `stop`.
-#[derive(Debug)]
-pub(crate) struct Launch<'a> {
-    pub(crate) run_dir: &'a Path,
-    /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
-    /// scheduler for room needs them).
-    pub(crate) run: &'a div_api::Run,
-    /// The run's secrets, in order, for the supervisor (never in `spec.json`): given to it
-    /// the executor's way, through a pipe where it can be.
-    pub(crate) secrets: &'a [(String, String)],
-    /// Woken when the supervisor exits, where the executor can tell (the scheduler then
-    /// gathers the run's end at once rather than at its next tick).
-    pub(crate) exited: &'a Arc<tokio::sync::Notify>,
-}
-
-/// What a run asks for, as validated: what an executor checks before the run is created.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Placement<'a> {
-    pub(crate) sku: &'a str,
-    pub(crate) gpus: u32,
-    pub(crate) cores: u32,
-    pub(crate) memory_gib: u32,
-}
-
-/// Where a started run's supervisor is, as its executor recorded it; kept in the run's
-/// record. For the local executor it is the supervisor's process id (stored as `pid`, the
-/// field older state directories have).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub(crate) struct Handle {
-    pub(crate) pid: u32,
-}
-
-/// Whether a run's supervisor is still there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Liveness {
-    /// It runs: its end is still to come.
-    Alive,
-    /// It is gone: either it wrote `end.json`, or it was lost.
-    Gone,
-}
-
-/// Where runs run. See the module's invariant.
-pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
-    /// Starts the supervisor of the run prepared in `launch.run_dir`.
-    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String>;
-    /// Asks the run's supervisor to stop the run. It ends the run itself (with its grace
-    /// for the command, then a kill of its whole tree) and writes its end as usual.
-    fn stop(&self, run_dir: &Path, handle: Option<&Handle>) -> std::io::Result<()>;
-    /// Whether the run's supervisor is still there.
-    fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness;
-    /// Kills and removes whatever a lost run (its supervisor gone without an end) left where
-    /// it ran, so no orphan survives it.
-    fn reclaim(&self, run_id: &str);
-    /// One line for people: where this executor runs runs.
-    fn describe(&self) -> String;
-    /// Refuses, before anything is created, a run this executor can never place (the local
-    /// executor has nothing to add to the server's own checks).
-    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
-        Ok(())
-    }
-    /// Whether a run started here first waits in another scheduler's queue (Slurm's): it is
-    /// then shown queued, and billed nothing, until [`Executor::started_ms`] says it runs.
-    fn queues(&self) -> bool {
-        false
-    }
-    /// When a run that [`queues`](Executor::queues) started running; `None` while it waits.
-    fn started_ms(&self, _run_dir: &Path) -> Option<u64> {
-        None
-    }
-    /// Why a started run still waits, in its executor's own words.
-    fn waiting(&self, _run_dir: &Path, _handle: Option<&Handle>) -> Option<String> {
-        None
-    }
-    /// Whether the control plane decides when this executor's runs reach their ceiling and
-    /// time limit, once for the whole run (`div_runtime::decision`), rather than each supervisor
-    /// for its own part: a run on several nodes.
-    fn decides_limits(&self) -> bool {
-        false
-    }
-    /// A part of a running run that stopped reporting, said as the run's reason; `None`
-    /// while every part is well.
-    fn lost(&self, _run_dir: &Path) -> Option<String> {
-        None
-    }
-}
 
 /// Runs each run under a supervisor process on this machine, in its own session so that it
 /// outlives the server.
@@ -162,7 +61,7 @@ impl Executor for LocalExecutor {
             exited.notify_one();
         });
         wait_for_arguments(pid);
-        Ok(Handle { pid })
+        Ok(Handle::Process(pid))
     }
 
     fn stop(&self, run_dir: &Path, _handle: Option<&Handle>) -> std::io::Result<()> {
@@ -173,7 +72,9 @@ impl Executor for LocalExecutor {
     }
 
     fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness {
-        if handle.is_some_and(|h| supervisor_alive(h.pid, run_dir)) {
+        if let Some(pid) = handle.and_then(Handle::process)
+            && supervisor_alive(pid, run_dir)
+        {
             return Liveness::Alive;
         }
         // No pid, or not the supervisor's any more: the server was killed between starting
@@ -269,8 +170,9 @@ mod tests {
     use std::path::Path;
     use std::time::{Duration, Instant};
 
-    use super::{Executor, Handle, Launch, Liveness, LocalExecutor};
+    use super::LocalExecutor;
     use crate::SupervisorCommand;
+    use crate::executor::{Executor, Handle, Launch, Liveness};
 
     /// A placed run, as the launcher hands it over (the local executor does not look at it).
     fn placed() -> div_api::Run {
@@ -361,9 +263,7 @@ mod tests {
             Liveness::Alive
         );
         assert_eq!(executor.liveness(dir.path(), Some(&handle)), Liveness::Gone);
-        let me = Handle {
-            pid: std::process::id(),
-        };
+        let me = Handle::Process(std::process::id());
         // (A look can find the run directory's lock held for a moment: a process this test
         // binary forks meanwhile holds a copy of the last look's descriptor until it execs.)
         assert_eq!(wait_until_gone(&executor, dir.path(), &me), Liveness::Gone);
@@ -374,7 +274,10 @@ mod tests {
             unrecorded = executor.liveness(dir.path(), None);
         }
         assert_eq!(unrecorded, Liveness::Gone);
-        assert!(div_runtime::sys::kill(handle.pid, libc::SIGKILL));
+        assert!(div_runtime::sys::kill(
+            handle.process().expect("a process"),
+            libc::SIGKILL
+        ));
         assert_eq!(
             wait_until_gone(&executor, other.path(), &handle),
             Liveness::Gone

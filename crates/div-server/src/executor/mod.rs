@@ -1,0 +1,186 @@
+//! The executor: the seam between the server and where runs run.
+//!
+//! The invariant: **an executor decides only where a run runs.** The server decides what
+//! runs and when (validation, the queue, GPUs and cores); the supervisor next to the run
+//! (`div __supervise <run-dir>`) runs it and writes the truth on disk: `end.json` with its
+//! status, spend and verdicts, the log, the kept result and telemetry. An executor starts
+//! that supervisor somewhere, asks it to stop, and says whether it is still there; it never
+//! writes a run's status, and the server never reads a run's end from anywhere but its run
+//! directory.
+//!
+//! There are two: [`LocalExecutor`], a supervisor process on this machine, and
+//! [`slurm::SlurmExecutor`], one Slurm job a run with a supervisor on each node, whose runs'
+//! ends the control plane decides once for the whole run (`div_runtime::decision`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub(crate) mod local;
+pub(crate) mod slurm;
+
+pub(crate) use local::LocalExecutor;
+
+/// Where this server's runs run, chosen once when it starts from its state directory:
+/// `home/slurm.toml` present means Slurm, absent means this machine. A third executor is one
+/// folder beside `local` and `slurm` and one arm here.
+#[derive(Debug)]
+pub(crate) enum Choice {
+    Local,
+    Slurm(slurm::config::SlurmConfig),
+}
+
+impl Choice {
+    /// The choice the state directory makes; an error says what is wrong with its settings.
+    pub(crate) fn read(home: &Path) -> Result<Choice, crate::ServerError> {
+        Ok(
+            match slurm::config::load(home).map_err(crate::ServerError::Slurm)? {
+                Some(config) => Choice::Slurm(config),
+                None => Choice::Local,
+            },
+        )
+    }
+
+    /// Whether runs run on this machine.
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self, Choice::Local)
+    }
+
+    /// The executor, and the inventory the server schedules against (this machine's, or the
+    /// cluster's).
+    pub(crate) fn open(
+        self,
+        options: &crate::ServerOptions,
+        home: &Path,
+        cgroups: &div_runtime::cgroup::Plan,
+    ) -> Result<(crate::inventory::Inventory, Box<dyn Executor>), crate::ServerError> {
+        Ok(match self {
+            Choice::Slurm(config) => {
+                let (executor, inventory) =
+                    slurm::SlurmExecutor::open(config, &options.supervisor, home)
+                        .map_err(crate::ServerError::Slurm)?;
+                (inventory, Box::new(executor))
+            }
+            Choice::Local => (
+                crate::inventory::Inventory::load(&options.gpus)?,
+                Box::new(LocalExecutor::new(
+                    options.supervisor.clone(),
+                    cgroups.clone(),
+                )),
+            ),
+        })
+    }
+}
+
+/// What the launcher hands an executor: a run directory already holding the supervisor's
+/// `spec.json`, with no `end.json` and no `stop`.
+#[derive(Debug)]
+pub(crate) struct Launch<'a> {
+    pub(crate) run_dir: &'a Path,
+    /// The run as placed: its SKU, size, price and ceiling (an executor that asks another
+    /// scheduler for room needs them).
+    pub(crate) run: &'a div_api::Run,
+    /// The run's secrets, in order, for the supervisor (never in `spec.json`): given to it
+    /// the executor's way, through a pipe where it can be.
+    pub(crate) secrets: &'a [(String, String)],
+    /// Woken when the supervisor exits, where the executor can tell (the scheduler then
+    /// gathers the run's end at once rather than at its next tick).
+    pub(crate) exited: &'a Arc<tokio::sync::Notify>,
+}
+
+/// What a run asks for, as validated: what an executor checks before the run is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement<'a> {
+    pub(crate) sku: &'a str,
+    pub(crate) gpus: u32,
+    pub(crate) cores: u32,
+    pub(crate) memory_gib: u32,
+}
+
+/// Where a started run's supervisor is, as its executor recorded it; kept in the run's
+/// record (as `pid`, the field older state directories have). A third executor adds its arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Handle {
+    /// The local supervisor's process id: a bare number, as every state directory has it.
+    Process(u32),
+    /// The run's Slurm job.
+    SlurmJob {
+        /// Its id.
+        slurm_job: u32,
+    },
+}
+
+impl Handle {
+    /// The local supervisor's pid; `None` for another executor's handle.
+    pub(crate) fn process(&self) -> Option<u32> {
+        match self {
+            Handle::Process(pid) => Some(*pid),
+            Handle::SlurmJob { .. } => None,
+        }
+    }
+
+    /// The Slurm job's id. A bare number is one too where a server of before handles had
+    /// kinds wrote it for a Slurm run.
+    pub(crate) fn slurm_job(&self) -> u32 {
+        match self {
+            Handle::SlurmJob { slurm_job } => *slurm_job,
+            Handle::Process(job) => *job,
+        }
+    }
+}
+
+/// Whether a run's supervisor is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// It runs: its end is still to come.
+    Alive,
+    /// It is gone: either it wrote `end.json`, or it was lost.
+    Gone,
+}
+
+/// Where runs run. See the module's invariant.
+pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
+    /// Starts the supervisor of the run prepared in `launch.run_dir`.
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String>;
+    /// Asks the run's supervisor to stop the run. It ends the run itself (with its grace
+    /// for the command, then a kill of its whole tree) and writes its end as usual.
+    fn stop(&self, run_dir: &Path, handle: Option<&Handle>) -> std::io::Result<()>;
+    /// Whether the run's supervisor is still there.
+    fn liveness(&self, run_dir: &Path, handle: Option<&Handle>) -> Liveness;
+    /// Kills and removes whatever a lost run (its supervisor gone without an end) left where
+    /// it ran, so no orphan survives it.
+    fn reclaim(&self, run_id: &str);
+    /// One line for people: where this executor runs runs.
+    fn describe(&self) -> String;
+    /// Refuses, before anything is created, a run this executor can never place (the local
+    /// executor has nothing to add to the server's own checks).
+    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether a run started here first waits in another scheduler's queue (Slurm's): it is
+    /// then shown queued, and billed nothing, until [`Executor::started_ms`] says it runs.
+    fn queues(&self) -> bool {
+        false
+    }
+    /// When a run that [`queues`](Executor::queues) started running; `None` while it waits.
+    fn started_ms(&self, _run_dir: &Path) -> Option<u64> {
+        None
+    }
+    /// Why a started run still waits, in its executor's own words.
+    fn waiting(&self, _run_dir: &Path, _handle: Option<&Handle>) -> Option<String> {
+        None
+    }
+    /// Whether the control plane decides when this executor's runs reach their ceiling and
+    /// time limit, once for the whole run (`div_runtime::decision`), rather than each supervisor
+    /// for its own part: a run on several nodes.
+    fn decides_limits(&self) -> bool {
+        false
+    }
+    /// A part of a running run that stopped reporting, said as the run's reason; `None`
+    /// while every part is well.
+    fn lost(&self, _run_dir: &Path) -> Option<String> {
+        None
+    }
+}

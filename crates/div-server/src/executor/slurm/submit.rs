@@ -1,0 +1,96 @@
+//! Submitting a run: its shape on the cluster (nodes, GPUs, cores and memory a node), the job's
+//! time limit, sbatch's resource options, and the batch script (`slurm.sh`).
+
+use super::config::SlurmConfig;
+use crate::executor::Placement;
+
+/// The batch script's template: `@RUN_DIR@` and `@SUPERVISE@` are filled in, shell-quoted.
+pub(super) const BATCH_TEMPLATE: &str = include_str!("slurm.sh");
+/// Minutes added to the job's `--time` past the ceiling, so div's own stop (which writes the
+/// run's end) comes first and Slurm's is the backstop.
+pub(super) const TIME_MARGIN_MINUTES: u64 = 1;
+
+/// How a run is laid out on the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) partition: String,
+    pub(crate) nodes: u32,
+    pub(crate) gpus_per_node: u32,
+    pub(crate) cpus_per_node: u32,
+    pub(crate) memory_gib_per_node: u32,
+}
+
+/// `--gpus N`: one node up to a node's GPUs, whole nodes past it; cores and memory split
+/// evenly between the nodes (rounded up).
+pub(crate) fn shape(config: &SlurmConfig, placement: &Placement<'_>) -> Result<Shape, String> {
+    let partition = config
+        .partitions
+        .get(placement.sku)
+        .cloned()
+        .ok_or_else(|| {
+            let named: Vec<&str> = config.partitions.keys().map(String::as_str).collect();
+            format!(
+                "this Slurm cluster has no partition for `{}` in slurm.toml; it takes {}",
+                placement.sku,
+                named.join(", ")
+            )
+        })?;
+    let per = config.gpus_per_node;
+    let gpus = placement.gpus;
+    let (nodes, gpus_per_node) = if gpus <= per {
+        (1, gpus)
+    } else if gpus.is_multiple_of(per) {
+        (gpus / per, per)
+    } else {
+        let below = gpus / per * per;
+        return Err(format!(
+            "`--gpus {gpus}`: past {per} GPUs a run takes whole nodes of {per} GPUs; ask for `--gpus {below}` or `--gpus {}`",
+            below + per
+        ));
+    };
+    Ok(Shape {
+        partition,
+        nodes,
+        gpus_per_node,
+        cpus_per_node: placement.cores.div_ceil(nodes).max(1),
+        memory_gib_per_node: placement.memory_gib.div_ceil(nodes).max(1),
+    })
+}
+
+/// The job's `--time`, in minutes: what the ceiling buys (or 24 hours), capped at 24 hours,
+/// plus a minute so that div's own stop comes first.
+pub(crate) fn time_minutes(
+    cents_per_hour: i64,
+    max_spend_cents: Option<i64>,
+    max_seconds: u64,
+) -> u64 {
+    let mut seconds = max_seconds;
+    if let Some(ceiling) = max_spend_cents
+        && cents_per_hour > 0
+        && ceiling > 0
+    {
+        let buys = (ceiling as u128 * 3600).div_ceil(cents_per_hour as u128);
+        seconds = seconds.min(u64::try_from(buys).unwrap_or(u64::MAX));
+    }
+    seconds.div_ceil(60).max(1) + TIME_MARGIN_MINUTES
+}
+
+/// sbatch's resource options for `shape`.
+pub(super) fn resource_args(config: &SlurmConfig, shape: &Shape) -> Vec<String> {
+    let mut args = vec![
+        format!("--partition={}", shape.partition),
+        format!("--nodes={}", shape.nodes),
+        "--ntasks-per-node=1".to_owned(),
+        format!("--cpus-per-task={}", shape.cpus_per_node),
+        format!("--mem={}G", shape.memory_gib_per_node),
+    ];
+    if shape.gpus_per_node > 0 {
+        args.push(format!("--gres={}:{}", config.gres, shape.gpus_per_node));
+    }
+    args
+}
+
+/// Single-quotes `s` for bash.
+pub(super) fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
