@@ -102,31 +102,141 @@ fn prepare(
     gpus: &[u32],
     disk: Option<u64>,
 ) -> Result<(RunSpec, Vec<(String, String)>), String> {
-    let io = |e: std::io::Error| e.to_string();
     let run = &record.run;
     fs::create_dir_all(dir).map_err(io)?;
+    let (workspace, overlay) = workspace(server, run, dir)?;
+    let places = places(server, dir)?;
+    let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
+    // A settings file that cannot be read is said on the server's log; the defaults hold.
+    let settings = Settings::read(&server.home).unwrap_or_else(|e| {
+        server.warn_once(&e);
+        Settings::default()
+    });
+    let shared = server.inventory.shared(sku.gpu, run.cores, run.memory_gib);
+    let image = images::read_run_image(dir)?;
+    let mut first_lines = first_lines(server, run, &sku, shared, image.as_ref())?;
+    let real_gpus = sku.gpu && !server.inventory.emulated;
+    let (env, secrets_at) = environment(
+        server,
+        run,
+        image.as_ref(),
+        gpus,
+        real_gpus,
+        &mut first_lines,
+    )?;
+    let secrets = server.store.secret_values().map_err(|e| e.to_string())?;
+    // Where a root server can mount for runs (the overlay `/workspace`), the supervisor also
+    // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system
+    // (an unprivileged server's runs get it from bubblewrap's arguments).
+    let python_shim = (server.sandboxed
+        && server.overlay
+        && image.is_none()
+        && rustix::process::geteuid().is_root())
+    .then(|| sandbox::python_shim_folder(&server.home))
+    .flatten();
+    let argv = argv(
+        server,
+        run,
+        dir,
+        &Sandboxed {
+            workspace: &workspace,
+            places: &places,
+            image: image.as_ref(),
+            gpus: if real_gpus { gpus } else { &[] },
+            shim_by_supervisor: python_shim.is_some(),
+        },
+    );
+    let spec = RunSpec {
+        run_id: run.id.clone(),
+        run_name: run.name.clone(),
+        argv,
+        cwd: if run.code.is_some() {
+            workspace.clone()
+        } else {
+            PathBuf::from("/")
+        },
+        env,
+        secrets_at: Some(secrets_at),
+        secrets_file: None,
+        first_lines,
+        cores: cores.to_vec(),
+        memory_bytes: u64::from(if shared {
+            run.memory_gib.min(server.inventory.host_memory_gib)
+        } else {
+            run.memory_gib
+        }) << 30,
+        cgroups: server.cgroups.clone(),
+        cents_per_hour: run.cents_per_hour,
+        max_spend_cents: run.max_spend_cents,
+        max_seconds: settings.max_run_seconds(),
+        stop_grace_seconds: run
+            .env
+            .iter()
+            .rev()
+            .find(|e| e.key == rules::STOP_GRACE_ENV)
+            .and_then(|e| rules::parse_stop_grace(&e.value).ok())
+            .unwrap_or(settings.stop_grace_seconds()),
+        started_ms: now_ms(),
+        checks: run.checks.clone(),
+        result_path: places.tmp.join("divergent/result.json"),
+        telemetry_path: places.tmp.join("divergent/telemetry.jsonl"),
+        mnt_dir: server.sandboxed.then(|| places.mnt.clone()),
+        volumes: places.volumes.iter().map(|(n, _)| n.clone()).collect(),
+        workspace,
+        overlay,
+        python_shim,
+        init: server.init.clone(),
+        node: None,
+        tasks: Some(rules::run_tasks(run.cores)),
+        disk: run_disk(server, &settings, disk),
+    };
+    Ok((spec, secrets))
+}
+
+fn io(e: std::io::Error) -> String {
+    e.to_string()
+}
+
+/// The run's `/workspace`: an overlay over its committed code (mounted by the supervisor, in
+/// the run's own mount namespace) where the server found that works, else a copy of it (see
+/// `workspace`), else (nothing shipped) an empty folder.
+fn workspace(
+    server: &Server,
+    run: &div_api::Run,
+    dir: &Path,
+) -> Result<(PathBuf, Option<Overlay>), String> {
     let workspace = dir.join("workspace");
     let _ = fs::remove_dir_all(&workspace);
-    // The committed code: under an overlay (mounted by the supervisor, in the run's own mount
-    // namespace) where the server found that works, else copied (see `workspace`).
-    let mut overlay = None;
-    match &run.code {
-        Some(code) => {
-            let committed = server.volume_dir(&code.volume).join(&code.path);
-            overlay = server
-                .overlay
-                .then(|| Overlay::for_run(dir, &committed))
-                .flatten();
-            match &overlay {
-                Some(layers) => {
-                    layers.prepare().map_err(io)?;
-                    fs::create_dir_all(&workspace).map_err(io)?;
-                }
-                None => div_runtime::workspace::copy_tree(&committed, &workspace).map_err(io)?,
-            }
+    let Some(code) = &run.code else {
+        fs::create_dir_all(&workspace).map_err(io)?;
+        return Ok((workspace, None));
+    };
+    let committed = server.volume_dir(&code.volume).join(&code.path);
+    let overlay = server
+        .overlay
+        .then(|| Overlay::for_run(dir, &committed))
+        .flatten();
+    match &overlay {
+        Some(layers) => {
+            layers.prepare().map_err(io)?;
+            fs::create_dir_all(&workspace).map_err(io)?;
         }
-        None => fs::create_dir_all(&workspace).map_err(io)?,
+        None => div_runtime::workspace::copy_tree(&committed, &workspace).map_err(io)?,
     }
+    Ok((workspace, overlay))
+}
+
+/// The run's other places in its directory: its `/tmp`, its `/mnt` with a mount point for
+/// each volume, the cache every run shares.
+struct Places {
+    tmp: PathBuf,
+    mnt: PathBuf,
+    /// Each volume's name and its host directory.
+    volumes: Vec<(String, PathBuf)>,
+    cache: PathBuf,
+}
+
+fn places(server: &Server, dir: &Path) -> Result<Places, String> {
     let tmp = dir.join("tmp");
     fs::create_dir_all(tmp.join("divergent")).map_err(io)?;
     let mnt = dir.join("mnt");
@@ -155,15 +265,30 @@ fn prepare(
             Err(e) => return Err(io(e)),
         }
     }
-    let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
-    // A settings file that cannot be read is said on the server's log; the defaults hold.
-    let settings = Settings::read(&server.home).unwrap_or_else(|e| {
-        server.warn_once(&e);
-        Settings::default()
-    });
+    // The download cache every run shares (pip's and uv's): see docs/reliability.md.
+    let cache = server.home.join("cache");
+    for tool in ["pip", "uv"] {
+        fs::create_dir_all(cache.join(tool)).map_err(io)?;
+    }
+    Ok(Places {
+        tmp,
+        mnt,
+        volumes,
+        cache,
+    })
+}
+
+/// The lines written at the top of the run's log: emulated GPUs, the image or the host
+/// standing in for it, no sandbox. An image the run cannot use refuses its start.
+fn first_lines(
+    server: &Server,
+    run: &div_api::Run,
+    sku: &rules::SkuPrice,
+    shared: bool,
+    image: Option<&RunImage>,
+) -> Result<Vec<String>, String> {
     let mut first_lines = Vec::new();
     let inventory = &server.inventory;
-    let shared = inventory.shared(sku.gpu, run.cores, run.memory_gib);
     if sku.gpu && inventory.emulated {
         let mut line = format!(
             "div: emulated {} ×{} (DIVERGENT_EMULATE_GPUS): this run has no GPU",
@@ -177,49 +302,52 @@ fn prepare(
         }
         first_lines.push(line);
     }
-    let image = images::read_run_image(dir)?;
-    // No image: the default one, unnamed, which this machine's system stands in for (the
-    // server's setting `DIVERGENT_DEFAULT_IMAGE=host`); the first line says so.
-    if image.is_none() {
-        first_lines.push(images::host_stands_in_line(&run.image));
-    }
-    if let Some(image) = &image {
-        if !server.sandboxed {
-            return Err(format!(
-                "the image {} needs the sandbox (bubblewrap), which is missing or turned off here",
-                image.reference
-            ));
+    match image {
+        // No image: the default one, unnamed, which this machine's system stands in for (the
+        // server's setting `DIVERGENT_DEFAULT_IMAGE=host`); the first line says so.
+        None => first_lines.push(images::host_stands_in_line(&run.image)),
+        Some(image) => {
+            if !server.sandboxed {
+                return Err(format!(
+                    "the image {} needs the sandbox (bubblewrap), which is missing or turned off here",
+                    image.reference
+                ));
+            }
+            if !image.rootfs.is_dir() {
+                return Err(format!(
+                    "the image {} ({}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it",
+                    image.reference, image.digest
+                ));
+            }
+            first_lines.push(format!("div: image {} ({})", image.reference, image.digest));
         }
-        if !image.rootfs.is_dir() {
-            return Err(format!(
-                "the image {} ({}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it",
-                image.reference, image.digest
-            ));
-        }
-        first_lines.push(format!("div: image {} ({})", image.reference, image.digest));
     }
     if !server.sandboxed {
         first_lines.push(
             "div: no sandbox (bubblewrap is missing or turned off): this run sees and can write this machine's files; /workspace and /tmp/divergent are directories under the state directory, and no volume is at /mnt".to_owned(),
         );
     }
-    let in_tmp = if server.sandboxed {
-        PathBuf::from("/tmp")
+    Ok(first_lines)
+}
+
+/// The run's environment, later entries win: a sane base, the image's `Env`, then
+/// runtime.md's table in order; and where the secrets go in it (never into spec.json: the
+/// executor hands them to the supervisor, see `RunSpec::secrets_at`). An image's entry no
+/// process could be given is left out, and said in `first_lines`.
+fn environment(
+    server: &Server,
+    run: &div_api::Run,
+    image: Option<&RunImage>,
+    gpus: &[u32],
+    real_gpus: bool,
+    first_lines: &mut Vec<String>,
+) -> Result<(Vec<(String, String)>, usize), String> {
+    let (in_tmp, in_cache) = if server.sandboxed {
+        (PathBuf::from("/tmp"), PathBuf::from(sandbox::CACHE_MOUNT))
     } else {
-        tmp.clone()
+        let dir = server.run_dir(&run.id);
+        (dir.join("tmp"), server.home.join("cache"))
     };
-    // The download cache every run shares (pip's and uv's): see docs/reliability.md.
-    let cache = server.home.join("cache");
-    for tool in ["pip", "uv"] {
-        fs::create_dir_all(cache.join(tool)).map_err(io)?;
-    }
-    let in_cache = if server.sandboxed {
-        PathBuf::from(sandbox::CACHE_MOUNT)
-    } else {
-        cache.clone()
-    };
-    // Environment, later entries win: a sane base, the image's `Env`, then runtime.md's
-    // table in order.
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
@@ -227,23 +355,21 @@ fn prepare(
         ),
         ("LANG".into(), "C.UTF-8".into()),
     ];
-    if let Some(image) = &image {
+    for kv in image.map_or(&[][..], |i| &i.env) {
         // An image is as untrusted as a run: an entry no process could be given (a NUL, a
         // value over the kernel's limit, a name that is not one) is left out, and said.
-        for kv in &image.env {
-            let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
-            let problem = if div_spec::is_env_key(k) {
-                sandbox::env_value_problem("image's environment variable", k, v)
-            } else {
-                Some(format!(
-                    "the image's Env entry `{}` has no valid name",
-                    k.escape_debug()
-                ))
-            };
-            match problem {
-                None => env.push((k.to_owned(), v.to_owned())),
-                Some(problem) => first_lines.push(format!("div: left out: {problem}")),
-            }
+        let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+        let problem = if div_spec::is_env_key(k) {
+            sandbox::env_value_problem("image's environment variable", k, v)
+        } else {
+            Some(format!(
+                "the image's Env entry `{}` has no valid name",
+                k.escape_debug()
+            ))
+        };
+        match problem {
+            None => env.push((k.to_owned(), v.to_owned())),
+            Some(problem) => first_lines.push(format!("div: left out: {problem}")),
         }
     }
     env.extend([
@@ -259,10 +385,7 @@ fn prepare(
             in_cache.join("uv").display().to_string(),
         ),
     ]);
-    // The secrets go here, in order, but never into spec.json: the executor hands them to
-    // the supervisor (see `RunSpec::secrets_at`).
     let secrets_at = env.len();
-    let secrets = server.store.secret_values().map_err(|e| e.to_string())?;
     env.extend(run.env.iter().map(|e| (e.key.clone(), e.value.clone())));
     env.extend([
         ("DIVERGENT_RUN_ID".into(), run.id.clone()),
@@ -279,114 +402,83 @@ fn prepare(
                 .to_string(),
         ),
     ]);
-    let real_gpus = sku.gpu && !server.inventory.emulated;
     if real_gpus {
         let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
         env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
     }
+    Ok((env, secrets_at))
+}
+
+/// What a sandboxed run's command line is built from, beside the run.
+struct Sandboxed<'a> {
+    workspace: &'a Path,
+    places: &'a Places,
+    image: Option<&'a RunImage>,
+    /// The real GPUs it is given (none when emulated).
+    gpus: &'a [u32],
+    shim_by_supervisor: bool,
+}
+
+/// The supervisor's command for the run: bubblewrap's (its command in the image, from the
+/// image's working directory when it shipped nothing), or the direct one unsandboxed.
+fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> Vec<String> {
+    if !server.sandboxed {
+        return sandbox::direct_argv(&run.command, &dir.join("bin"), server.init.as_deref());
+    }
     // A run that shipped nothing (`--no-upload`) runs "the image as it is" and starts in its
     // working directory (the image's `WorkingDir`; `/` for this machine's own system).
     let shipped = run.code.is_some();
-    let start_dir = match &image {
+    let start_dir = match s.image {
         Some(image) if !shipped => image.working_dir.clone().unwrap_or_else(|| "/".to_owned()),
         _ if shipped => "/workspace".to_owned(),
         _ => "/".to_owned(),
     };
-    let command = match &image {
+    let command = match s.image {
         Some(image) => image_command(image, &run.entrypoint, &run.command),
         None => run.command.clone(),
     };
-    // Where a root server can mount for runs (the overlay `/workspace`), the supervisor also
-    // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system
-    // (an unprivileged server's runs get it from bubblewrap's arguments).
-    let python_shim = (server.sandboxed
-        && server.overlay
-        && image.is_none()
-        && rustix::process::geteuid().is_root())
-    .then(|| sandbox::python_shim_folder(&server.home))
-    .flatten();
-    let argv = if server.sandboxed {
-        let devices = if real_gpus {
-            sandbox::gpu_devices(gpus)
-        } else {
-            Vec::new()
-        };
-        sandbox::bwrap_argv(&SandboxInput {
-            home: &server.home,
-            workspace: &workspace,
-            tmp: &tmp,
-            mnt: &mnt,
-            volumes: &volumes,
-            cache: &cache,
-            devices: &devices,
-            command: &command,
-            chdir: &start_dir,
-            image: image.as_ref().map(RunImage::root).as_ref(),
-            shim_by_supervisor: python_shim.is_some(),
-            init: server.init.as_deref(),
-        })
+    let devices = if s.gpus.is_empty() {
+        Vec::new()
     } else {
-        sandbox::direct_argv(&run.command, &dir.join("bin"), server.init.as_deref())
+        sandbox::gpu_devices(s.gpus)
     };
-    let spec = RunSpec {
-        run_id: run.id.clone(),
-        run_name: run.name.clone(),
-        argv,
-        cwd: if shipped {
-            workspace.clone()
-        } else {
-            PathBuf::from("/")
+    sandbox::bwrap_argv(&SandboxInput {
+        home: &server.home,
+        workspace: s.workspace,
+        tmp: &s.places.tmp,
+        mnt: &s.places.mnt,
+        volumes: &s.places.volumes,
+        cache: &s.places.cache,
+        devices: &devices,
+        command: &command,
+        chdir: &start_dir,
+        image: s.image.map(RunImage::root).as_ref(),
+        shim_by_supervisor: s.shim_by_supervisor,
+        init: server.init.as_deref(),
+    })
+}
+
+/// The run's disk: a filesystem of its own of `disk` bytes (a root server on this machine,
+/// given by the scheduler), else measured against the size it would have had (a soft
+/// limit); not bounded on Slurm's nodes.
+fn run_disk(
+    server: &Server,
+    settings: &Settings,
+    disk: Option<u64>,
+) -> Option<div_runtime::scratch::Disk> {
+    (server.sandboxed && !server.executor.queues()).then(|| match disk {
+        Some(bytes) if server.scratch => div_runtime::scratch::Disk {
+            bytes,
+            own_filesystem: true,
         },
-        env,
-        secrets_at: Some(secrets_at),
-        secrets_file: None,
-        first_lines,
-        cores: cores.to_vec(),
-        memory_bytes: u64::from(if shared {
-            run.memory_gib.min(inventory.host_memory_gib)
-        } else {
-            run.memory_gib
-        }) << 30,
-        cgroups: server.cgroups.clone(),
-        cents_per_hour: run.cents_per_hour,
-        max_spend_cents: run.max_spend_cents,
-        max_seconds: settings.max_run_seconds(),
-        stop_grace_seconds: run
-            .env
-            .iter()
-            .rev()
-            .find(|e| e.key == rules::STOP_GRACE_ENV)
-            .and_then(|e| rules::parse_stop_grace(&e.value).ok())
-            .unwrap_or(settings.stop_grace_seconds()),
-        started_ms: now_ms(),
-        checks: run.checks.clone(),
-        result_path: tmp.join("divergent/result.json"),
-        telemetry_path: tmp.join("divergent/telemetry.jsonl"),
-        mnt_dir: server.sandboxed.then(|| mnt.clone()),
-        volumes: volumes.iter().map(|(n, _)| n.clone()).collect(),
-        workspace,
-        overlay,
-        python_shim,
-        init: server.init.clone(),
-        node: None,
-        tasks: Some(rules::run_tasks(run.cores)),
-        // Its writable places on a disk of its own (a root server on this machine), else
-        // measured against the size it would have had (a soft limit); not on Slurm's nodes.
-        disk: (server.sandboxed && !server.executor.queues()).then(|| match disk {
-            Some(bytes) if server.scratch => div_runtime::scratch::Disk {
-                bytes,
-                own_filesystem: true,
-            },
-            _ => div_runtime::scratch::Disk {
-                bytes: div_runtime::scratch::wanted(
-                    settings.run_disk_gib,
-                    div_runtime::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
-                ),
-                own_filesystem: false,
-            },
-        }),
-    };
-    Ok((spec, secrets))
+        _ => div_runtime::scratch::Disk {
+            bytes: div_runtime::scratch::wanted(
+                settings.run_disk_gib,
+                div_runtime::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
+            ),
+            own_filesystem: false,
+        },
+    })
 }
 
 /// The command as an image runs it: a `.py` entrypoint in an image with no `python` on its
