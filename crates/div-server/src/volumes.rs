@@ -148,6 +148,38 @@ fn link_tree(
     .map_err(HttpError::invalid)
 }
 
+/// How many bytes of each of `missing` a partial upload holds, where one holds any. The
+/// partial uploads there are are read once (a cold ship asks about every file, and there are
+/// seldom any): a question for each was a failed `stat` for each.
+pub(crate) fn partial_sizes(
+    server: &Server,
+    volume: &str,
+    missing: &[String],
+) -> std::collections::BTreeMap<String, u64> {
+    let partials: std::collections::HashSet<String> =
+        fs::read_dir(blob_dir(server, volume).join("partial"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+    let mut partial = std::collections::BTreeMap::new();
+    if partials.is_empty() {
+        return partial;
+    }
+    for hash in missing {
+        if valid_hash(hash)
+            && partials.contains(hash)
+            && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
+            && m.len() > 0
+        {
+            partial.insert(hash.clone(), m.len());
+        }
+    }
+    partial
+}
+
 pub(crate) fn valid_hash(hash: &str) -> bool {
     hash.len() == 64
         && hash

@@ -10,7 +10,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde_json::json;
 
-use super::{blob_dir, blob_path, partial_path, require_volume, valid_hash};
+use super::{blob_dir, blob_path, partial_path, require_volume};
 use crate::error::{ErrorCode, HttpError};
 use crate::server::Server;
 
@@ -33,44 +33,12 @@ pub(crate) fn missing_blobs(
             missing.push(hash.to_owned());
         }
     }
-    let partial = partial_sizes(server, volume, &missing);
+    let partial = super::partial_sizes(server, volume, &missing);
     Ok(MissingBlobs {
         missing,
         partial,
         extra: Default::default(),
     })
-}
-
-/// How many bytes of each of `missing` a partial upload holds, where one holds any. The
-/// partial uploads there are are read once (a cold ship asks about every file, and there are
-/// seldom any): a question for each was a failed `stat` for each.
-pub(crate) fn partial_sizes(
-    server: &Server,
-    volume: &str,
-    missing: &[String],
-) -> std::collections::BTreeMap<String, u64> {
-    let partials: std::collections::HashSet<String> =
-        fs::read_dir(blob_dir(server, volume).join("partial"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-    let mut partial = std::collections::BTreeMap::new();
-    if partials.is_empty() {
-        return partial;
-    }
-    for hash in missing {
-        if valid_hash(hash)
-            && partials.contains(hash)
-            && let Ok(m) = fs::metadata(partial_path(server, volume, hash))
-            && m.len() > 0
-        {
-            partial.insert(hash.clone(), m.len());
-        }
-    }
-    partial
 }
 
 /// After bytes were appended to a partial upload: whole and right (201), whole and wrong

@@ -141,7 +141,7 @@ pub(crate) fn stage_tree(
     // A blob that only executable files are is sent to the blob folder as always (its files
     // link to its executable twin there).
     wanted.retain(|_, files| !files.is_empty());
-    let partial = super::blobs::partial_sizes(server, volume, &missing);
+    let partial = super::partial_sizes(server, volume, &missing);
     let root = server.volume_dir(volume);
     let dir = staging(server, volume, &root, "stage")?;
     fs::create_dir(&dir)?;

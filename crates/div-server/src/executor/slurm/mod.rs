@@ -369,7 +369,7 @@ impl Executor for SlurmExecutor {
             let run_grace = spec_of(run_dir).map_or(0, |s| s.stop_grace_seconds);
             let now = now_ms();
             // Stopped by the org: the server wrote why beside the run first.
-            let org = fs::read_to_string(run_dir.join(crate::org::STOP_FILE))
+            let org = fs::read_to_string(run_dir.join(div_runtime::supervisor::ORG_STOP_FILE))
                 .ok()
                 .map(|r| r.trim().chars().take(200).collect::<String>())
                 .filter(|r| !r.is_empty());
