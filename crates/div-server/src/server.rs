@@ -122,6 +122,15 @@ impl Server {
         let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         server.overlay = overlay;
         server.scratch = scratch;
+        if scratch {
+            // The first runs' disks formatted ahead of them.
+            let settings = crate::settings::Settings::read(&server.home).unwrap_or_default();
+            let size = div_runtime::scratch::space(&server.home).map_or(0, |(size, _)| size);
+            crate::runs::launcher::refill_pool(
+                server.home.join(crate::runs::launcher::DISK_POOL),
+                div_runtime::scratch::wanted(settings.run_disk_gib, size),
+            );
+        }
         match init {
             Ok(path) => server.init = Some(path),
             Err(e) => server.warn_once(&format!(

@@ -142,7 +142,7 @@ fn mount_places(run_dir: &Path, spec: &RunSpec, room: &mut Room) -> std::io::Res
         sys::private_user_and_mount_namespace()?;
     }
     if let Some(d) = room.disk.as_mut().filter(|d| d.own_filesystem)
-        && let Err(e) = scratch::mount(run_dir, d.bytes, &room.on_disk)
+        && let Err(e) = scratch::mount(run_dir, d.bytes, d.ready, &room.on_disk)
     {
         scratch::remove(run_dir, &room.on_disk);
         let _ = writeln!(

@@ -188,7 +188,7 @@ fn prepare(
         init: server.init.clone(),
         node: None,
         tasks: Some(rules::run_tasks(run.cores)),
-        disk: run_disk(server, &settings, disk),
+        disk: run_disk(server, &settings, disk, dir),
     };
     Ok((spec, secrets))
 }
@@ -459,26 +459,54 @@ fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> V
 }
 
 /// The run's disk: a filesystem of its own of `disk` bytes (a root server on this machine,
-/// given by the scheduler), else measured against the size it would have had (a soft
-/// limit); not bounded on Slurm's nodes.
+/// given by the scheduler; its image taken ready from the pool where one of that size is
+/// there), else measured against the size it would have had (a soft limit); not bounded on
+/// Slurm's nodes.
 fn run_disk(
     server: &Server,
     settings: &Settings,
     disk: Option<u64>,
+    dir: &Path,
 ) -> Option<div_runtime::scratch::Disk> {
-    (server.sandboxed && !server.executor.queues()).then(|| match disk {
-        Some(bytes) if server.scratch => div_runtime::scratch::Disk {
-            bytes,
-            own_filesystem: true,
-        },
+    if !server.sandboxed || server.executor.queues() {
+        return None;
+    }
+    let size = div_runtime::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size);
+    let wanted = div_runtime::scratch::wanted(settings.run_disk_gib, size);
+    Some(match disk {
+        Some(bytes) if server.scratch => {
+            let pool = server.home.join(DISK_POOL);
+            let ready = div_runtime::scratch::take_from_pool(&pool, bytes, dir);
+            refill_pool(pool, wanted);
+            div_runtime::scratch::Disk {
+                bytes,
+                own_filesystem: true,
+                ready,
+            }
+        }
         _ => div_runtime::scratch::Disk {
-            bytes: div_runtime::scratch::wanted(
-                settings.run_disk_gib,
-                div_runtime::scratch::space(&server.home).map_or(u64::MAX, |(size, _)| size),
-            ),
+            bytes: wanted,
             own_filesystem: false,
+            ready: false,
         },
     })
+}
+
+/// Where formatted images wait for runs, in the state directory.
+pub(crate) const DISK_POOL: &str = "disks";
+/// How many wait there.
+const DISK_POOL_SIZE: usize = 2;
+
+/// Formats images for the next runs' disks, off the run's way (one filler at a time).
+pub(crate) fn refill_pool(pool: std::path::PathBuf, bytes: u64) {
+    static FILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if FILLING.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    std::thread::spawn(move || {
+        let _ = div_runtime::scratch::fill_pool(&pool, bytes, DISK_POOL_SIZE);
+        FILLING.store(false, std::sync::atomic::Ordering::SeqCst);
+    });
 }
 
 /// The command as an image runs it: a `.py` entrypoint in an image with no `python` on its
