@@ -423,7 +423,7 @@ fn look(
     folder: &mut Folder,
     cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
-    let on_disk = crate::git::on_disk(&item.path);
+    let on_disk = crate::name::on_disk(&item.path);
     let abs = || root.join(&on_disk);
     let io_err = |source| ShipError::Io {
         path: abs(),

@@ -37,6 +37,7 @@ mod manifest;
 mod materialise;
 mod name;
 mod plan;
+mod repo;
 mod walk;
 
 pub use hash::{HashStats, cache_file_for, hash_file};
@@ -296,7 +297,7 @@ impl Shipment {
     /// machine.
     pub fn local_path(&self, path: &str) -> PathBuf {
         self.root
-            .join(git::on_disk(path.strip_prefix("./").unwrap_or(path)))
+            .join(name::on_disk(path.strip_prefix("./").unwrap_or(path)))
     }
 
     /// The line printed before uploading, like
@@ -462,7 +463,7 @@ fn list_sorted(
     }
     let mut listed = Vec::new();
     let mut warnings = Vec::new();
-    let source = match git::open(root, options)? {
+    let source = match repo::open(root, options)? {
         Some(opened) => {
             git::list(&opened, root, &mut listed, &mut warnings)?;
             Source::Git
@@ -475,18 +476,6 @@ fn list_sorted(
     listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     listed.dedup_by(|a, b| a.path == b.path);
     Ok((source, listed, warnings))
-}
-
-pub(crate) fn is_no_repository(err: &gix::Error) -> bool {
-    use gix::discover::upwards::Error;
-    matches!(
-        err.downcast_any_ref::<Error>(),
-        Some(
-            Error::NoGitRepository { .. }
-                | Error::NoGitRepositoryWithinCeiling { .. }
-                | Error::NoGitRepositoryWithinFs { .. }
-        )
-    )
 }
 
 /// Rewrites each link whose absolute target lies inside the shipped folder (one of `roots`:
@@ -509,7 +498,7 @@ fn relative_absolute_links(looked: &mut [hash::Looked], roots: &[&Path]) {
 /// is inside one of `roots`, lexically, or once the target's folder is resolved on this
 /// machine (a root reached through a link); `None` when it is not.
 fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<String> {
-    let target = git::on_disk(target);
+    let target = name::on_disk(target);
     let target = target.as_ref();
     let canonical = || {
         let parent = target.parent()?.canonicalize().ok()?;

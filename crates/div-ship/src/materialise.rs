@@ -7,9 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::git::on_disk;
 use crate::manifest::{EntryKind, ManifestEntry, resolve_link};
 use crate::name::decode_path;
+use crate::name::on_disk;
 
 /// The longest file name Linux file systems take, in bytes.
 const NAME_MAX: usize = 255;
