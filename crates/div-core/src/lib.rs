@@ -60,7 +60,7 @@ pub use project::{
 pub use result::{ResultReport, pretty_json, result};
 pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
-    ShipmentSummary, UPLOAD_PIECE_BYTES, run,
+    ShipmentSummary, run,
 };
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
@@ -76,3 +76,4 @@ pub use telemetry::{
     Chart, ChartSpec, Layout, LayoutError, Series, TelemetryRead, X_LINE, X_STEP, charts,
     number_at, telemetry,
 };
+pub use upload::UPLOAD_PIECE_BYTES;

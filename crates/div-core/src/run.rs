@@ -23,9 +23,6 @@ const KEEP_FOR_UPLOAD: u64 = 256 << 20;
 
 /// A shipment past this many bytes gets a warning.
 pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
-/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
-/// so the progress bar moves while one large file is sent.
-pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 /// A shipped file past this many bytes gets a warning.
 pub const LARGE_FILE_BYTES: u64 = 100_000_000;
 

@@ -7,7 +7,6 @@ use div_ship::{Shipment, UploadPlan};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
-use crate::run::UPLOAD_PIECE_BYTES;
 
 /// What an upload's failures say it was doing, in the words of the command that ran it.
 #[derive(Debug)]
@@ -17,6 +16,10 @@ pub(crate) struct UploadWords {
     send: &'static str,
     commit: &'static str,
 }
+
+/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
+/// so the progress bar moves while one large file is sent.
+pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 
 /// How many bytes of small files one pack carries (at most), and how many files.
 const PACK_BYTES: u64 = 8 << 20;
