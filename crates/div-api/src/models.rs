@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod images;
+
+pub use images::*;
+
 /// Fields a model does not name, kept as they arrived.
 pub type Extra = Map<String, Value>;
 
@@ -73,6 +77,12 @@ pub struct Volume {
     pub size_bytes: u64,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `GET /v1/volumes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeList {
+    pub volumes: Vec<Volume>,
 }
 
 /// `POST /v1/volumes`.
@@ -196,6 +206,20 @@ pub struct VolumeEntry {
     pub target: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `GET /v1/volumes/{name}/tree?path=`: everything under the path, recursively.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEntryList {
+    pub entries: Vec<VolumeEntry>,
+}
+
+/// The answer to a pack of blobs (`POST /v1/volumes/{name}/blobs/pack`): how many were
+/// stored, and how many the volume already held (or came twice).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackStored {
+    pub stored: u64,
+    pub held: u64,
 }
 
 /// A run's status.
@@ -479,6 +503,16 @@ pub struct ListRuns {
     pub cursor: Option<String>,
 }
 
+/// The answer to `POST /v1/runs/validate` when the run would be placed (a refusal is an
+/// error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunValidated {
+    /// Always `true`.
+    pub valid: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// A page of runs, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunList {
@@ -538,6 +572,12 @@ pub struct SetSecret {
     pub value: String,
 }
 
+/// `GET /v1/secrets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
+}
+
 /// A secret's name and dates; its value is never returned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretInfo {
@@ -578,32 +618,11 @@ pub enum LogEvent {
     End(Box<Run>),
 }
 
-/// One line of `POST /v1/images/pull`'s answer (`application/x-ndjson`), in order; the last
-/// is `Ready`, `Host` or `Error`.
+/// The answer to `POST /v1/dashboard`: the local control plane's dashboard, on loopback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum PullEvent {
-    /// The manifest is known: how many layers, their compressed bytes.
-    Resolved { layers: u64, bytes: u64 },
-    /// Bytes verified so far, all layers together.
-    Progress { done: u64, total: u64 },
-    /// Layer `layer` (from 1) of `layers` is being unpacked.
-    Unpacking { layer: u64, layers: u64 },
-    /// The image is cached and unpacked.
-    Ready { image: String, digest: String },
-    /// Nothing was pulled: the control plane's own system stands in for this (default) image.
-    Host { image: String },
-    /// The image cannot be used: the error `POST /v1/runs` would give.
-    Error { error: PullError },
-    /// A line of a newer control plane.
-    #[serde(other)]
-    Other,
-}
-
-/// Why an image cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PullError {
-    pub code: String,
-    pub message: String,
+pub struct DashboardLink {
+    /// `http://127.0.0.1:PORT/?token=…`: opens the dashboard once.
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub address: String,
 }

@@ -165,6 +165,33 @@ pub(crate) mod examples {
             extra: Extra::new(),
         }
     }
+    pub(crate) fn image_cache() -> ImageCache {
+        ImageCache {
+            path: "/home/me/.local/share/div/images".into(),
+            images: vec![CachedImage {
+                digest: format!("sha256:{}", "ab".repeat(32)),
+                references: vec!["docker.io/library/busybox:latest".into()],
+                compressed_bytes: 2_000_000,
+                unpacked_bytes: 4_000_000,
+                extra: Extra::new(),
+            }],
+            disk: ImageDisk {
+                blobs: 2_000_000,
+                images: 4_000_000,
+                tmp: 0,
+            },
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn pruned_images() -> PrunedImages {
+        PrunedImages {
+            images: vec![format!("sha256:{}", "ab".repeat(32))],
+            blobs: 3,
+            bytes: 6_000_000,
+            kept: 1,
+            extra: Extra::new(),
+        }
+    }
     pub(crate) fn error_body() -> ApiErrorBody {
         ApiErrorBody {
             error: ApiErrorDetail {
