@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
     ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
-    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList,
-    RunResult, RunStatus, SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume,
-    VolumeEntry,
+    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Route, Run,
+    RunList, RunResult, RunStatus, SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint,
+    Volume, VolumeEntry,
 };
 use div_pricing::{SizeRequest, SkuPrice};
 use div_spec::{MemoryGib, UnknownSku};
@@ -107,6 +107,8 @@ pub struct FakeControlPlane {
     state: Mutex<State>,
     /// Told whenever a run ends or its log grows, for followed logs waiting on it.
     changed: tokio::sync::Notify,
+    /// How many times each route of the table was asked ([`FakeControlPlane::calls`]).
+    calls: Mutex<BTreeMap<Route, u64>>,
 }
 
 impl std::fmt::Debug for FakeControlPlane {
@@ -169,6 +171,7 @@ impl FakeControlPlane {
             nodes_of: None,
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
+            calls: Mutex::default(),
         }
     }
 
@@ -192,6 +195,28 @@ impl FakeControlPlane {
     pub fn staged(&self) -> (u64, u64) {
         let state = self.state();
         (state.staged, state.staged_packs)
+    }
+
+    /// How many times the route `route` was asked: each operation counts the route a
+    /// control plane over HTTP answers it at (`div_api::routes`). An operation the fake
+    /// answers as a control plane without it (`pull_image`, `upload_pack`, `tree_held`, the
+    /// image cache's) counts as what it does instead.
+    pub fn calls(&self, route: Route) -> u64 {
+        self.calls
+            .lock()
+            .expect("no test panicked while counting")
+            .get(&route)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn called(&self, route: Route) {
+        *self
+            .calls
+            .lock()
+            .expect("no test panicked while counting")
+            .entry(route)
+            .or_default() += 1;
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -410,10 +435,12 @@ fn good_path(path: &str) -> bool {
 #[async_trait]
 impl ControlPlane for FakeControlPlane {
     async fn catalogue(&self) -> Result<Catalogue, ApiError> {
+        self.called(Route::Catalogue);
         Ok(self.catalogue.clone().unwrap_or_else(sample_catalogue))
     }
 
     async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
+        self.called(Route::ListVolumes);
         Ok(self
             .state()
             .volumes
@@ -428,6 +455,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
+        self.called(Route::CreateVolume);
         // The server's rule: a volume name (div-spec's).
         volume_name(name)?;
         let mut state = self.state();
@@ -447,6 +475,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
+        self.called(Route::DeleteVolume);
         volume_name(name)?;
         self.state()
             .volumes
@@ -460,6 +489,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         hashes: &[String],
     ) -> Result<MissingBlobs, ApiError> {
+        self.called(Route::MissingBlobs);
         volume_name(volume)?;
         let state = self.state();
         let v = state
@@ -490,6 +520,7 @@ impl ControlPlane for FakeControlPlane {
         total: u64,
         data: BlobSource,
     ) -> Result<(), ApiError> {
+        self.called(Route::UploadBlob);
         volume_name(volume)?;
         let bytes = match data {
             BlobSource::Bytes(b) => b.to_vec(),
@@ -554,6 +585,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         tree: &CommitTree,
     ) -> Result<Option<StagedTree>, ApiError> {
+        self.called(Route::StageTree);
         if self.stages == FakeStages::None {
             return Ok(None);
         }
@@ -590,6 +622,7 @@ impl ControlPlane for FakeControlPlane {
         stage: &str,
         blobs: &[div_api::PackBlob],
     ) -> Result<(), ApiError> {
+        self.called(Route::UploadPack);
         volume_name(volume)?;
         {
             let mut state = self.state();
@@ -602,6 +635,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        self.called(Route::CommitStage);
         volume_name(volume)?;
         let taken = self.state().stages.remove(stage);
         let tree = match taken {
@@ -616,6 +650,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         tree: &CommitTree,
     ) -> Result<CommittedTree, ApiError> {
+        self.called(Route::CommitTree);
         volume_name(volume)?;
         let mut state = self.state();
         let v = state
@@ -702,6 +737,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        self.called(Route::ListTree);
         volume_name(volume)?;
         let state = self.state();
         let v = state
@@ -735,6 +771,7 @@ impl ControlPlane for FakeControlPlane {
         path: &str,
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError> {
+        self.called(Route::ReadFile);
         volume_name(volume)?;
         let data = {
             let state = self.state();
@@ -754,12 +791,14 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
+        self.called(Route::ValidateRun);
         let state = self.state();
         self.refuse(&state, run)?;
         name_taken(&state, run)
     }
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
+        self.called(Route::CreateRun);
         let body = serde_json::to_value(run).expect("a CreateRun serializes");
         let mut state = self.state();
         let sizing = self.refuse(&state, run)?;
@@ -816,12 +855,14 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.called(Route::GetRun);
         let state = self.state();
         let i = find_run(&state.runs, run)?;
         Ok(state.runs[i].clone())
     }
 
     async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
+        self.called(Route::ListRuns);
         let state = self.state();
         // A project outside the rule, unless runs of it are held (the server lists what it
         // stored before the rule).
@@ -860,6 +901,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.called(Route::StopRun);
         let stopped = {
             let mut state = self.state();
             let i = find_run(&state.runs, run)?;
@@ -884,6 +926,7 @@ impl ControlPlane for FakeControlPlane {
         _offset: u64,
         _follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
+        self.called(Route::Log);
         let state = self.state();
         let r = &state.runs[find_run(&state.runs, run)?];
         Err(ApiError::from_server(
@@ -903,6 +946,7 @@ impl ControlPlane for FakeControlPlane {
         offset: u64,
         follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
+        self.called(Route::Log);
         loop {
             // Armed before the look, so an end between the look and the wait is not missed.
             let changed = self.changed.notified();
@@ -940,6 +984,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
+        self.called(Route::Result);
         let r = self.get_run(run).await?;
         Ok(RunResult {
             run: r.id,
@@ -951,6 +996,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
+        self.called(Route::Telemetry);
         let state = self.state();
         let r = &state.runs[find_run(&state.runs, run)?];
         let (points, bad_lines) =
@@ -964,6 +1010,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
+        self.called(Route::SetSecret);
         // The server's rule: an environment variable name (div-spec's).
         if !div_spec::is_env_key(name) {
             return Err(invalid(
@@ -983,6 +1030,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
+        self.called(Route::ListSecrets);
         Ok(self
             .state()
             .secrets
@@ -992,6 +1040,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn delete_secret(&self, name: &str) -> Result<(), ApiError> {
+        self.called(Route::DeleteSecret);
         self.state()
             .secrets
             .remove(name)

@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use div_api::*;
-use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter_snapshot};
+use div_test_support::{
+    ConformanceContext, FakeControlPlane, FakeStages, conformance, filter_snapshot,
+};
 
 #[tokio::test]
 async fn the_fake_passes_the_suite() {
@@ -96,6 +98,65 @@ impl ControlPlane for ForgetsKeys {
     }
     async fn delete_secret(&self, n: &str) -> Result<(), ApiError> {
         self.0.delete_secret(n).await
+    }
+}
+
+/// Routes the fake answers as a control plane without them (the trait's defaults), or that are
+/// no operation of the trait; every other route of the table is counted by the operation
+/// that answers it.
+const NOT_COUNTED: &[Route] = &[
+    Route::Health,
+    Route::OpenDashboard,
+    Route::PullImage,
+    Route::TreeHeld,
+    Route::ListImages,
+    Route::PruneImages,
+];
+
+/// The fake answers the route table: each operation counts its route, so a route the table
+/// gains is missed here until the fake answers it (or says it answers it as a control plane
+/// without it).
+#[tokio::test]
+async fn the_fake_counts_every_route_of_the_table() {
+    let fake = FakeControlPlane::new().with_stages(FakeStages::Kept);
+    conformance(&fake, &ConformanceContext::default())
+        .await
+        .assert_passed();
+    // What the suite does not ask.
+    let cp: &dyn ControlPlane = &fake;
+    let _ = cp.list_images().await;
+    let _ = cp.prune_images(&PruneImages::default()).await;
+    let _ = cp.pull_image("busybox", &|_| {}).await;
+    let _ = cp.tree_held("conf-code", "code/x", "d").await;
+    let tree = CommitTree {
+        path: "code/staged".into(),
+        entries: Vec::new(),
+    };
+    cp.create_volume("staged").await.expect("a volume");
+    if let Some(stage) = cp.stage_tree("staged", &tree).await.expect("staged") {
+        cp.upload_staged_pack("staged", &stage.id, &[])
+            .await
+            .expect("a pack");
+        cp.commit_stage("staged", &stage.id)
+            .await
+            .expect("committed");
+    }
+    let runs = cp.list_runs(&ListRuns::default()).await.expect("runs");
+    let run = &runs.runs[0].id;
+    let _ = cp.node_log(run, 0, 0, false).await;
+    let _ = cp.telemetry(run, 0).await;
+    let _ = cp.result(run).await;
+    for &route in Route::ALL {
+        let counted = fake.calls(route) > 0;
+        let expected = !NOT_COUNTED.contains(&route);
+        assert_eq!(
+            counted,
+            expected,
+            "{route:?} ({} {}) was {}counted",
+            route.method(),
+            route.template(),
+            if counted { "" } else { "not " }
+        );
     }
 }
 
