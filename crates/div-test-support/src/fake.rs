@@ -12,10 +12,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
-    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
-    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Route, Run,
-    RunList, RunResult, RunStatus, SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint,
-    Volume, VolumeEntry,
+    ApiError, BadLine, BlobSource, ByteSink, CachedImage, Catalogue, CommitTree, CommittedTree,
+    ControlPlane, CreateRun, EntryKind, ErrorKind, ImageCache, ImageDisk, ListRuns, LogEvent,
+    LogStream, MissingBlobs, PruneImages, PrunedImages, Route, Run, RunList, RunResult, RunStatus,
+    SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
 use div_pricing::{SizeRequest, SkuPrice};
 use div_spec::{MemoryGib, UnknownSku};
@@ -24,6 +24,9 @@ use tokio::io::AsyncWriteExt;
 
 /// The time every record of the fake carries.
 pub const FAKE_TIME: &str = "2025-01-01T00:00:00Z";
+
+/// Where the fake says its image cache is (it has no folder: it is in memory).
+pub const FAKE_IMAGES: &str = "(the fake's memory)";
 
 /// A small catalogue: `cpu` and `h100`.
 pub fn sample_catalogue() -> Catalogue {
@@ -81,6 +84,8 @@ struct State {
     /// How many trees were staged, and how many packs were sent for a stage.
     staged: u64,
     staged_packs: u64,
+    /// The image cache, oldest first ([`FakeControlPlane::add_image`]).
+    images: Vec<CachedImage>,
 }
 
 /// How the fake answers staged commits ([`ControlPlane::stage_tree`]).
@@ -199,8 +204,8 @@ impl FakeControlPlane {
 
     /// How many times the route `route` was asked: each operation counts the route a
     /// control plane over HTTP answers it at (`div_api::routes`). An operation the fake
-    /// answers as a control plane without it (`pull_image`, `upload_pack`, `tree_held`, the
-    /// image cache's) counts as what it does instead.
+    /// answers as a control plane without it (`pull_image`, `upload_pack`, `tree_held`)
+    /// counts as what it does instead.
     pub fn calls(&self, route: Route) -> u64 {
         self.calls
             .lock()
@@ -217,6 +222,19 @@ impl FakeControlPlane {
             .expect("no test panicked while counting")
             .entry(route)
             .or_default() += 1;
+    }
+
+    /// The image cache holds `reference` (unpacked from `compressed_bytes` into
+    /// `unpacked_bytes`), as if a pull had put it there; its digest is made of its name.
+    pub fn add_image(&self, reference: &str, compressed_bytes: u64, unpacked_bytes: u64) {
+        let digest = format!("sha256:{}", blake3::hash(reference.as_bytes()).to_hex());
+        self.state().images.push(CachedImage {
+            digest,
+            references: vec![reference.to_owned()],
+            compressed_bytes,
+            unpacked_bytes,
+            extra: Default::default(),
+        });
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -437,6 +455,46 @@ impl ControlPlane for FakeControlPlane {
     async fn catalogue(&self) -> Result<Catalogue, ApiError> {
         self.called(Route::Catalogue);
         Ok(self.catalogue.clone().unwrap_or_else(sample_catalogue))
+    }
+
+    async fn list_images(&self) -> Result<ImageCache, ApiError> {
+        self.called(Route::ListImages);
+        let images = self.state().images.clone();
+        let disk = ImageDisk {
+            blobs: images.iter().map(|i| i.compressed_bytes).sum(),
+            images: images.iter().map(|i| i.unpacked_bytes).sum(),
+            tmp: 0,
+        };
+        Ok(ImageCache {
+            path: FAKE_IMAGES.to_owned(),
+            images,
+            disk,
+            extra: Default::default(),
+        })
+    }
+
+    async fn prune_images(&self, _prune: &PruneImages) -> Result<PrunedImages, ApiError> {
+        self.called(Route::PruneImages);
+        let mut state = self.state();
+        // As the server keeps them: the images of runs that have not ended.
+        let in_use: Vec<String> = state
+            .runs
+            .iter()
+            .filter(|r| !r.status.is_terminal())
+            .map(|r| r.image.clone())
+            .collect();
+        let (kept, gone): (Vec<CachedImage>, Vec<CachedImage>) = std::mem::take(&mut state.images)
+            .into_iter()
+            .partition(|i| i.references.iter().any(|r| in_use.contains(r)));
+        state.images = kept;
+        Ok(PrunedImages {
+            images: gone.iter().map(|i| i.digest.clone()).collect(),
+            // The manifest, the config and one layer each.
+            blobs: 3 * gone.len() as u64,
+            bytes: gone.iter().map(|i| i.unpacked_bytes).sum(),
+            kept: state.images.len() as u64,
+            extra: Default::default(),
+        })
     }
 
     async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {

@@ -34,5 +34,5 @@ pub mod mock;
 pub mod proxy;
 
 pub use conformance::{ConformanceContext, ConformanceReport, conformance, quick_run};
-pub use fake::{FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
+pub use fake::{FAKE_IMAGES, FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
 pub use filters::filter_snapshot;

@@ -222,8 +222,15 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         Route::ReadFile => {
             files::respond(server, named_volume(found.param("name"))?, &q, &req).await
         }
-        Route::ListImages | Route::PruneImages => {
-            Err(HttpError::not_found(format!("no route `{method} {path}`")))
+        Route::ListImages => {
+            let cache = blocking(server, |s| s.images.listing()).await?;
+            Ok(answer(&routes::LIST_IMAGES, 200, &cache))
+        }
+        Route::PruneImages => {
+            // No field yet; the body is read so that one that is not JSON is refused.
+            let _prune = request(&routes::PRUNE_IMAGES, req).await?;
+            let pruned = server.images.prune_unused(server.home.join("runs")).await?;
+            Ok(answer(&routes::PRUNE_IMAGES, 200, &pruned))
         }
         Route::PullImage => {
             // Read more leniently than the table's `PullImage`: a body without `image` pulls

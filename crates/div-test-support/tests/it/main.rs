@@ -11,7 +11,7 @@ use div_test_support::{
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 18);
+    assert_eq!(report.passed.len(), 19);
 }
 
 /// The fake, but creating a run twice for one key.
@@ -109,8 +109,6 @@ const NOT_COUNTED: &[Route] = &[
     Route::OpenDashboard,
     Route::PullImage,
     Route::TreeHeld,
-    Route::ListImages,
-    Route::PruneImages,
 ];
 
 /// The fake answers the route table: each operation counts its route, so a route the table
@@ -158,6 +156,27 @@ async fn the_fake_counts_every_route_of_the_table() {
             if counted { "" } else { "not " }
         );
     }
+}
+
+/// The fake's image cache: a prune removes the images no queued or running run uses, and
+/// keeps the others.
+#[tokio::test]
+async fn the_fakes_prune_keeps_the_images_of_runs_going() {
+    let fake = FakeControlPlane::new();
+    fake.add_image("busybox", 10, 20);
+    fake.add_image("python:3.12", 30, 40);
+    let mut run = div_test_support::quick_run(&ConformanceContext::default(), None);
+    run.image = Some("busybox".into());
+    fake.create_run("k", &run).await.expect("placed");
+    let pruned = fake
+        .prune_images(&PruneImages::default())
+        .await
+        .expect("pruned");
+    assert_eq!((pruned.images.len(), pruned.kept, pruned.bytes), (1, 1, 40));
+    let cache = fake.list_images().await.expect("listed");
+    let left: Vec<&[String]> = cache.images.iter().map(|i| &i.references[..]).collect();
+    assert_eq!(left, [["busybox".to_owned()]]);
+    assert_eq!(cache.disk.total(), 30);
 }
 
 #[tokio::test]
