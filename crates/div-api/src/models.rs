@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 mod images;
 
+pub use div_spec::{EntryKind, TreeEntry};
 pub use images::*;
 
 /// Fields a model does not name, kept as they arrived.
@@ -109,34 +110,6 @@ pub struct MissingBlobs {
     pub partial: BTreeMap<String, u64>,
     #[serde(flatten)]
     pub extra: Extra,
-}
-
-/// The kind of a manifest entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    File,
-    Symlink,
-}
-
-/// One path of a tree being committed to a volume.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TreeEntry {
-    /// Relative, `/`-separated, no `.` or `..` components.
-    pub path: String,
-    pub kind: EntryKind,
-    /// Whether the executable bit is set (files only).
-    #[serde(default)]
-    pub executable: bool,
-    /// Size in bytes (files only; 0 for links).
-    #[serde(default)]
-    pub size: u64,
-    /// blake3 of the content, lowercase hex (files only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-    /// The link's target, as stored in the link (symlinks only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
 }
 
 /// `POST /v1/volumes/{name}/trees`: commit a manifest whose blobs were sent as a directory.

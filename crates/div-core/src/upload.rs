@@ -2,7 +2,7 @@
 //! code and `div storage put` with its files. Only what the volume lacks is sent, small
 //! files in packs, large ones in pieces, partial blobs resumed.
 
-use div_api::{BlobSource, CommitTree, ControlPlane, EntryKind as ApiEntryKind, TreeEntry};
+use div_api::{BlobSource, CommitTree, ControlPlane};
 use div_ship::{Shipment, UploadPlan};
 
 use crate::error::RunError;
@@ -58,20 +58,13 @@ pub(crate) async fn upload(
             .manifest
             .entries
             .iter()
-            .map(|e| TreeEntry {
-                path: if prefix.is_empty() {
-                    e.path.clone()
-                } else {
-                    format!("{prefix}/{}", e.path)
-                },
-                kind: match e.kind {
-                    div_ship::EntryKind::File => ApiEntryKind::File,
-                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
-                },
-                executable: e.executable,
-                size: e.size,
-                hash: e.hash.clone(),
-                target: e.target.clone(),
+            .map(|e| {
+                // The manifest's entries are the API's (one `TreeEntry`): only the path moves.
+                let mut entry = e.clone();
+                if !prefix.is_empty() {
+                    entry.path = format!("{prefix}/{}", e.path);
+                }
+                entry
             })
             .collect(),
     };

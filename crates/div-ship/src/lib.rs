@@ -4,8 +4,8 @@
 //! - [`collect()`] lists and hashes a directory into a [`Shipment`]: inside a git repository
 //!   exactly what `git ls-files --cached --others --exclude-standard` prints there (submodules
 //!   walked for their own sets), outside one everything but [`SKIPPED_NAMES`].
-//! - [`Manifest`] is the sorted list of [`ManifestEntry`]s; [`Manifest::short_id`] is the code
-//!   id users see (`9f31c2ab`).
+//! - [`Manifest`] is the sorted list of [`TreeEntry`]s (div-spec's, the very entries the API
+//!   commits); [`Manifest::short_id`] is the code id users see (`9f31c2ab`).
 //! - [`UploadPlan`] says which blobs to send, given what the volume lacks.
 //! - [`materialise()`] and [`validate_entries()`] are the server side.
 //!
@@ -41,7 +41,7 @@ mod repo;
 mod walk;
 
 pub use hash::{HashStats, cache_file_for, hash_file};
-pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use manifest::{EntryKind, Manifest, ManifestEntry, TreeEntry};
 pub use materialise::{
     EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, link_into, materialise,
     materialise_linked, name_unnamed_file, validate_entries,
@@ -232,10 +232,9 @@ impl Shipment {
     /// One pass that keeps the `n` best seen so far (n is small: 1 or 5), cloning only the
     /// paths returned: sorting every file would copy 57,000 paths to keep five.
     pub fn largest_files(&self, n: usize) -> Vec<(String, u64)> {
-        let first = |a: &ManifestEntry, b: &ManifestEntry| {
-            b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path))
-        };
-        let mut best: Vec<&ManifestEntry> = Vec::with_capacity(n + 1);
+        let first =
+            |a: &TreeEntry, b: &TreeEntry| b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path));
+        let mut best: Vec<&TreeEntry> = Vec::with_capacity(n + 1);
         for e in self
             .manifest
             .entries
