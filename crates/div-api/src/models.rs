@@ -414,6 +414,31 @@ pub struct OrgUsage {
 }
 
 impl Catalogue {
+    /// div-pricing's catalogue from this one, to size and price a run with div-pricing's
+    /// rules: the SKUs div-pricing knows (a newer control plane's others are left out), their
+    /// prices and shares, and the limits. What a client and the in-memory fake both size with.
+    pub fn pricing(&self) -> div_pricing::Catalogue {
+        div_pricing::Catalogue {
+            skus: self
+                .skus
+                .iter()
+                .filter_map(|s| {
+                    Some(div_pricing::SkuPrice {
+                        sku: s.name.parse().ok()?,
+                        cents_per_hour: s.cents_per_hour,
+                        cores_per_unit: s.cores_per_unit,
+                        memory_gib_per_unit: s.memory_gib_per_unit,
+                    })
+                })
+                .collect(),
+            extra_core_cents_per_hour: self.extra_core_cents_per_hour,
+            extra_gib_cents_per_hour: self.extra_gib_cents_per_hour,
+            max_cores: self.max_cores,
+            max_memory_gib: self.max_memory_gib,
+            max_run_seconds: self.max_run_seconds,
+        }
+    }
+
     /// The org's usage this month, when the control plane has a usage limit and says so
     /// (`org_usage`, kept in [`Catalogue::extra`]).
     pub fn org_usage(&self) -> Option<OrgUsage> {

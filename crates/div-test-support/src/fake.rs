@@ -17,7 +17,7 @@ use div_api::{
     LogStream, MissingBlobs, PruneImages, PrunedImages, Route, Run, RunList, RunResult, RunStatus,
     SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
-use div_pricing::{SizeRequest, SkuPrice};
+use div_pricing::SizeRequest;
 use div_spec::{MemoryGib, UnknownSku};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -316,7 +316,8 @@ impl FakeControlPlane {
             ));
         }
         // Sized and priced by div-pricing's rules, as div-server sizes them.
-        let sizing = pricing_catalogue(&catalogue)
+        let sizing = catalogue
+            .pricing()
             .size(&SizeRequest {
                 sku: run.sku.parse().map_err(|e: UnknownSku| {
                     invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
@@ -410,29 +411,6 @@ fn read_telemetry(jsonl: &str, after: u64) -> (Vec<TelemetryPoint>, Vec<BadLine>
         }
     }
     (points, bad)
-}
-
-/// div-pricing's catalogue from the API's: the SKUs div-pricing knows how to size.
-fn pricing_catalogue(c: &Catalogue) -> div_pricing::Catalogue {
-    div_pricing::Catalogue {
-        skus: c
-            .skus
-            .iter()
-            .filter_map(|s| {
-                Some(SkuPrice {
-                    sku: s.name.parse().ok()?,
-                    cents_per_hour: s.cents_per_hour,
-                    cores_per_unit: s.cores_per_unit,
-                    memory_gib_per_unit: s.memory_gib_per_unit,
-                })
-            })
-            .collect(),
-        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
-        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
-        max_cores: c.max_cores,
-        max_memory_gib: c.max_memory_gib,
-        max_run_seconds: c.max_run_seconds,
-    }
 }
 
 fn find_run(runs: &[Run], run: &str) -> Result<usize, ApiError> {
