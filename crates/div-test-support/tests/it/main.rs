@@ -264,3 +264,26 @@ fn snapshot_filter() {
     check("wrote `/tmp/.tmpAbC123/train.py`", "wrote `[TEMP]`");
     check("run-k4t9 exited 3", "run-k4t9 exited 3");
 }
+
+/// A wait asks again until the check says yes, and past its patience says what it waited for
+/// and what the check saw last.
+#[test]
+fn a_wait_asks_until_yes_and_says_what_it_saw_last() {
+    use std::time::Duration;
+    let mut asked = 0;
+    let found = div_test_support::poll_until(Duration::from_secs(60), || {
+        asked += 1;
+        if asked == 3 { Ok(asked) } else { Err(asked) }
+    });
+    assert_eq!(found, Ok(3));
+    let never = div_test_support::poll_until(Duration::ZERO, || Err::<(), _>("not yet"));
+    assert_eq!(never, Err("not yet"));
+    let panic = std::panic::catch_unwind(|| {
+        div_test_support::wait_until("the moon", Duration::ZERO, || Err::<(), _>("cheese"))
+    })
+    .expect_err("it gives up");
+    assert_eq!(
+        panic.downcast_ref::<String>().map(String::as_str),
+        Some("the moon: not within 0ns; last seen: cheese")
+    );
+}
