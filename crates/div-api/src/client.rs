@@ -25,7 +25,7 @@ use crate::error::{ApiError, ErrorKind};
 use crate::models::{ApiErrorBody, Health, Run};
 use crate::options::Options;
 use crate::retry::{self, Attempt, Backoff, Failure, GaveUp};
-use crate::routes::IDEMPOTENCY_KEY;
+use crate::routes::{self, IDEMPOTENCY_KEY, Route};
 use crate::transport::{self, Body, ReadFailure, Transport};
 
 /// The [`crate::ControlPlane`] over HTTP/JSON. Cheap to clone (connections are pooled and
@@ -83,9 +83,11 @@ pub(crate) enum CallBody {
 }
 
 impl<'a> Call<'a> {
-    pub(crate) fn get(path: String) -> Call<'a> {
+    /// A request of `route` at `path` (its template filled in, with a query), no body.
+    pub(crate) fn new(route: Route, path: String) -> Call<'a> {
         Call {
-            method: Method::GET,
+            method: Method::from_bytes(route.method().as_bytes())
+                .expect("the route table's methods are HTTP's"),
             path,
             body: CallBody::Empty,
             idempotency_key: None,
@@ -93,19 +95,12 @@ impl<'a> Call<'a> {
         }
     }
 
-    pub(crate) fn delete(path: String) -> Call<'a> {
-        Call {
-            method: Method::DELETE,
-            ..Call::get(path)
-        }
-    }
-
-    pub(crate) fn with_json(method: Method, path: String, body: &impl Serialize) -> Call<'a> {
+    /// A request of `route` at `path` carrying `body` as JSON.
+    pub(crate) fn with_json(route: Route, path: String, body: &impl Serialize) -> Call<'a> {
         let bytes = serde_json::to_vec(body).expect("the models serialize: maps have string keys");
         Call {
-            method,
             body: CallBody::Json(Bytes::from(bytes)),
-            ..Call::get(path)
+            ..Call::new(route, path)
         }
     }
 }
@@ -172,7 +167,8 @@ impl HttpControlPlane {
 
     /// `GET /v1/health`: whether the control plane is up, and its version.
     pub async fn health(&self) -> Result<Health, ApiError> {
-        self.json(Call::get("/v1/health".to_owned())).await
+        self.json(Call::new(Route::Health, routes::HEALTH.path(&[])))
+            .await
     }
 
     /// The pauses between tries, and between resumptions.

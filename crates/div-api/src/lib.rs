@@ -18,6 +18,7 @@
 //! A reader that loses the connection asks again from the last offset it delivered, so it
 //! sees every byte exactly once.
 
+mod calls;
 mod client;
 mod display;
 mod endpoint;
@@ -30,7 +31,7 @@ mod options;
 pub mod pack;
 mod read_file;
 mod retry;
-mod routes;
+pub mod routes;
 mod tls;
 mod transport;
 mod upload;
@@ -46,7 +47,7 @@ pub use error::{ApiError, ErrorKind, error_chain};
 pub use models::*;
 pub use options::{Options, Token};
 pub use pack::{PACK_BLOB_MAX_BYTES, PACK_MAX_BYTES, PackBlob, pack_frame, parse_pack};
-pub use routes::{IDEMPOTENCY_KEY, ROUTES};
+pub use routes::{IDEMPOTENCY_KEY, Route};
 
 /// Where the bytes of a blob upload come from.
 #[derive(Debug, Clone)]
@@ -117,6 +118,14 @@ pub(crate) async fn upload_one_by_one<C: ControlPlane + ?Sized>(
     Ok(())
 }
 
+/// What a control plane without an image cache answers [`ControlPlane::list_images`].
+fn no_image_cache() -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        "this control plane keeps no image cache",
+    )
+}
+
 /// Send a whole blob to `volume`, from where an earlier partial upload stopped: asks
 /// [`ControlPlane::missing_blobs`] how much already arrived, then sends the rest with one
 /// [`ControlPlane::upload_blob`]. `blob` holds the whole blob.
@@ -184,6 +193,20 @@ pub trait ControlPlane: Send + Sync {
     ) -> Result<(), ApiError> {
         let _ = (image, progress);
         Ok(())
+    }
+
+    /// The control plane's image cache: every image pulled, and the disk they take. A control
+    /// plane without one (this default; over HTTP, one that answers the route 404) is
+    /// `NotFound`.
+    async fn list_images(&self) -> Result<ImageCache, ApiError> {
+        Err(no_image_cache())
+    }
+
+    /// Removes every cached image no queued or running run uses, and the blobs only they
+    /// needed; waits for pulls under way. `NotFound` as [`ControlPlane::list_images`].
+    async fn prune_images(&self, prune: &PruneImages) -> Result<PrunedImages, ApiError> {
+        let _ = prune;
+        Err(no_image_cache())
     }
 
     /// Every volume.

@@ -20,7 +20,7 @@ use crate::display;
 use crate::error::{ApiError, ErrorKind};
 use crate::logframe::{self, Decoder, Frame};
 use crate::models::LogEvent;
-use crate::routes::segment;
+use crate::routes::{self, Route};
 
 /// The log of `run` from `offset`; with `follow`, until the run ends.
 pub(crate) async fn open(
@@ -237,10 +237,11 @@ async fn open_log(
 ) -> Result<Incoming, ApiError> {
     // `node` only when asked: a server from before it serves the run's log as ever.
     let node = node.map(|k| format!("&node={k}")).unwrap_or_default();
-    let call = Call::get(format!(
-        "/v1/runs/{}/log?offset={offset}&follow={follow}{node}",
-        segment(run)
-    ));
+    let path = format!(
+        "{}?offset={offset}&follow={follow}{node}",
+        routes::LOG.path(&[run])
+    );
+    let call = Call::new(Route::Log, path);
     let resp = cp.stream(call, until).await?;
     let content_type = resp
         .headers()

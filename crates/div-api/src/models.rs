@@ -9,6 +9,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod images;
+
+pub use div_spec::{EntryKind, TreeEntry};
+pub use images::*;
+
 /// Fields a model does not name, kept as they arrived.
 pub type Extra = Map<String, Value>;
 
@@ -75,6 +80,12 @@ pub struct Volume {
     pub extra: Extra,
 }
 
+/// `GET /v1/volumes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeList {
+    pub volumes: Vec<Volume>,
+}
+
 /// `POST /v1/volumes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateVolume {
@@ -99,34 +110,6 @@ pub struct MissingBlobs {
     pub partial: BTreeMap<String, u64>,
     #[serde(flatten)]
     pub extra: Extra,
-}
-
-/// The kind of a manifest entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    File,
-    Symlink,
-}
-
-/// One path of a tree being committed to a volume.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TreeEntry {
-    /// Relative, `/`-separated, no `.` or `..` components.
-    pub path: String,
-    pub kind: EntryKind,
-    /// Whether the executable bit is set (files only).
-    #[serde(default)]
-    pub executable: bool,
-    /// Size in bytes (files only; 0 for links).
-    #[serde(default)]
-    pub size: u64,
-    /// blake3 of the content, lowercase hex (files only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-    /// The link's target, as stored in the link (symlinks only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
 }
 
 /// `POST /v1/volumes/{name}/trees`: commit a manifest whose blobs were sent as a directory.
@@ -196,6 +179,20 @@ pub struct VolumeEntry {
     pub target: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `GET /v1/volumes/{name}/tree?path=`: everything under the path, recursively.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEntryList {
+    pub entries: Vec<VolumeEntry>,
+}
+
+/// The answer to a pack of blobs (`POST /v1/volumes/{name}/blobs/pack`): how many were
+/// stored, and how many the volume already held (or came twice).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackStored {
+    pub stored: u64,
+    pub held: u64,
 }
 
 /// A run's status.
@@ -417,6 +414,31 @@ pub struct OrgUsage {
 }
 
 impl Catalogue {
+    /// div-pricing's catalogue from this one, to size and price a run with div-pricing's
+    /// rules: the SKUs div-pricing knows (a newer control plane's others are left out), their
+    /// prices and shares, and the limits. What a client and the in-memory fake both size with.
+    pub fn pricing(&self) -> div_pricing::Catalogue {
+        div_pricing::Catalogue {
+            skus: self
+                .skus
+                .iter()
+                .filter_map(|s| {
+                    Some(div_pricing::SkuPrice {
+                        sku: s.name.parse().ok()?,
+                        cents_per_hour: s.cents_per_hour,
+                        cores_per_unit: s.cores_per_unit,
+                        memory_gib_per_unit: s.memory_gib_per_unit,
+                    })
+                })
+                .collect(),
+            extra_core_cents_per_hour: self.extra_core_cents_per_hour,
+            extra_gib_cents_per_hour: self.extra_gib_cents_per_hour,
+            max_cores: self.max_cores,
+            max_memory_gib: self.max_memory_gib,
+            max_run_seconds: self.max_run_seconds,
+        }
+    }
+
     /// The org's usage this month, when the control plane has a usage limit and says so
     /// (`org_usage`, kept in [`Catalogue::extra`]).
     pub fn org_usage(&self) -> Option<OrgUsage> {
@@ -479,6 +501,16 @@ pub struct ListRuns {
     pub cursor: Option<String>,
 }
 
+/// The answer to `POST /v1/runs/validate` when the run would be placed (a refusal is an
+/// error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunValidated {
+    /// Always `true`.
+    pub valid: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// A page of runs, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunList {
@@ -538,6 +570,12 @@ pub struct SetSecret {
     pub value: String,
 }
 
+/// `GET /v1/secrets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
+}
+
 /// A secret's name and dates; its value is never returned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretInfo {
@@ -578,32 +616,11 @@ pub enum LogEvent {
     End(Box<Run>),
 }
 
-/// One line of `POST /v1/images/pull`'s answer (`application/x-ndjson`), in order; the last
-/// is `Ready`, `Host` or `Error`.
+/// The answer to `POST /v1/dashboard`: the local control plane's dashboard, on loopback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum PullEvent {
-    /// The manifest is known: how many layers, their compressed bytes.
-    Resolved { layers: u64, bytes: u64 },
-    /// Bytes verified so far, all layers together.
-    Progress { done: u64, total: u64 },
-    /// Layer `layer` (from 1) of `layers` is being unpacked.
-    Unpacking { layer: u64, layers: u64 },
-    /// The image is cached and unpacked.
-    Ready { image: String, digest: String },
-    /// Nothing was pulled: the control plane's own system stands in for this (default) image.
-    Host { image: String },
-    /// The image cannot be used: the error `POST /v1/runs` would give.
-    Error { error: PullError },
-    /// A line of a newer control plane.
-    #[serde(other)]
-    Other,
-}
-
-/// Why an image cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PullError {
-    pub code: String,
-    pub message: String,
+pub struct DashboardLink {
+    /// `http://127.0.0.1:PORT/?token=…`: opens the dashboard once.
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub address: String,
 }

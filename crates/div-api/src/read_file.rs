@@ -16,7 +16,7 @@ use crate::ByteSink;
 use crate::client::{Call, HttpControlPlane};
 use crate::display;
 use crate::error::{ApiError, ErrorKind};
-use crate::routes::{query_value, segment};
+use crate::routes::{self, Route, query_value};
 
 impl HttpControlPlane {
     /// Write the file at `path` in `volume` into `sink`; the bytes written.
@@ -50,11 +50,12 @@ impl HttpControlPlane {
             }
             let resuming = reconnects > 0;
             reconnects += 1;
-            let mut call = Call::get(format!(
-                "/v1/volumes/{}/file?path={}",
-                segment(volume),
+            let at = format!(
+                "{}?path={}",
+                routes::READ_FILE.path(&[volume]),
                 query_value(path)
-            ));
+            );
+            let mut call = Call::new(Route::ReadFile, at);
             if written > 0 {
                 // The rest, and only of the same version of the file.
                 if let Ok(range) = HeaderValue::from_str(&format!("bytes={written}-")) {

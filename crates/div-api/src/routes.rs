@@ -1,463 +1,170 @@
-//! The routes of the contract: one method of [`ControlPlane`] per route, each a JSON
-//! request through the client's retrying `send` (`client.rs`), and the percent-encoding of
-//! the path segments and query values they carry.
+//! The contract's routes, written once.
+//!
+//! [`Route`] is every route of the control plane's API: its method, its path template, and
+//! the types of its request body and of its answer; each also has a [`TypedRoute`] const
+//! (`routes::CREATE_VOLUME`) through which those types cannot be mixed up. The client builds
+//! its paths from it (`calls.rs`); div-server's router finds a request's route with
+//! [`Route::find`] and answers each in one exhaustive `match`, so a route added here and not
+//! served there does not compile; the in-memory fake of div-test-support counts its calls by
+//! route; and tests hold the table equal to `docs/api/openapi.yaml` (routes, request and
+//! answer schemas) and check that the client calls every route at its template.
+//! [`dashboard`] is the same for the dashboard's own API.
+//!
+//! ```
+//! use div_api::routes::{self, Route};
+//!
+//! assert_eq!(routes::GET_RUN.path(&["run k4t9"]), "/v1/runs/run%20k4t9");
+//! let found = Route::find("POST", &["v1", "runs", "r_1", "stop"]).expect("a route");
+//! assert_eq!((found.route, found.param("run")), (Route::StopRun, "r_1"));
+//! ```
 
-use async_trait::async_trait;
-use http::Method;
-use http::header::HeaderValue;
-use serde_json::Value;
+use std::fmt;
+use std::marker::PhantomData;
 
-use crate::client::{Call, HttpControlPlane};
-use crate::error::{ApiError, ErrorKind};
 use crate::models::*;
-use crate::{BlobSource, ByteSink, ControlPlane, ExactResult, LogStream, PackBlob};
-
-/// Every route the client calls, as `(method, path template)`; the OpenAPI document declares
-/// exactly these (a test checks it).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/v1/health"),
-    ("GET", "/v1/catalogue"),
-    ("GET", "/v1/volumes"),
-    ("POST", "/v1/volumes"),
-    ("DELETE", "/v1/volumes/{name}"),
-    ("POST", "/v1/volumes/{name}/blobs/missing"),
-    ("PUT", "/v1/volumes/{name}/blobs/{hash}"),
-    ("POST", "/v1/volumes/{name}/blobs/pack"),
-    ("POST", "/v1/volumes/{name}/trees"),
-    ("POST", "/v1/volumes/{name}/stages"),
-    ("POST", "/v1/volumes/{name}/stages/{stage}/commit"),
-    ("GET", "/v1/volumes/{name}/trees"),
-    ("GET", "/v1/volumes/{name}/tree"),
-    ("GET", "/v1/volumes/{name}/file"),
-    ("POST", "/v1/images/pull"),
-    ("POST", "/v1/runs/validate"),
-    ("POST", "/v1/runs"),
-    ("GET", "/v1/runs"),
-    ("GET", "/v1/runs/{run}"),
-    ("POST", "/v1/runs/{run}/stop"),
-    ("GET", "/v1/runs/{run}/log"),
-    ("GET", "/v1/runs/{run}/result"),
-    ("GET", "/v1/runs/{run}/telemetry"),
-    ("GET", "/v1/secrets"),
-    ("PUT", "/v1/secrets/{name}"),
-    ("DELETE", "/v1/secrets/{name}"),
-];
 
 /// The header carrying a run creation's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-#[async_trait]
-impl ControlPlane for HttpControlPlane {
-    async fn catalogue(&self) -> Result<Catalogue, ApiError> {
-        self.json(Call::get("/v1/catalogue".to_owned())).await
-    }
+/// No body: a request without one, or an answer without one (`204`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nothing;
 
-    async fn pull_image(
-        &self,
-        image: &str,
-        progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
-    ) -> Result<(), ApiError> {
-        use http_body_util::BodyExt;
-        let call = Call::with_json(
-            Method::POST,
-            "/v1/images/pull".to_owned(),
-            &serde_json::json!({ "image": image }),
-        );
-        let resp = match self.stream(call, self.deadline()).await {
-            // A control plane without images.
-            Err(e) if e.is_not_found() => return Ok(()),
-            other => other?,
-        };
-        let broke = |e: String| {
-            ApiError::new(
-                ErrorKind::Unavailable,
-                format!("the pull of `{image}` broke off: {e}"),
-            )
-        };
-        let mut body = resp.into_body();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| broke(e.to_string()))?;
-            let Some(data) = frame.data_ref() else {
-                continue;
-            };
-            buf.extend_from_slice(data);
-            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let event: PullEvent = serde_json::from_slice(&line).map_err(|e| {
-                    ApiError::new(
-                        ErrorKind::Protocol,
-                        format!(
-                            "the pull of `{image}` answered a line this client cannot read: {e}"
-                        ),
-                    )
-                })?;
-                match event {
-                    PullEvent::Error { error } => {
-                        return Err(ApiError::from_server(
-                            ErrorKind::Refused,
-                            error.code,
-                            error.message,
-                            Value::Null,
-                        ));
-                    }
-                    PullEvent::Ready { .. } | PullEvent::Host { .. } => {
-                        progress(&event);
-                        return Ok(());
-                    }
-                    other => progress(&other),
-                }
-            }
-        }
-        Err(broke("it ended before its last line".to_owned()))
-    }
+/// Bytes, `application/octet-stream`: a blob, a pack of blobs ([`crate::pack_frame`]), a
+/// volume's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Octets;
 
-    async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
-        #[derive(serde::Deserialize)]
-        struct List {
-            volumes: Vec<Volume>,
-        }
-        let list: List = self.json(Call::get("/v1/volumes".to_owned())).await?;
-        Ok(list.volumes)
-    }
+/// The log stream, `application/vnd.div.log` ([`crate::logframe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogFrames;
 
-    async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
-        let body = CreateVolume {
-            name: name.to_owned(),
-        };
-        self.json(Call::with_json(
-            Method::POST,
-            "/v1/volumes".to_owned(),
-            &body,
-        ))
-        .await
-    }
+/// One JSON object of type `T` a line, `application/x-ndjson`.
+pub struct Ndjson<T>(PhantomData<T>);
 
-    async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
-        self.empty(Call::delete(format!("/v1/volumes/{}", segment(name))))
-            .await
-            .map(drop)
-    }
-
-    async fn missing_blobs(
-        &self,
-        volume: &str,
-        hashes: &[String],
-    ) -> Result<MissingBlobs, ApiError> {
-        let body = MissingBlobsRequest {
-            hashes: hashes.to_vec(),
-        };
-        self.json(Call::with_json(
-            Method::POST,
-            format!("/v1/volumes/{}/blobs/missing", segment(volume)),
-            &body,
-        ))
-        .await
-    }
-
-    async fn upload_blob(
-        &self,
-        volume: &str,
-        hash: &str,
-        offset: u64,
-        total: u64,
-        data: BlobSource,
-    ) -> Result<(), ApiError> {
-        self.upload_resuming(volume, hash, offset, total, data)
-            .await
-    }
-
-    async fn upload_pack(&self, volume: &str, blobs: &[PackBlob]) -> Result<(), ApiError> {
-        let call = Call {
-            method: Method::POST,
-            body: crate::client::CallBody::Bytes(bytes::Bytes::from(crate::pack_frame(blobs))),
-            ..Call::get(format!("/v1/volumes/{}/blobs/pack", segment(volume)))
-        };
-        match self.json::<Value>(call).await {
-            Ok(_) => Ok(()),
-            // A control plane without packs (the route is unknown to it): one blob at a time.
-            // (A volume that is not there fails again there, and says so.)
-            Err(e) if e.is_not_found() => crate::upload_one_by_one(self, volume, blobs).await,
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn commit_tree(
-        &self,
-        volume: &str,
-        tree: &CommitTree,
-    ) -> Result<CommittedTree, ApiError> {
-        self.json(Call::with_json(
-            Method::POST,
-            format!("/v1/volumes/{}/trees", segment(volume)),
-            tree,
-        ))
-        .await
-    }
-
-    async fn stage_tree(
-        &self,
-        volume: &str,
-        tree: &CommitTree,
-    ) -> Result<Option<StagedTree>, ApiError> {
-        let got = self
-            .json(Call::with_json(
-                Method::POST,
-                format!("/v1/volumes/{}/stages", segment(volume)),
-                tree,
-            ))
-            .await;
-        match got {
-            Ok(staged) => Ok(Some(staged)),
-            // A control plane without stages (the route is unknown to it): the tree is sent
-            // the other way. (A volume that is not there fails again there, and says so.)
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn upload_staged_pack(
-        &self,
-        volume: &str,
-        stage: &str,
-        blobs: &[PackBlob],
-    ) -> Result<(), ApiError> {
-        let call = Call {
-            method: Method::POST,
-            body: crate::client::CallBody::Bytes(bytes::Bytes::from(crate::pack_frame(blobs))),
-            ..Call::get(format!(
-                "/v1/volumes/{}/blobs/pack?stage={}",
-                segment(volume),
-                query_value(stage)
-            ))
-        };
-        self.json::<Value>(call).await.map(drop)
-    }
-
-    async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
-        self.json(Call::with_json(
-            Method::POST,
-            format!(
-                "/v1/volumes/{}/stages/{}/commit",
-                segment(volume),
-                segment(stage)
-            ),
-            &serde_json::json!({}),
-        ))
-        .await
-    }
-
-    async fn tree_held(
-        &self,
-        volume: &str,
-        path: &str,
-        digest: &str,
-    ) -> Result<Option<CommittedTree>, ApiError> {
-        let got: Result<CommittedTree, ApiError> = self
-            .json(Call::get(format!(
-                "/v1/volumes/{}/trees?path={}&digest={}",
-                segment(volume),
-                query_value(path),
-                query_value(digest)
-            )))
-            .await;
-        match got {
-            // Only an answer that names this digest is taken: anything else (another tree,
-            // a server that does not know the question) sends the tree the whole way.
-            Ok(tree) if tree.digest.as_deref() == Some(digest) => Ok(Some(tree)),
-            Ok(_) => Ok(None),
-            // Not held there (404), or a control plane that does not know the question: the
-            // upload's next request says what is wrong, if anything is.
-            Err(_) => Ok(None),
-        }
-    }
-
-    async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
-        #[derive(serde::Deserialize)]
-        struct List {
-            entries: Vec<VolumeEntry>,
-        }
-        let list: List = self
-            .json(Call::get(format!(
-                "/v1/volumes/{}/tree?path={}",
-                segment(volume),
-                query_value(path)
-            )))
-            .await?;
-        Ok(list.entries)
-    }
-
-    async fn read_file(
-        &self,
-        volume: &str,
-        path: &str,
-        sink: ByteSink<'_>,
-    ) -> Result<u64, ApiError> {
-        self.read_file_resuming(volume, path, sink).await
-    }
-
-    async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
-        let call = Call::with_json(Method::POST, "/v1/runs/validate".to_owned(), run);
-        match self.json::<Value>(call).await {
-            Ok(_) => Ok(()),
-            // A control plane without the question (404, or 405 for the method): it refuses
-            // at `POST /v1/runs` what it refuses.
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
-        let mut call = Call::with_json(Method::POST, "/v1/runs".to_owned(), run);
-        call.idempotency_key = Some(idempotency_key);
-        if HeaderValue::from_str(idempotency_key).is_err() {
-            return Err(ApiError::new(
-                ErrorKind::Refused,
-                format!("idempotency key `{idempotency_key}` is not a valid header value"),
-            ));
-        }
-        self.run_json(call).await
-    }
-
-    async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
-        self.run_json(Call::get(format!("/v1/runs/{}", segment(run))))
-            .await
-    }
-
-    async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
-        let mut params = Vec::new();
-        if let Some(project) = &query.project {
-            params.push(format!("project={}", query_value(project)));
-        }
-        if let Some(status) = query.status {
-            params.push(format!("status={status}"));
-        }
-        if let Some(limit) = query.limit {
-            params.push(format!("limit={limit}"));
-        }
-        if let Some(cursor) = &query.cursor {
-            params.push(format!("cursor={}", query_value(cursor)));
-        }
-        let path = if params.is_empty() {
-            "/v1/runs".to_owned()
-        } else {
-            format!("/v1/runs?{}", params.join("&"))
-        };
-        let raw: Value = self.json(Call::get(path)).await?;
-        let mut list: RunList = serde_json::from_value(raw.clone()).map_err(|e| {
-            ApiError::new(
-                ErrorKind::Protocol,
-                format!("could not read the control plane's list of runs: {e}"),
-            )
-        })?;
-        if let Some(raws) = raw.get("runs").and_then(Value::as_array) {
-            for (run, raw) in list.runs.iter_mut().zip(raws) {
-                run.keep_nulls_from(raw);
-            }
-        }
-        Ok(list)
-    }
-
-    async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
-        self.run_json(Call {
-            method: Method::POST,
-            ..Call::get(format!("/v1/runs/{}/stop", segment(run)))
-        })
-        .await
-    }
-
-    async fn log(
-        &self,
-        run: &str,
-        offset: u64,
-        follow: bool,
-    ) -> Result<Box<dyn LogStream>, ApiError> {
-        crate::log_stream::open(self, run, None, offset, follow).await
-    }
-
-    async fn node_log(
-        &self,
-        run: &str,
-        node: u32,
-        offset: u64,
-        follow: bool,
-    ) -> Result<Box<dyn LogStream>, ApiError> {
-        crate::log_stream::open(self, run, Some(node), offset, follow).await
-    }
-
-    async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
-        self.json(Call::get(format!("/v1/runs/{}/result", segment(run))))
-            .await
-    }
-
-    async fn result_exact(&self, run: &str) -> Result<ExactResult, ApiError> {
-        /// The `result` field alone, as its text: a struct without `flatten`, which a
-        /// `RawValue` cannot pass through.
-        #[derive(serde::Deserialize)]
-        struct Text {
-            #[serde(default)]
-            result: Option<Box<serde_json::value::RawValue>>,
-        }
-        let body: Box<serde_json::value::RawValue> = self
-            .json(Call::get(format!("/v1/runs/{}/result", segment(run))))
-            .await?;
-        let unreadable = |e: serde_json::Error| {
-            ApiError::new(
-                ErrorKind::Protocol,
-                format!("could not read the control plane's result of run `{run}`: {e}"),
-            )
-        };
-        let result: RunResult = serde_json::from_str(body.get()).map_err(unreadable)?;
-        let text = serde_json::from_str::<Text>(body.get())
-            .map_err(unreadable)?
-            .result
-            .filter(|_| result.result.is_some());
-        Ok(ExactResult { result, text })
-    }
-
-    async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
-        self.json(Call::get(format!(
-            "/v1/runs/{}/telemetry?after={after}",
-            segment(run)
-        )))
-        .await
-    }
-
-    async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
-        let body = SetSecret {
-            value: value.to_owned(),
-        };
-        self.json(Call::with_json(
-            Method::PUT,
-            format!("/v1/secrets/{}", segment(name)),
-            &body,
-        ))
-        .await
-    }
-
-    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
-        #[derive(serde::Deserialize)]
-        struct List {
-            secrets: Vec<SecretInfo>,
-        }
-        let list: List = self.json(Call::get("/v1/secrets".to_owned())).await?;
-        Ok(list.secrets)
-    }
-
-    async fn delete_secret(&self, name: &str) -> Result<(), ApiError> {
-        self.empty(Call::delete(format!("/v1/secrets/{}", segment(name))))
-            .await
-            .map(drop)
+impl<T> fmt::Debug for Ndjson<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Ndjson")
     }
 }
 
+/// What a table of routes ([`Route`], [`dashboard::DashboardRoute`]) says of each route.
+pub trait RouteTable: Copy + fmt::Debug + 'static {
+    /// Every route of the table, in its order.
+    const ALL: &'static [Self];
+    /// `GET`, `POST`, `PUT` or `DELETE`.
+    fn method(self) -> &'static str;
+    /// The path, with `{name}` for each segment a request fills in: `/v1/runs/{run}`.
+    fn template(self) -> &'static str;
+    /// The request body's type, as the table writes it (`CreateVolume`, `Nothing`).
+    fn request(self) -> &'static str;
+    /// The answer's type, as the table writes it (`Volume`, `Ndjson<PullEvent>`).
+    fn response(self) -> &'static str;
+}
+
+/// A route with the types of its request body (`Req`) and of its answer (`Resp`).
+pub struct TypedRoute<Req, Resp, T = Route> {
+    /// The route.
+    pub route: T,
+    types: PhantomData<fn(Req) -> Resp>,
+}
+
+impl<Req, Resp, T: RouteTable> TypedRoute<Req, Resp, T> {
+    const fn new(route: T) -> Self {
+        TypedRoute {
+            route,
+            types: PhantomData,
+        }
+    }
+
+    /// Its method.
+    pub fn method(&self) -> &'static str {
+        self.route.method()
+    }
+
+    /// Its path with `args` in its `{…}` segments, in order, each percent-encoded.
+    pub fn path(&self, args: &[&str]) -> String {
+        fill(self.route.template(), args)
+    }
+}
+
+impl<Req, Resp, T: fmt::Debug> fmt::Debug for TypedRoute<Req, Resp, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.route.fmt(f)
+    }
+}
+
+/// A request's route, found by [`Route::find`] (or [`dashboard::DashboardRoute::find`]), with
+/// the segments that filled its template's `{…}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found<'a, T = Route> {
+    pub route: T,
+    params: Vec<(&'static str, &'a str)>,
+}
+
+impl<'a, T> Found<'a, T> {
+    /// The segment that filled `{name}`; empty when the template has no such name (the
+    /// router asks only for the names of the route it matched).
+    pub fn param(&self, name: &str) -> &'a str {
+        self.params
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, v)| v)
+    }
+}
+
+/// The route of `table` that answers `method` at `segments` (the request's path without its
+/// leading and trailing `/`, split at `/` and each segment percent-decoded), with its
+/// parameters; `None` when none does. A `{…}` matches any segment, an empty one included (the
+/// route then refuses it as it refuses any bad name).
+pub fn find<'a, T: RouteTable>(method: &str, segments: &[&'a str]) -> Option<Found<'a, T>> {
+    T::ALL.iter().find_map(|&route| {
+        if route.method() != method {
+            return None;
+        }
+        let template: Vec<&'static str> = route.template().trim_matches('/').split('/').collect();
+        if template.len() != segments.len() {
+            return None;
+        }
+        let mut params = Vec::new();
+        for (want, got) in template.iter().zip(segments) {
+            match want.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+                Some(name) => params.push((name, *got)),
+                None if want == got => {}
+                None => return None,
+            }
+        }
+        Some(Found { route, params })
+    })
+}
+
+/// `template` with `args` in its `{…}` segments, in order, each percent-encoded.
+fn fill(template: &str, args: &[&str]) -> String {
+    let mut args = args.iter();
+    let mut out = String::with_capacity(template.len() + 16);
+    for (i, part) in template.trim_start_matches('/').split('/').enumerate() {
+        if i > 0 || template.starts_with('/') {
+            out.push('/');
+        }
+        if part.starts_with('{') {
+            let arg = args.next();
+            debug_assert!(arg.is_some(), "`{template}` needs more than {i} arguments");
+            out.push_str(&segment(arg.copied().unwrap_or_default()));
+        } else {
+            out.push_str(part);
+        }
+    }
+    debug_assert!(args.next().is_none(), "`{template}` takes fewer arguments");
+    out
+}
+
 /// Percent-encode a path segment: everything but unreserved characters.
-pub(crate) fn segment(text: &str) -> String {
+pub fn segment(text: &str) -> String {
     encode(text, b"-._~")
 }
 
 /// Percent-encode a query value, keeping `/` readable.
-pub(crate) fn query_value(text: &str) -> String {
+pub fn query_value(text: &str) -> String {
     encode(text, b"-._~/")
 }
 
@@ -473,6 +180,168 @@ fn encode(text: &str, keep: &[u8]) -> String {
     out
 }
 
+/// A table of routes: an enum of them implementing [`RouteTable`], its `find`, and a
+/// [`TypedRoute`] const for each. A line is `Variant = CONST: METHOD "template", Req => Resp;`.
+macro_rules! routes {
+    (
+        $(#[$meta:meta])*
+        pub enum $table:ident {
+            $(
+                $(#[$doc:meta])*
+                $variant:ident = $typed:ident: $method:ident $template:literal, $req:ty => $resp:ty;
+            )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $table {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl $crate::routes::RouteTable for $table {
+            const ALL: &'static [$table] = &[$($table::$variant),+];
+            fn method(self) -> &'static str {
+                match self { $($table::$variant => stringify!($method)),+ }
+            }
+            fn template(self) -> &'static str {
+                match self { $($table::$variant => $template),+ }
+            }
+            fn request(self) -> &'static str {
+                match self { $($table::$variant => stringify!($req)),+ }
+            }
+            fn response(self) -> &'static str {
+                match self { $($table::$variant => stringify!($resp)),+ }
+            }
+        }
+
+        impl $table {
+            /// Every route of the table, in its order.
+            pub const ALL: &'static [$table] = <$table as $crate::routes::RouteTable>::ALL;
+
+            /// Its method.
+            pub fn method(self) -> &'static str {
+                $crate::routes::RouteTable::method(self)
+            }
+
+            /// Its path template.
+            pub fn template(self) -> &'static str {
+                $crate::routes::RouteTable::template(self)
+            }
+
+            /// Its path with `args` in its `{…}` segments, in order, each percent-encoded.
+            pub fn path(self, args: &[&str]) -> String {
+                $crate::routes::fill(self.template(), args)
+            }
+
+            /// The route that answers `method` at `segments` (see [`find`]).
+            pub fn find<'a>(
+                method: &str,
+                segments: &[&'a str],
+            ) -> Option<$crate::routes::Found<'a, $table>> {
+                $crate::routes::find(method, segments)
+            }
+        }
+
+        $(
+            $(#[$doc])*
+            pub const $typed: $crate::routes::TypedRoute<$req, $resp, $table> =
+                $crate::routes::TypedRoute::new($table::$variant);
+        )+
+    };
+}
+
+routes! {
+    /// A route of the control plane's API (`docs/api/openapi.yaml`).
+    pub enum Route {
+        /// Whether the control plane is up, and its version.
+        Health = HEALTH: GET "/v1/health", Nothing => Health;
+        /// SKUs, prices and limits.
+        Catalogue = CATALOGUE: GET "/v1/catalogue", Nothing => Catalogue;
+        /// Every volume.
+        ListVolumes = LIST_VOLUMES: GET "/v1/volumes", Nothing => VolumeList;
+        /// Make a volume (idempotent).
+        CreateVolume = CREATE_VOLUME: POST "/v1/volumes", CreateVolume => Volume;
+        /// Remove a volume and everything in it.
+        DeleteVolume = DELETE_VOLUME: DELETE "/v1/volumes/{name}", Nothing => Nothing;
+        /// Which blobs a volume lacks.
+        MissingBlobs = MISSING_BLOBS:
+            POST "/v1/volumes/{name}/blobs/missing", MissingBlobsRequest => MissingBlobs;
+        /// A blob's bytes from `?offset=` of `?total=`.
+        UploadBlob = UPLOAD_BLOB: PUT "/v1/volumes/{name}/blobs/{hash}", Octets => Nothing;
+        /// Several small whole blobs in one body (`?stage=` for a staged tree).
+        UploadPack = UPLOAD_PACK: POST "/v1/volumes/{name}/blobs/pack", Octets => PackStored;
+        /// Commit a tree of sent blobs.
+        CommitTree = COMMIT_TREE: POST "/v1/volumes/{name}/trees", CommitTree => CommittedTree;
+        /// Stage a tree, written as its blobs arrive.
+        StageTree = STAGE_TREE: POST "/v1/volumes/{name}/stages", CommitTree => StagedTree;
+        /// Commit a staged tree.
+        CommitStage = COMMIT_STAGE:
+            POST "/v1/volumes/{name}/stages/{stage}/commit", Nothing => CommittedTree;
+        /// The tree held at `?path=`, when it is the one with `?digest=`.
+        TreeHeld = TREE_HELD: GET "/v1/volumes/{name}/trees", Nothing => CommittedTree;
+        /// What is under `?path=` in a volume.
+        ListTree = LIST_TREE: GET "/v1/volumes/{name}/tree", Nothing => VolumeEntryList;
+        /// The file at `?path=` in a volume, with `range`.
+        ReadFile = READ_FILE: GET "/v1/volumes/{name}/file", Nothing => Octets;
+        /// The control plane's image cache.
+        ListImages = LIST_IMAGES: GET "/v1/images", Nothing => ImageCache;
+        /// Pull an image into the cache, its progress streamed.
+        PullImage = PULL_IMAGE: POST "/v1/images/pull", PullImage => Ndjson<PullEvent>;
+        /// Remove every cached image no queued or running run uses.
+        PruneImages = PRUNE_IMAGES: POST "/v1/images/prune", PruneImages => PrunedImages;
+        /// Whether a run would be placed, creating nothing.
+        ValidateRun = VALIDATE_RUN: POST "/v1/runs/validate", CreateRun => RunValidated;
+        /// Place a run (with an idempotency key).
+        CreateRun = CREATE_RUN: POST "/v1/runs", CreateRun => Run;
+        /// Runs, newest first.
+        ListRuns = LIST_RUNS: GET "/v1/runs", Nothing => RunList;
+        /// A run by id or name.
+        GetRun = GET_RUN: GET "/v1/runs/{run}", Nothing => Run;
+        /// Stop a run.
+        StopRun = STOP_RUN: POST "/v1/runs/{run}/stop", Nothing => Run;
+        /// A run's log, as frames.
+        Log = LOG: GET "/v1/runs/{run}/log", Nothing => LogFrames;
+        /// A run's result and verdicts.
+        Result = RESULT: GET "/v1/runs/{run}/result", Nothing => RunResult;
+        /// A run's telemetry points after `?after=`.
+        Telemetry = TELEMETRY: GET "/v1/runs/{run}/telemetry", Nothing => Telemetry;
+        /// Open the local control plane's dashboard.
+        OpenDashboard = OPEN_DASHBOARD: POST "/v1/dashboard", Nothing => DashboardLink;
+        /// Secrets' names.
+        ListSecrets = LIST_SECRETS: GET "/v1/secrets", Nothing => SecretList;
+        /// Set a secret.
+        SetSecret = SET_SECRET: PUT "/v1/secrets/{name}", SetSecret => SecretInfo;
+        /// Remove a secret.
+        DeleteSecret = DELETE_SECRET: DELETE "/v1/secrets/{name}", Nothing => Nothing;
+    }
+}
+
+/// The dashboard's own API: what its pages ask the local control plane's dashboard listener
+/// (`docs/dashboard.md`), never `/v1`. Its pages (`/`, `/runs/{run}`) and assets are not
+/// routes of an API and are not here.
+pub mod dashboard {
+    use serde_json::Value;
+
+    use super::{Nothing, Octets};
+    use crate::models::{Run, RunList};
+
+    routes! {
+        /// A route of the dashboard's API.
+        pub enum DashboardRoute {
+            /// Runs, newest first (as `GET /v1/runs`).
+            ListRuns = LIST_RUNS: GET "/api/runs", Nothing => RunList;
+            /// A run with its result, the command that replays it and when it was signalled.
+            GetRun = GET_RUN: GET "/api/runs/{run}", Nothing => Value;
+            /// Stop a run (as `POST /v1/runs/{run}/stop`).
+            StopRun = STOP_RUN: POST "/api/runs/{run}/stop", Nothing => Run;
+            /// A part of a run's log (`range`), or all of it to save (`?download`).
+            Log = LOG: GET "/api/runs/{run}/log", Nothing => Octets;
+            /// A run's charts, laid out by its `telemetry.toml`.
+            Charts = CHARTS: GET "/api/runs/{run}/charts", Nothing => Value;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,5 +352,64 @@ mod tests {
         assert_eq!(segment("a/b c"), "a%2Fb%20c");
         assert_eq!(query_value("code/x y"), "code/x%20y");
         assert_eq!(query_value("a&b=c"), "a%26b%3Dc");
+    }
+
+    #[test]
+    fn paths_are_filled_in_order_and_found_again() {
+        assert_eq!(HEALTH.path(&[]), "/v1/health");
+        assert_eq!(
+            COMMIT_STAGE.path(&["code", "s 1"]),
+            "/v1/volumes/code/stages/s%201/commit"
+        );
+        for &route in Route::ALL {
+            let names: Vec<&str> = route
+                .template()
+                .split('/')
+                .filter(|s| s.starts_with('{'))
+                .collect();
+            let args: Vec<String> = (0..names.len()).map(|i| format!("a{i}")).collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let path = route.path(&args);
+            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+            let found = Route::find(route.method(), &segments).expect("found");
+            assert_eq!(found.route, route, "{path}");
+            for (name, arg) in names.iter().zip(&args) {
+                assert_eq!(found.param(name.trim_matches(['{', '}'])), *arg, "{path}");
+            }
+        }
+    }
+
+    /// No request could be answered by two routes: for any two of one method and length, some
+    /// segment is a different literal in each.
+    #[test]
+    fn no_two_routes_answer_one_request() {
+        fn check<T: RouteTable + PartialEq>() {
+            for (i, &a) in T::ALL.iter().enumerate() {
+                for &b in &T::ALL[i + 1..] {
+                    let split = |r: T| r.template().split('/').collect::<Vec<_>>();
+                    let (sa, sb) = (split(a), split(b));
+                    let distinct = a.method() != b.method()
+                        || sa.len() != sb.len()
+                        || sa
+                            .iter()
+                            .zip(&sb)
+                            .any(|(x, y)| !x.starts_with('{') && !y.starts_with('{') && x != y);
+                    assert!(distinct, "{a:?} and {b:?} answer the same requests");
+                }
+            }
+        }
+        check::<Route>();
+        check::<dashboard::DashboardRoute>();
+    }
+
+    #[test]
+    fn a_request_of_no_route_is_none() {
+        assert_eq!(Route::find("GET", &["v1", "nothing"]), None);
+        assert_eq!(Route::find("DELETE", &["v1", "runs", "r_1"]), None);
+        assert_eq!(
+            Route::find("GET", &["v1", "runs", "validate"]).map(|f| f.route),
+            Some(Route::GetRun),
+            "a run may be called `validate`; only `POST` validates"
+        );
     }
 }

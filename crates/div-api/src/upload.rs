@@ -6,7 +6,8 @@
 //!
 //! After a failed try the loop learns how many bytes the server holds: from the 409
 //! `offset_mismatch` answer's `received`, or, when the connection was cut or the server
-//! kept failing, by asking [`crate::ControlPlane::missing_blobs`]. It then sends the rest.
+//! kept failing, by asking which blobs the volume lacks (`POST …/blobs/missing`). It then
+//! sends the rest.
 //! It goes on as long as the server's count grows; once [`crate::Options::deadline`] has
 //! passed since the count last grew, it gives up with the last failure. Between tries that
 //! made no progress it waits as the retry policy's backoff says. Each request within the
@@ -15,11 +16,12 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::BlobSource;
 use crate::client::{Call, CallBody, HttpControlPlane};
 use crate::display;
 use crate::error::{ApiError, ErrorKind};
-use crate::routes::segment;
-use crate::{BlobSource, ControlPlane};
+use crate::models::{MissingBlobs, MissingBlobsRequest};
+use crate::routes::{self, Route};
 
 impl HttpControlPlane {
     /// Send `data`, the blob's bytes from `start` of `total`, resuming where the server
@@ -51,7 +53,7 @@ impl HttpControlPlane {
                 }
             } else if error.is_unavailable() {
                 // The connection was cut, or the server kept failing: ask how much arrived.
-                let missing = self.missing_blobs(volume, &[hash.to_owned()]).await?;
+                let missing = self.missing(volume, hash).await?;
                 if !missing.missing.iter().any(|h| h == hash) {
                     return Ok(());
                 }
@@ -89,6 +91,16 @@ impl HttpControlPlane {
         }
     }
 
+    /// What the volume lacks of the blob `hash` (`POST /v1/volumes/{name}/blobs/missing`).
+    async fn missing(&self, volume: &str, hash: &str) -> Result<MissingBlobs, ApiError> {
+        let body = MissingBlobsRequest {
+            hashes: vec![hash.to_owned()],
+        };
+        let path = routes::MISSING_BLOBS.path(&[volume]);
+        self.json(Call::with_json(Route::MissingBlobs, path, &body))
+            .await
+    }
+
     /// One `PUT` of a blob's bytes from `offset`.
     async fn upload_once(
         &self,
@@ -98,14 +110,13 @@ impl HttpControlPlane {
         total: u64,
         data: BlobSource,
     ) -> Result<(), ApiError> {
+        let path = format!(
+            "{}?offset={offset}&total={total}",
+            routes::UPLOAD_BLOB.path(&[volume, hash])
+        );
         let call = Call {
-            method: http::Method::PUT,
             body: CallBody::Blob(data),
-            ..Call::get(format!(
-                "/v1/volumes/{}/blobs/{}?offset={offset}&total={total}",
-                segment(volume),
-                segment(hash)
-            ))
+            ..Call::new(Route::UploadBlob, path)
         };
         self.empty(call).await.map(drop)
     }

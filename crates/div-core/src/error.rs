@@ -25,7 +25,8 @@ pub enum FailureKind {
 }
 
 /// The error returned by every div-core action: [`crate::run()`], [`crate::logs()`],
-/// [`crate::stop()`], [`crate::runs()`], the storage, secrets, result and telemetry calls.
+/// [`crate::stop()`], [`crate::runs()`], the storage, secrets, image, result and telemetry
+/// calls.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
@@ -144,6 +145,10 @@ pub enum RunError {
     /// No secret has that name.
     #[error("there is no secret `{0}`")]
     SecretNotFound(String),
+    /// The control plane keeps no image cache (a hosted one, or one from before image
+    /// caches): `div image ls` and `div image prune` have nothing to `what`.
+    #[error("this control plane has no image cache to {what}")]
+    NoImageCache { what: &'static str },
     /// A telemetry layout cannot be read.
     #[error("the telemetry layout is not valid: {0}")]
     Layout(String),
@@ -212,7 +217,8 @@ impl RunError {
             | RunError::NoRuns(_)
             | RunError::VolumeNotFound(_)
             | RunError::NotInVolume { .. }
-            | RunError::SecretNotFound(_) => FailureKind::NotFound,
+            | RunError::SecretNotFound(_)
+            | RunError::NoImageCache { .. } => FailureKind::NotFound,
             RunError::Write { .. } => FailureKind::Local,
             RunError::ControlPlaneGone { .. } => FailureKind::Unreachable,
             RunError::Api { source, .. } => match source.kind() {
@@ -290,6 +296,10 @@ impl RunError {
                 Some("get it into a new directory, or move the file away first".into())
             }
             RunError::SecretNotFound(_) => Some("`div secrets ls` lists them".into()),
+            RunError::NoImageCache { .. } => Some(
+                "`div image` is for the local control plane's own cache; a hosted control plane keeps its images itself"
+                    .into(),
+            ),
             RunError::NameTaken(_) => {
                 Some("choose another `--name`, or leave it out for a generated one".into())
             }

@@ -1,7 +1,7 @@
 //! One call per div user action — [`run()`], [`logs()`], [`stop()`], [`runs()`],
 //! [`storage_put()`] and the other storage calls, [`secret_set()`] and the other secrets
-//! calls, [`result()`], [`telemetry()`] — composing div-spec, div-pricing, div-ship and a
-//! [`ControlPlane`].
+//! calls, [`image_list()`] and [`image_prune()`], [`result()`], [`telemetry()`] — composing
+//! div-spec, div-pricing, div-ship and a [`ControlPlane`].
 //!
 //! div-core does the work and tells an [`EventSink`] what happens ([`Event`]): it never
 //! prints, reads the environment or touches a terminal, so any program can embed it. The
@@ -33,6 +33,7 @@ mod error;
 mod event;
 mod fmt;
 mod follow;
+mod images;
 mod last_line;
 mod missing_module;
 mod outage;
@@ -51,6 +52,7 @@ pub use div_api::ControlPlane;
 pub use error::{FailureKind, RunError};
 pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
+pub use images::{image_list, image_prune};
 pub use last_line::last_line;
 pub use missing_module::{LOG_TAIL_BYTES, missing_module_hint};
 pub use project::{
@@ -60,7 +62,7 @@ pub use project::{
 pub use result::{ResultReport, pretty_json, result};
 pub use run::{
     DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
-    ShipmentSummary, UPLOAD_PIECE_BYTES, run,
+    ShipmentSummary, run,
 };
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
@@ -76,3 +78,4 @@ pub use telemetry::{
     Chart, ChartSpec, Layout, LayoutError, Series, TelemetryRead, X_LINE, X_STEP, charts,
     number_at, telemetry,
 };
+pub use upload::UPLOAD_PIECE_BYTES;

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use div_api::{Catalogue as ApiCatalogue, CodeRef, ControlPlane, CreateRun, EnvVar, Run};
-use div_pricing::{Catalogue, SizeRequest, Sizing, SkuPrice};
+use div_api::{CodeRef, ControlPlane, CreateRun, EnvVar, Run};
+use div_pricing::{SizeRequest, Sizing};
 use div_ship::{ShipOptions, Shipment};
 use div_spec::{Check, EnvPair, MemoryGib, Money, Sku, UnknownSku, VolumeName};
 
@@ -23,9 +23,6 @@ const KEEP_FOR_UPLOAD: u64 = 256 << 20;
 
 /// A shipment past this many bytes gets a warning.
 pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
-/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
-/// so the progress bar moves while one large file is sent.
-pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 /// A shipped file past this many bytes gets a warning.
 pub const LARGE_FILE_BYTES: u64 = 100_000_000;
 
@@ -399,7 +396,7 @@ async fn prepare(
             Err(e) => return Err(RunError::api("look for a run of that name", e)),
         }
     }
-    let catalogue = pricing_catalogue(&api_catalogue);
+    let catalogue = api_catalogue.pricing();
     let sizing = catalogue.size(&SizeRequest {
         sku,
         gpus: options.gpus,
@@ -570,29 +567,6 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
         });
     }
     events
-}
-
-/// div-pricing's catalogue from the control plane's: the SKUs this client knows how to size.
-fn pricing_catalogue(c: &ApiCatalogue) -> Catalogue {
-    Catalogue {
-        skus: c
-            .skus
-            .iter()
-            .filter_map(|s| {
-                Some(SkuPrice {
-                    sku: s.name.parse().ok()?,
-                    cents_per_hour: s.cents_per_hour,
-                    cores_per_unit: s.cores_per_unit,
-                    memory_gib_per_unit: s.memory_gib_per_unit,
-                })
-            })
-            .collect(),
-        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
-        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
-        max_cores: c.max_cores,
-        max_memory_gib: c.max_memory_gib,
-        max_run_seconds: c.max_run_seconds,
-    }
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, RunError> {

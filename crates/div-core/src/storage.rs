@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use div_api::{ControlPlane, ErrorKind, Volume, VolumeEntry};
-use div_ship::{EntryKind, HashStats, Manifest, ManifestEntry, Shipment, Source};
+use div_ship::{EntryKind, HashStats, Manifest, Shipment, Source, TreeEntry};
 use div_spec::VolumeName;
 use tokio::io::AsyncWriteExt;
 
@@ -241,7 +241,7 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
         }
         let hash = div_ship::hash_file(path).map_err(read(path))?;
         use std::os::unix::fs::PermissionsExt;
-        entries.push(ManifestEntry {
+        entries.push(TreeEntry {
             path: rel.clone(),
             kind: EntryKind::File,
             executable: meta.permissions().mode() & 0o100 != 0,

@@ -2,12 +2,11 @@
 //! code and `div storage put` with its files. Only what the volume lacks is sent, small
 //! files in packs, large ones in pieces, partial blobs resumed.
 
-use div_api::{BlobSource, CommitTree, ControlPlane, EntryKind as ApiEntryKind, TreeEntry};
+use div_api::{BlobSource, CommitTree, ControlPlane};
 use div_ship::{Shipment, UploadPlan};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
-use crate::run::UPLOAD_PIECE_BYTES;
 
 /// What an upload's failures say it was doing, in the words of the command that ran it.
 #[derive(Debug)]
@@ -17,6 +16,10 @@ pub(crate) struct UploadWords {
     send: &'static str,
     commit: &'static str,
 }
+
+/// A blob larger than this is sent in pieces of this many bytes, each a request of its own,
+/// so the progress bar moves while one large file is sent.
+pub const UPLOAD_PIECE_BYTES: u64 = 32 << 20;
 
 /// How many bytes of small files one pack carries (at most), and how many files.
 const PACK_BYTES: u64 = 8 << 20;
@@ -55,20 +58,13 @@ pub(crate) async fn upload(
             .manifest
             .entries
             .iter()
-            .map(|e| TreeEntry {
-                path: if prefix.is_empty() {
-                    e.path.clone()
-                } else {
-                    format!("{prefix}/{}", e.path)
-                },
-                kind: match e.kind {
-                    div_ship::EntryKind::File => ApiEntryKind::File,
-                    div_ship::EntryKind::Symlink => ApiEntryKind::Symlink,
-                },
-                executable: e.executable,
-                size: e.size,
-                hash: e.hash.clone(),
-                target: e.target.clone(),
+            .map(|e| {
+                // The manifest's entries are the API's (one `TreeEntry`): only the path moves.
+                let mut entry = e.clone();
+                if !prefix.is_empty() {
+                    entry.path = format!("{prefix}/{}", e.path);
+                }
+                entry
             })
             .collect(),
     };

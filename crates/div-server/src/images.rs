@@ -17,9 +17,11 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use div_api::{CachedImage, ImageCache, ImageDisk, PrunedImages};
 use div_image::{
-    CredentialSources, Credentials, EnsureError, ImageRef, ImageStore, Limit, Platform,
-    ProgressSink, PullPolicy, RegistryOptions, StoreOptions, UnpackError, UnpackLimits,
+    CredentialSources, Credentials, Digest, EnsureError, ImageRef, ImageStore, Limit, Platform,
+    ProgressSink, PruneOptions, PullPolicy, RegistryOptions, StoreOptions, UnpackError,
+    UnpackLimits,
 };
 use serde::{Deserialize, Serialize};
 
@@ -176,6 +178,95 @@ impl Images {
             name_resolution,
         }))
     }
+}
+
+impl Images {
+    /// `GET /v1/images`: every image of the cache, and the disk the cache takes (`div image
+    /// ls`). Blocking: it walks the cache.
+    pub(crate) fn listing(&self) -> Result<ImageCache, HttpError> {
+        let cannot = |what: &str, e: div_image::StoreError| {
+            HttpError::internal(format!("cannot {what}: {}", div_api::error_chain(&e)))
+        };
+        let images = self
+            .store
+            .list()
+            .map_err(|e| cannot("list the image cache", e))?;
+        let usage = self
+            .store
+            .disk_usage()
+            .map_err(|e| cannot("measure the image cache", e))?;
+        Ok(ImageCache {
+            path: self.store.root().display().to_string(),
+            images: images
+                .into_iter()
+                .map(|i| CachedImage {
+                    digest: i.digest.to_string(),
+                    references: i.references,
+                    compressed_bytes: i.compressed_bytes,
+                    unpacked_bytes: i.unpacked_bytes,
+                    extra: Default::default(),
+                })
+                .collect(),
+            disk: ImageDisk {
+                blobs: usage.blobs,
+                images: usage.images,
+                tmp: usage.tmp,
+            },
+            extra: Default::default(),
+        })
+    }
+
+    /// `POST /v1/images/prune`: removes every image that no run of `runs` (the state
+    /// directory's run folders) uses while it has not ended, the blobs only they needed and
+    /// unfinished work (`div image prune`). The cache's lock makes it wait for pulls under
+    /// way, and a pull wait for it.
+    pub(crate) async fn prune_unused(&self, runs: PathBuf) -> Result<PrunedImages, HttpError> {
+        let keep = tokio::task::spawn_blocking(move || images_in_use(&runs))
+            .await
+            .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?;
+        let report = self
+            .store
+            .prune(&PruneOptions {
+                keep: keep.clone(),
+                unused_since: None,
+            })
+            .await
+            .map_err(|e| {
+                HttpError::internal(format!(
+                    "cannot prune the image cache: {}",
+                    div_api::error_chain(&e)
+                ))
+            })?;
+        Ok(PrunedImages {
+            images: report.images.iter().map(ToString::to_string).collect(),
+            blobs: report.blobs,
+            bytes: report.bytes,
+            kept: keep.len() as u64,
+            extra: Default::default(),
+        })
+    }
+}
+
+/// The images of the runs in `runs` that have not ended (`<id>/image.json` without
+/// `<id>/end.json`), each once. Only the record's `digest` is read, so a record of any
+/// server's keeps its image.
+fn images_in_use(runs: &Path) -> Vec<Digest> {
+    #[derive(Deserialize)]
+    struct Used {
+        digest: String,
+    }
+    let mut keep: Vec<Digest> = fs::read_dir(runs)
+        .map(|d| d.flatten().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|run| !run.path().join("end.json").exists())
+        .filter_map(|run| fs::read(run.path().join(RUN_IMAGE_FILE)).ok())
+        .filter_map(|bytes| serde_json::from_slice::<Used>(&bytes).ok())
+        .filter_map(|image| image.digest.parse().ok())
+        .collect();
+    keep.sort_by_key(ToString::to_string);
+    keep.dedup();
+    keep
 }
 
 /// What a pull that failed with `e` answers: 422 for an image that cannot be used (the

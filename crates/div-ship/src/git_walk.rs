@@ -52,7 +52,7 @@ impl Untracked {
 /// `repo`, whose index is `index`. `None` when the file system needs case folding or
 /// Unicode precomposition (gix's walk then does it).
 pub(crate) fn walk(
-    opened: &crate::git::Opened,
+    opened: &crate::repo::Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
@@ -74,7 +74,7 @@ pub(crate) fn walk(
     // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
     // untracked below is listed (git's `treat_leading_path`).
     let mut rela = Vec::with_capacity(256);
-    let prefix = crate::git::on_disk(prefix);
+    let prefix = crate::name::on_disk(prefix);
     let prefix = prefix.as_os_str().as_bytes();
     for component in prefix.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
         if !rela.is_empty() {
@@ -152,7 +152,7 @@ pub(crate) fn walk(
             .map(|_| {
                 let how = opened.how_to_reopen();
                 scope.spawn(move || {
-                    let repo = crate::git::reopen(how)?;
+                    let repo = crate::repo::reopen(how)?;
                     let excludes = exclude_stack(&repo, index).map_err(git_err)?;
                     let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
                     take(&mut walker);

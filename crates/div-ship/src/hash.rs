@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ShipError;
 use crate::git::Listed;
-use crate::manifest::{EntryKind, ManifestEntry};
+use crate::manifest::{EntryKind, TreeEntry};
 
 /// How much hashing a [`collect`](crate::collect) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -226,7 +226,7 @@ pub(crate) struct StatKeyRef(StatKey);
 /// What looking at one listed path gave.
 #[derive(Debug)]
 pub(crate) struct Looked {
-    pub(crate) entry: ManifestEntry,
+    pub(crate) entry: TreeEntry,
     /// Files only: the stat the hash belongs to, for the cache.
     pub(crate) key: Option<StatKeyRef>,
     pub(crate) hashed: bool,
@@ -423,7 +423,7 @@ fn look(
     folder: &mut Folder,
     cursor: &mut usize,
 ) -> Result<Option<Looked>, ShipError> {
-    let on_disk = crate::git::on_disk(&item.path);
+    let on_disk = crate::name::on_disk(&item.path);
     let abs = || root.join(&on_disk);
     let io_err = |source| ShipError::Io {
         path: abs(),
@@ -469,7 +469,7 @@ fn look(
         let target = rustix::fs::readlinkat(dir, name, Vec::new()).map_err(|e| io_err(e.into()))?;
         let target = crate::name::encode_path(target.as_bytes()).into_owned();
         return Ok(Some(Looked {
-            entry: ManifestEntry {
+            entry: TreeEntry {
                 path: String::new(), // moved in by `look_all`
                 kind: EntryKind::Symlink,
                 executable: false,
@@ -507,7 +507,7 @@ fn file_looked(
     data: Option<bytes::Bytes>,
 ) -> Looked {
     Looked {
-        entry: ManifestEntry {
+        entry: TreeEntry {
             path: String::new(), // moved in by `look_all`
             kind: EntryKind::File,
             executable: stat.st_mode & 0o100 != 0,

@@ -4,8 +4,8 @@
 //! - [`collect()`] lists and hashes a directory into a [`Shipment`]: inside a git repository
 //!   exactly what `git ls-files --cached --others --exclude-standard` prints there (submodules
 //!   walked for their own sets), outside one everything but [`SKIPPED_NAMES`].
-//! - [`Manifest`] is the sorted list of [`ManifestEntry`]s; [`Manifest::short_id`] is the code
-//!   id users see (`9f31c2ab`).
+//! - [`Manifest`] is the sorted list of [`TreeEntry`]s (div-spec's, the very entries the API
+//!   commits); [`Manifest::short_id`] is the code id users see (`9f31c2ab`).
 //! - [`UploadPlan`] says which blobs to send, given what the volume lacks.
 //! - [`materialise()`] and [`validate_entries()`] are the server side.
 //!
@@ -37,10 +37,11 @@ mod manifest;
 mod materialise;
 mod name;
 mod plan;
+mod repo;
 mod walk;
 
 pub use hash::{HashStats, cache_file_for, hash_file};
-pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use manifest::{EntryKind, Manifest, ManifestEntry, TreeEntry};
 pub use materialise::{
     EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, link_into, materialise,
     materialise_linked, name_unnamed_file, validate_entries,
@@ -231,10 +232,9 @@ impl Shipment {
     /// One pass that keeps the `n` best seen so far (n is small: 1 or 5), cloning only the
     /// paths returned: sorting every file would copy 57,000 paths to keep five.
     pub fn largest_files(&self, n: usize) -> Vec<(String, u64)> {
-        let first = |a: &ManifestEntry, b: &ManifestEntry| {
-            b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path))
-        };
-        let mut best: Vec<&ManifestEntry> = Vec::with_capacity(n + 1);
+        let first =
+            |a: &TreeEntry, b: &TreeEntry| b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path));
+        let mut best: Vec<&TreeEntry> = Vec::with_capacity(n + 1);
         for e in self
             .manifest
             .entries
@@ -296,7 +296,7 @@ impl Shipment {
     /// machine.
     pub fn local_path(&self, path: &str) -> PathBuf {
         self.root
-            .join(git::on_disk(path.strip_prefix("./").unwrap_or(path)))
+            .join(name::on_disk(path.strip_prefix("./").unwrap_or(path)))
     }
 
     /// The line printed before uploading, like
@@ -462,7 +462,7 @@ fn list_sorted(
     }
     let mut listed = Vec::new();
     let mut warnings = Vec::new();
-    let source = match git::open(root, options)? {
+    let source = match repo::open(root, options)? {
         Some(opened) => {
             git::list(&opened, root, &mut listed, &mut warnings)?;
             Source::Git
@@ -475,18 +475,6 @@ fn list_sorted(
     listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     listed.dedup_by(|a, b| a.path == b.path);
     Ok((source, listed, warnings))
-}
-
-pub(crate) fn is_no_repository(err: &gix::Error) -> bool {
-    use gix::discover::upwards::Error;
-    matches!(
-        err.downcast_any_ref::<Error>(),
-        Some(
-            Error::NoGitRepository { .. }
-                | Error::NoGitRepositoryWithinCeiling { .. }
-                | Error::NoGitRepositoryWithinFs { .. }
-        )
-    )
 }
 
 /// Rewrites each link whose absolute target lies inside the shipped folder (one of `roots`:
@@ -509,7 +497,7 @@ fn relative_absolute_links(looked: &mut [hash::Looked], roots: &[&Path]) {
 /// is inside one of `roots`, lexically, or once the target's folder is resolved on this
 /// machine (a root reached through a link); `None` when it is not.
 fn relative_target(link_path: &str, target: &str, roots: &[&Path]) -> Option<String> {
-    let target = git::on_disk(target);
+    let target = name::on_disk(target);
     let target = target.as_ref();
     let canonical = || {
         let parent = target.parent()?.canonicalize().ok()?;

@@ -2,40 +2,16 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What a shipped path is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    /// A regular file; its content is the blob named by [`ManifestEntry::hash`].
-    File,
-    /// A symbolic link, shipped as a link; its target is [`ManifestEntry::target`].
-    Symlink,
-}
+pub use div_spec::{EntryKind, TreeEntry};
 
-/// One shipped path. Same JSON shape as `div_api::TreeEntry`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestEntry {
-    /// Relative, `/`-separated, no empty, `.` or `..` components.
-    pub path: String,
-    pub kind: EntryKind,
-    /// Whether the owner's executable bit is set (files only).
-    #[serde(default)]
-    pub executable: bool,
-    /// Size in bytes (files only; 0 for links).
-    #[serde(default)]
-    pub size: u64,
-    /// blake3 of the content, lowercase hex (files only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-    /// The link's target, as stored in the link (symlinks only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-}
+/// A manifest's entry: [`TreeEntry`] itself, the type the API commits (`div_api::TreeEntry`),
+/// under the name div-ship gave it first.
+pub type ManifestEntry = TreeEntry;
 
 /// The list of shipped paths, sorted by path (bytewise), each path once.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    pub entries: Vec<ManifestEntry>,
+    pub entries: Vec<TreeEntry>,
 }
 
 impl Manifest {
@@ -113,7 +89,7 @@ impl Manifest {
     }
 
     /// The entry at `path`, if shipped.
-    pub fn get(&self, path: &str) -> Option<&ManifestEntry> {
+    pub fn get(&self, path: &str) -> Option<&TreeEntry> {
         self.entries
             .binary_search_by(|e| e.path.as_str().cmp(path))
             .ok()
@@ -124,10 +100,10 @@ impl Manifest {
 /// `entries` as the canonical JSON writes them inside its list (compact, comma-separated),
 /// into `out`, emptied first.
 ///
-/// Written by hand, byte for byte what serde_json writes for a [`ManifestEntry`] (tested
+/// Written by hand, byte for byte what serde_json writes for a [`TreeEntry`] (tested
 /// against it: `an_entry_is_written_as_serde_json_writes_it`), at a fraction of its cost per
 /// field: the id of a 57,000-file manifest is 8 MB of it.
-fn write_entries(entries: &[ManifestEntry], out: &mut Vec<u8>) {
+fn write_entries(entries: &[TreeEntry], out: &mut Vec<u8>) {
     out.clear();
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
@@ -137,7 +113,7 @@ fn write_entries(entries: &[ManifestEntry], out: &mut Vec<u8>) {
     }
 }
 
-fn write_entry(entry: &ManifestEntry, out: &mut Vec<u8>) {
+fn write_entry(entry: &TreeEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(br#"{"path":"#);
     write_json_str(&entry.path, out);
     out.extend_from_slice(match entry.kind {
@@ -269,7 +245,7 @@ mod tests {
 
     #[test]
     fn the_id_is_blake3_of_the_canonical_json_whatever_the_order() {
-        let entry = |path: &str| ManifestEntry {
+        let entry = |path: &str| TreeEntry {
             path: path.to_owned(),
             kind: EntryKind::File,
             executable: false,
@@ -318,7 +294,7 @@ mod tests {
             ("", EntryKind::File, None, None, 1_234_567_890),
         ] {
             for executable in [false, true] {
-                let entry = ManifestEntry {
+                let entry = TreeEntry {
                     path: path.to_owned(),
                     kind,
                     executable,
@@ -342,7 +318,7 @@ mod tests {
     /// around a block's edge.
     #[test]
     fn the_id_of_many_blocks_is_blake3_of_the_whole_canonical_json() {
-        let entry = |i: usize| ManifestEntry {
+        let entry = |i: usize| TreeEntry {
             path: format!("d{}/f\"é{i:06}", i % 7),
             kind: if i.is_multiple_of(5) {
                 EntryKind::Symlink
@@ -355,7 +331,7 @@ mod tests {
             target: (i.is_multiple_of(5)).then(|| format!("../t{i}")),
         };
         for n in [1, 2047, 2048, 2049, 4096, 4097, 20_001] {
-            let mut entries: Vec<ManifestEntry> = (0..n).map(entry).collect();
+            let mut entries: Vec<TreeEntry> = (0..n).map(entry).collect();
             entries.sort_by(|a, b| a.path.cmp(&b.path));
             let manifest = Manifest { entries };
             let whole = blake3::hash(&manifest.canonical_json())

@@ -7,9 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::git::on_disk;
-use crate::manifest::{EntryKind, ManifestEntry, resolve_link};
+use crate::manifest::{EntryKind, TreeEntry, resolve_link};
 use crate::name::decode_path;
+use crate::name::on_disk;
 
 /// The longest file name Linux file systems take, in bytes.
 const NAME_MAX: usize = 255;
@@ -61,7 +61,7 @@ pub enum MaterialiseError {
 /// paths with no empty, `.` or `..` component, valid Linux names (no NUL, at most 255 bytes per
 /// name and 4095 per path), each path once, nothing under a symlink or a file, files with a
 /// lowercase blake3 hex hash, symlinks with a target that stays inside the tree once resolved.
-pub fn validate_entries(entries: &[ManifestEntry]) -> Result<(), MaterialiseError> {
+pub fn validate_entries(entries: &[TreeEntry]) -> Result<(), MaterialiseError> {
     let mut kinds: HashMap<&str, EntryKind> = HashMap::with_capacity(entries.len());
     for entry in entries {
         validate_path(&entry.path)?;
@@ -146,7 +146,7 @@ fn validate_path(path: &str) -> Result<(), MaterialiseError> {
     Ok(())
 }
 
-fn validate_kind(entry: &ManifestEntry) -> Result<(), MaterialiseError> {
+fn validate_kind(entry: &TreeEntry) -> Result<(), MaterialiseError> {
     let problem = match entry.kind {
         EntryKind::File => match entry.hash.as_deref() {
             _ if entry.target.is_some() => Some("has a link target"),
@@ -189,7 +189,7 @@ pub(crate) fn is_hash(hash: &str) -> bool {
 /// written into a temporary sibling of `dest` and renamed into place, so `dest` either does not
 /// exist or is complete; on failure the temporary directory is removed.
 pub fn materialise(
-    entries: &[ManifestEntry],
+    entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), MaterialiseError> {
@@ -204,7 +204,7 @@ pub fn materialise(
 /// first time a tree needs it. A link that cannot be made (another file system), or a twin
 /// that cannot, is a copy.
 pub fn materialise_linked(
-    entries: &[ManifestEntry],
+    entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
 ) -> Result<(), MaterialiseError> {
@@ -218,7 +218,7 @@ pub fn materialise_linked(
 /// the blob the first time one is needed. The caller has [validated](validate_entries) the
 /// whole tree `entries` are part of.
 pub fn link_into(
-    entries: &[ManifestEntry],
+    entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,
     twin_path: impl Fn(&str) -> PathBuf + Sync,
     root: &Path,
@@ -246,7 +246,7 @@ enum Files {
 }
 
 fn materialise_with(
-    entries: &[ManifestEntry],
+    entries: &[TreeEntry],
     blob_path: &(dyn Fn(&str) -> PathBuf + Sync),
     dest: &Path,
     files: Files,
@@ -413,7 +413,7 @@ const FILES_PER_THREAD: usize = 4096;
 
 /// Writes `files` (sorted, all plain files) into the tree at `root`.
 fn write_files(
-    files: &[&ManifestEntry],
+    files: &[&TreeEntry],
     sources: &Sources<'_>,
     root: &Path,
     how: Files,
@@ -498,7 +498,7 @@ fn write_files(
 }
 
 fn write_tree(
-    entries: &[ManifestEntry],
+    entries: &[TreeEntry],
     sources: &Sources<'_>,
     root: &Path,
     how: Files,

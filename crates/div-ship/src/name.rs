@@ -89,6 +89,11 @@ pub fn display_path(s: &str) -> Cow<'_, str> {
     Cow::Owned(s.replace('\0', "\\x"))
 }
 
+/// A path as the manifest writes it ([`encode_path`]), on disk.
+pub(crate) fn on_disk(path: &str) -> Cow<'_, Path> {
+    fs_path(path).unwrap_or(Cow::Borrowed(Path::new(path)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,9 @@
 //!
 //! Main types: [`Money`], [`Sku`], [`MemoryGib`], [`Entrypoint`], [`Check`] (with
 //! [`Verdict`]), [`Slug`], [`EnvPair`], [`VolumeName`]; printing helpers
-//! [`format_duration`], [`format_bytes`], [`format_bytes_short`].
+//! [`format_duration`], [`format_bytes`], [`format_bytes_short`]. And one shape that is not
+//! typed but shared: [`TreeEntry`], a tree's entry, the same in div-ship's manifest and in the
+//! API.
 //!
 //! ```
 //! use div_spec::{Check, Entrypoint, Money, Outcome};
@@ -37,6 +39,7 @@ mod run_name;
 mod sku;
 mod slug;
 mod terminal;
+mod tree;
 mod volume;
 
 pub use check::{Check, CheckError, CheckOp, CheckValue, Outcome, Verdict};
@@ -53,6 +56,7 @@ pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};
 pub use sku::{Sku, UnknownSku};
 pub use slug::{MAX_SLUG_LEN, ProjectNameError, Slug, SlugError, check_project_name};
 pub use terminal::{is_terminal_control, terminal_safe};
+pub use tree::{EntryKind, TreeEntry};
 pub use volume::{VolumeName, VolumeNameError, is_volume_path, volumes_named};
 
 /// The image a run gets when it names none (`div run --image` unset). One home: div-core

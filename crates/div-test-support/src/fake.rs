@@ -12,18 +12,21 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use div_api::{
-    ApiError, BadLine, BlobSource, ByteSink, Catalogue, CommitTree, CommittedTree, ControlPlane,
-    CreateRun, EntryKind, ErrorKind, ListRuns, LogEvent, LogStream, MissingBlobs, Run, RunList,
-    RunResult, RunStatus, SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume,
-    VolumeEntry,
+    ApiError, BadLine, BlobSource, ByteSink, CachedImage, Catalogue, CommitTree, CommittedTree,
+    ControlPlane, CreateRun, EntryKind, ErrorKind, ImageCache, ImageDisk, ListRuns, LogEvent,
+    LogStream, MissingBlobs, PruneImages, PrunedImages, Route, Run, RunList, RunResult, RunStatus,
+    SecretInfo, SkuOffer, StagedTree, Telemetry, TelemetryPoint, Volume, VolumeEntry,
 };
-use div_pricing::{SizeRequest, SkuPrice};
+use div_pricing::SizeRequest;
 use div_spec::{MemoryGib, UnknownSku};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 /// The time every record of the fake carries.
 pub const FAKE_TIME: &str = "2025-01-01T00:00:00Z";
+
+/// Where the fake says its image cache is (it has no folder: it is in memory).
+pub const FAKE_IMAGES: &str = "(the fake's memory)";
 
 /// A small catalogue: `cpu` and `h100`.
 pub fn sample_catalogue() -> Catalogue {
@@ -81,6 +84,8 @@ struct State {
     /// How many trees were staged, and how many packs were sent for a stage.
     staged: u64,
     staged_packs: u64,
+    /// The image cache, oldest first ([`FakeControlPlane::add_image`]).
+    images: Vec<CachedImage>,
 }
 
 /// How the fake answers staged commits ([`ControlPlane::stage_tree`]).
@@ -107,6 +112,8 @@ pub struct FakeControlPlane {
     state: Mutex<State>,
     /// Told whenever a run ends or its log grows, for followed logs waiting on it.
     changed: tokio::sync::Notify,
+    /// How many times each route of the table was asked ([`FakeControlPlane::calls`]).
+    calls: Mutex<BTreeMap<Route, u64>>,
 }
 
 impl std::fmt::Debug for FakeControlPlane {
@@ -169,6 +176,7 @@ impl FakeControlPlane {
             nodes_of: None,
             state: Mutex::new(State::default()),
             changed: tokio::sync::Notify::new(),
+            calls: Mutex::default(),
         }
     }
 
@@ -192,6 +200,41 @@ impl FakeControlPlane {
     pub fn staged(&self) -> (u64, u64) {
         let state = self.state();
         (state.staged, state.staged_packs)
+    }
+
+    /// How many times the route `route` was asked: each operation counts the route a
+    /// control plane over HTTP answers it at (`div_api::routes`). An operation the fake
+    /// answers as a control plane without it (`pull_image`, `upload_pack`, `tree_held`)
+    /// counts as what it does instead.
+    pub fn calls(&self, route: Route) -> u64 {
+        self.calls
+            .lock()
+            .expect("no test panicked while counting")
+            .get(&route)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn called(&self, route: Route) {
+        *self
+            .calls
+            .lock()
+            .expect("no test panicked while counting")
+            .entry(route)
+            .or_default() += 1;
+    }
+
+    /// The image cache holds `reference` (unpacked from `compressed_bytes` into
+    /// `unpacked_bytes`), as if a pull had put it there; its digest is made of its name.
+    pub fn add_image(&self, reference: &str, compressed_bytes: u64, unpacked_bytes: u64) {
+        let digest = format!("sha256:{}", blake3::hash(reference.as_bytes()).to_hex());
+        self.state().images.push(CachedImage {
+            digest,
+            references: vec![reference.to_owned()],
+            compressed_bytes,
+            unpacked_bytes,
+            extra: Default::default(),
+        });
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -273,7 +316,8 @@ impl FakeControlPlane {
             ));
         }
         // Sized and priced by div-pricing's rules, as div-server sizes them.
-        let sizing = pricing_catalogue(&catalogue)
+        let sizing = catalogue
+            .pricing()
             .size(&SizeRequest {
                 sku: run.sku.parse().map_err(|e: UnknownSku| {
                     invalid(format!("unknown SKU `{}`: {e}", run.sku), Value::Null)
@@ -369,29 +413,6 @@ fn read_telemetry(jsonl: &str, after: u64) -> (Vec<TelemetryPoint>, Vec<BadLine>
     (points, bad)
 }
 
-/// div-pricing's catalogue from the API's: the SKUs div-pricing knows how to size.
-fn pricing_catalogue(c: &Catalogue) -> div_pricing::Catalogue {
-    div_pricing::Catalogue {
-        skus: c
-            .skus
-            .iter()
-            .filter_map(|s| {
-                Some(SkuPrice {
-                    sku: s.name.parse().ok()?,
-                    cents_per_hour: s.cents_per_hour,
-                    cores_per_unit: s.cores_per_unit,
-                    memory_gib_per_unit: s.memory_gib_per_unit,
-                })
-            })
-            .collect(),
-        extra_core_cents_per_hour: c.extra_core_cents_per_hour,
-        extra_gib_cents_per_hour: c.extra_gib_cents_per_hour,
-        max_cores: c.max_cores,
-        max_memory_gib: c.max_memory_gib,
-        max_run_seconds: c.max_run_seconds,
-    }
-}
-
 fn find_run(runs: &[Run], run: &str) -> Result<usize, ApiError> {
     runs.iter()
         .position(|r| r.id == run || r.name == run)
@@ -410,10 +431,52 @@ fn good_path(path: &str) -> bool {
 #[async_trait]
 impl ControlPlane for FakeControlPlane {
     async fn catalogue(&self) -> Result<Catalogue, ApiError> {
+        self.called(Route::Catalogue);
         Ok(self.catalogue.clone().unwrap_or_else(sample_catalogue))
     }
 
+    async fn list_images(&self) -> Result<ImageCache, ApiError> {
+        self.called(Route::ListImages);
+        let images = self.state().images.clone();
+        let disk = ImageDisk {
+            blobs: images.iter().map(|i| i.compressed_bytes).sum(),
+            images: images.iter().map(|i| i.unpacked_bytes).sum(),
+            tmp: 0,
+        };
+        Ok(ImageCache {
+            path: FAKE_IMAGES.to_owned(),
+            images,
+            disk,
+            extra: Default::default(),
+        })
+    }
+
+    async fn prune_images(&self, _prune: &PruneImages) -> Result<PrunedImages, ApiError> {
+        self.called(Route::PruneImages);
+        let mut state = self.state();
+        // As the server keeps them: the images of runs that have not ended.
+        let in_use: Vec<String> = state
+            .runs
+            .iter()
+            .filter(|r| !r.status.is_terminal())
+            .map(|r| r.image.clone())
+            .collect();
+        let (kept, gone): (Vec<CachedImage>, Vec<CachedImage>) = std::mem::take(&mut state.images)
+            .into_iter()
+            .partition(|i| i.references.iter().any(|r| in_use.contains(r)));
+        state.images = kept;
+        Ok(PrunedImages {
+            images: gone.iter().map(|i| i.digest.clone()).collect(),
+            // The manifest, the config and one layer each.
+            blobs: 3 * gone.len() as u64,
+            bytes: gone.iter().map(|i| i.unpacked_bytes).sum(),
+            kept: state.images.len() as u64,
+            extra: Default::default(),
+        })
+    }
+
     async fn list_volumes(&self) -> Result<Vec<Volume>, ApiError> {
+        self.called(Route::ListVolumes);
         Ok(self
             .state()
             .volumes
@@ -428,6 +491,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
+        self.called(Route::CreateVolume);
         // The server's rule: a volume name (div-spec's).
         volume_name(name)?;
         let mut state = self.state();
@@ -447,6 +511,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn delete_volume(&self, name: &str) -> Result<(), ApiError> {
+        self.called(Route::DeleteVolume);
         volume_name(name)?;
         self.state()
             .volumes
@@ -460,6 +525,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         hashes: &[String],
     ) -> Result<MissingBlobs, ApiError> {
+        self.called(Route::MissingBlobs);
         volume_name(volume)?;
         let state = self.state();
         let v = state
@@ -490,6 +556,7 @@ impl ControlPlane for FakeControlPlane {
         total: u64,
         data: BlobSource,
     ) -> Result<(), ApiError> {
+        self.called(Route::UploadBlob);
         volume_name(volume)?;
         let bytes = match data {
             BlobSource::Bytes(b) => b.to_vec(),
@@ -554,6 +621,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         tree: &CommitTree,
     ) -> Result<Option<StagedTree>, ApiError> {
+        self.called(Route::StageTree);
         if self.stages == FakeStages::None {
             return Ok(None);
         }
@@ -590,6 +658,7 @@ impl ControlPlane for FakeControlPlane {
         stage: &str,
         blobs: &[div_api::PackBlob],
     ) -> Result<(), ApiError> {
+        self.called(Route::UploadPack);
         volume_name(volume)?;
         {
             let mut state = self.state();
@@ -602,6 +671,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn commit_stage(&self, volume: &str, stage: &str) -> Result<CommittedTree, ApiError> {
+        self.called(Route::CommitStage);
         volume_name(volume)?;
         let taken = self.state().stages.remove(stage);
         let tree = match taken {
@@ -616,6 +686,7 @@ impl ControlPlane for FakeControlPlane {
         volume: &str,
         tree: &CommitTree,
     ) -> Result<CommittedTree, ApiError> {
+        self.called(Route::CommitTree);
         volume_name(volume)?;
         let mut state = self.state();
         let v = state
@@ -702,6 +773,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn list_tree(&self, volume: &str, path: &str) -> Result<Vec<VolumeEntry>, ApiError> {
+        self.called(Route::ListTree);
         volume_name(volume)?;
         let state = self.state();
         let v = state
@@ -735,6 +807,7 @@ impl ControlPlane for FakeControlPlane {
         path: &str,
         sink: ByteSink<'_>,
     ) -> Result<u64, ApiError> {
+        self.called(Route::ReadFile);
         volume_name(volume)?;
         let data = {
             let state = self.state();
@@ -754,12 +827,14 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn validate_run(&self, run: &CreateRun) -> Result<(), ApiError> {
+        self.called(Route::ValidateRun);
         let state = self.state();
         self.refuse(&state, run)?;
         name_taken(&state, run)
     }
 
     async fn create_run(&self, idempotency_key: &str, run: &CreateRun) -> Result<Run, ApiError> {
+        self.called(Route::CreateRun);
         let body = serde_json::to_value(run).expect("a CreateRun serializes");
         let mut state = self.state();
         let sizing = self.refuse(&state, run)?;
@@ -816,12 +891,14 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn get_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.called(Route::GetRun);
         let state = self.state();
         let i = find_run(&state.runs, run)?;
         Ok(state.runs[i].clone())
     }
 
     async fn list_runs(&self, query: &ListRuns) -> Result<RunList, ApiError> {
+        self.called(Route::ListRuns);
         let state = self.state();
         // A project outside the rule, unless runs of it are held (the server lists what it
         // stored before the rule).
@@ -860,6 +937,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn stop_run(&self, run: &str) -> Result<Run, ApiError> {
+        self.called(Route::StopRun);
         let stopped = {
             let mut state = self.state();
             let i = find_run(&state.runs, run)?;
@@ -884,6 +962,7 @@ impl ControlPlane for FakeControlPlane {
         _offset: u64,
         _follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
+        self.called(Route::Log);
         let state = self.state();
         let r = &state.runs[find_run(&state.runs, run)?];
         Err(ApiError::from_server(
@@ -903,6 +982,7 @@ impl ControlPlane for FakeControlPlane {
         offset: u64,
         follow: bool,
     ) -> Result<Box<dyn LogStream>, ApiError> {
+        self.called(Route::Log);
         loop {
             // Armed before the look, so an end between the look and the wait is not missed.
             let changed = self.changed.notified();
@@ -940,6 +1020,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn result(&self, run: &str) -> Result<RunResult, ApiError> {
+        self.called(Route::Result);
         let r = self.get_run(run).await?;
         Ok(RunResult {
             run: r.id,
@@ -951,6 +1032,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn telemetry(&self, run: &str, after: u64) -> Result<Telemetry, ApiError> {
+        self.called(Route::Telemetry);
         let state = self.state();
         let r = &state.runs[find_run(&state.runs, run)?];
         let (points, bad_lines) =
@@ -964,6 +1046,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn set_secret(&self, name: &str, value: &str) -> Result<SecretInfo, ApiError> {
+        self.called(Route::SetSecret);
         // The server's rule: an environment variable name (div-spec's).
         if !div_spec::is_env_key(name) {
             return Err(invalid(
@@ -983,6 +1066,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn list_secrets(&self) -> Result<Vec<SecretInfo>, ApiError> {
+        self.called(Route::ListSecrets);
         Ok(self
             .state()
             .secrets
@@ -992,6 +1076,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn delete_secret(&self, name: &str) -> Result<(), ApiError> {
+        self.called(Route::DeleteSecret);
         self.state()
             .secrets
             .remove(name)

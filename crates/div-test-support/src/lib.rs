@@ -10,6 +10,8 @@
 //! - [`FakeControlPlane`]: an in-memory control plane that passes the suite;
 //! - [`leftovers`]: what a harness that made a control plane stops when it ends, and the
 //!   processes left under a folder;
+//! - [`wait_until`] (and [`wait_until_async`]): a poll with a deadline and a message, what
+//!   every test waits with (never a fixed sleep);
 //! - `image` (feature `image`): a real registry on loopback, images built in memory, and a
 //!   tree's contents to compare.
 //!
@@ -32,7 +34,9 @@ pub mod image;
 pub mod leftovers;
 pub mod mock;
 pub mod proxy;
+mod wait;
 
 pub use conformance::{ConformanceContext, ConformanceReport, conformance, quick_run};
-pub use fake::{FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
+pub use fake::{FAKE_IMAGES, FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
 pub use filters::filter_snapshot;
+pub use wait::{poll_until, poll_until_async, wait_until, wait_until_async};

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use div_api::logframe;
+use div_api::routes::{self, Route};
 use div_api::{Catalogue, Endpoint, HttpControlPlane, Options, Run, RunStatus, Token};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -110,8 +111,8 @@ pub fn log_response(body: Vec<u8>) -> ResponseTemplate {
 
 /// Mount `GET /v1/catalogue`.
 pub async fn mount_catalogue(server: &MockServer, catalogue: &Catalogue) {
-    Mock::given(method("GET"))
-        .and(path("/v1/catalogue"))
+    Mock::given(method(Route::Catalogue.method()))
+        .and(path(routes::CATALOGUE.path(&[])))
         .respond_with(json_response(200, catalogue))
         .mount(server)
         .await;
@@ -120,8 +121,8 @@ pub async fn mount_catalogue(server: &MockServer, catalogue: &Catalogue) {
 /// Mount `GET /v1/runs/{id}` and `GET /v1/runs/{name}` for `run`.
 pub async fn mount_run(server: &MockServer, run: &Run) {
     for key in [&run.id, &run.name] {
-        Mock::given(method("GET"))
-            .and(path(format!("/v1/runs/{key}")))
+        Mock::given(method(Route::GetRun.method()))
+            .and(path(routes::GET_RUN.path(&[key])))
             .respond_with(json_response(200, run))
             .mount(server)
             .await;
@@ -130,8 +131,8 @@ pub async fn mount_run(server: &MockServer, run: &Run) {
 
 /// Mount `POST /v1/runs` answering 201 with `run`.
 pub async fn mount_create_run(server: &MockServer, run: &Run) {
-    Mock::given(method("POST"))
-        .and(path("/v1/runs"))
+    Mock::given(method(Route::CreateRun.method()))
+        .and(path(routes::CREATE_RUN.path(&[])))
         .respond_with(json_response(201, run))
         .mount(server)
         .await;
@@ -139,8 +140,8 @@ pub async fn mount_create_run(server: &MockServer, run: &Run) {
 
 /// Mount `GET /v1/runs/{run}/log` answering `body` (see [`log_body`]).
 pub async fn mount_log(server: &MockServer, run: &str, body: Vec<u8>) {
-    Mock::given(method("GET"))
-        .and(path(format!("/v1/runs/{run}/log")))
+    Mock::given(method(Route::Log.method()))
+        .and(path(routes::LOG.path(&[run])))
         .respond_with(log_response(body))
         .mount(server)
         .await;

@@ -1,4 +1,5 @@
-//! div-api's integration tests: the OpenAPI document against the models, the log framing,
+//! div-api's integration tests: the OpenAPI document against the route table and the models,
+//! the client against the route table, the log framing,
 //! and the HTTP client against wiremock and small hand-written servers.
 //!
 //! No test depends on how fast the machine is: tests of deadlines and retries run on
@@ -12,5 +13,6 @@ mod logstream;
 mod models;
 mod openapi;
 mod readfile;
+mod routes;
 mod server;
 mod unix;

@@ -165,6 +165,33 @@ pub(crate) mod examples {
             extra: Extra::new(),
         }
     }
+    pub(crate) fn image_cache() -> ImageCache {
+        ImageCache {
+            path: "/home/me/.local/share/div/images".into(),
+            images: vec![CachedImage {
+                digest: format!("sha256:{}", "ab".repeat(32)),
+                references: vec!["docker.io/library/busybox:latest".into()],
+                compressed_bytes: 2_000_000,
+                unpacked_bytes: 4_000_000,
+                extra: Extra::new(),
+            }],
+            disk: ImageDisk {
+                blobs: 2_000_000,
+                images: 4_000_000,
+                tmp: 0,
+            },
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn pruned_images() -> PrunedImages {
+        PrunedImages {
+            images: vec![format!("sha256:{}", "ab".repeat(32))],
+            blobs: 3,
+            bytes: 6_000_000,
+            kept: 1,
+            extra: Extra::new(),
+        }
+    }
     pub(crate) fn error_body() -> ApiErrorBody {
         ApiErrorBody {
             error: ApiErrorDetail {
@@ -229,4 +256,51 @@ mod erased {
             serde_json::to_value(self).expect("the models serialize")
         }
     }
+}
+
+/// The catalogue as div-pricing sizes with it: the SKUs it knows, their prices and the limits;
+/// a SKU of a newer control plane is left out, not refused.
+#[test]
+fn a_catalogue_reads_into_div_pricings() {
+    let mut catalogue = examples::catalogue();
+    let mut newer = catalogue.skus[0].clone();
+    newer.name = "x900".into();
+    catalogue.skus.push(newer);
+    let pricing = catalogue.pricing();
+    let names: Vec<String> = pricing.skus.iter().map(|s| s.sku.to_string()).collect();
+    let known: Vec<String> = catalogue.skus[..catalogue.skus.len() - 1]
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(names, known);
+    for (priced, offered) in pricing.skus.iter().zip(&catalogue.skus) {
+        assert_eq!(
+            (
+                priced.cents_per_hour,
+                priced.cores_per_unit,
+                priced.memory_gib_per_unit
+            ),
+            (
+                offered.cents_per_hour,
+                offered.cores_per_unit,
+                offered.memory_gib_per_unit
+            )
+        );
+    }
+    assert_eq!(
+        (
+            pricing.extra_core_cents_per_hour,
+            pricing.extra_gib_cents_per_hour,
+            pricing.max_cores,
+            pricing.max_memory_gib,
+            pricing.max_run_seconds
+        ),
+        (
+            catalogue.extra_core_cents_per_hour,
+            catalogue.extra_gib_cents_per_hour,
+            catalogue.max_cores,
+            catalogue.max_memory_gib,
+            catalogue.max_run_seconds
+        )
+    );
 }

@@ -1,8 +1,11 @@
-//! The OpenAPI document is the truth: every route the client calls is in it and nothing
-//! else, and every model's fields match its schema both ways.
+//! The OpenAPI document is the truth: the route table (`div_api::routes`) holds its routes
+//! and nothing else, with their bodies and answers, and every model's fields match its
+//! schema both ways.
 
 use std::collections::BTreeSet;
 
+use div_api::Route;
+use div_api::routes::RouteTable;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -12,8 +15,11 @@ fn document() -> Value {
     serde_yaml_ng::from_str(&text).expect("the OpenAPI document is YAML")
 }
 
+/// The route table is the document's: the same routes, and for each the request body and
+/// the answers the table says (a model's schema by name, or the media type of bytes, the log
+/// or lines of JSON).
 #[test]
-fn routes_match_the_client() {
+fn the_route_table_is_the_document() {
     let doc = document();
     let mut in_doc = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().expect("paths is a map") {
@@ -23,11 +29,71 @@ fn routes_match_the_client() {
             }
         }
     }
-    let declared: BTreeSet<(String, String)> = div_api::ROUTES
+    let declared: BTreeSet<(String, String)> = Route::ALL
         .iter()
-        .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+        .map(|r| (r.method().to_owned(), r.template().to_owned()))
         .collect();
     assert_eq!(in_doc, declared);
+
+    let mut errors = Vec::new();
+    for &route in Route::ALL {
+        let at = format!("{} {}", route.method(), route.template());
+        let op = &doc["paths"][route.template()][route.method().to_lowercase()];
+        let request = RouteTable::request(route);
+        let body = &op["requestBody"]["content"];
+        let said = match request {
+            "Nothing" => body.is_null().then_some(()),
+            "Octets" => body.get("application/octet-stream").map(drop),
+            model => {
+                (schema_name(&body["application/json"]["schema"]) == Some(model)).then_some(())
+            }
+        };
+        if said.is_none() {
+            errors.push(format!(
+                "{at}: the table's request is `{request}`, the document's {body}"
+            ));
+        }
+        let response = RouteTable::response(route).replace(' ', "");
+        let answers: Vec<(&String, &Value)> = op["responses"]
+            .as_object()
+            .expect("responses is a map")
+            .iter()
+            .filter(|(status, _)| status.starts_with('2'))
+            .collect();
+        if answers.is_empty() {
+            errors.push(format!("{at}: no success in the document"));
+        }
+        for (status, answer) in answers {
+            let content = &answer["content"];
+            let ok = match response.as_str() {
+                "Nothing" => content.is_null(),
+                "Octets" => content.get("application/octet-stream").is_some(),
+                "LogFrames" => content.get("application/vnd.div.log").is_some(),
+                r if r.starts_with("Ndjson<") => {
+                    let item = r.trim_start_matches("Ndjson<").trim_end_matches('>');
+                    schema_name(&content["application/x-ndjson"]["schema"]) == Some(item)
+                }
+                model => schema_name(&content["application/json"]["schema"]) == Some(model),
+            };
+            if !ok {
+                errors.push(format!(
+                    "{at}: the table answers `{response}`, the document's {status} {content}"
+                ));
+            }
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "the route table and the OpenAPI document differ:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// The schema a `$ref` names.
+fn schema_name(schema: &Value) -> Option<&str> {
+    schema["$ref"]
+        .as_str()?
+        .strip_prefix("#/components/schemas/")
 }
 
 fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
@@ -161,6 +227,51 @@ fn models_match_their_schemas() {
     ));
     errors.extend(check_model("SecretInfo", &ex::secret()));
     errors.extend(check_model("Error", &ex::error_body()));
+    errors.extend(check_model(
+        "VolumeList",
+        &div_api::VolumeList {
+            volumes: vec![ex::volume()],
+        },
+    ));
+    errors.extend(check_model(
+        "VolumeEntryList",
+        &div_api::VolumeEntryList {
+            entries: vec![ex::volume_entry()],
+        },
+    ));
+    errors.extend(check_model(
+        "SecretList",
+        &div_api::SecretList {
+            secrets: vec![ex::secret()],
+        },
+    ));
+    errors.extend(check_model(
+        "PackStored",
+        &div_api::PackStored { stored: 2, held: 1 },
+    ));
+    errors.extend(check_model(
+        "RunValidated",
+        &div_api::RunValidated {
+            valid: true,
+            extra: Default::default(),
+        },
+    ));
+    errors.extend(check_model(
+        "PullImage",
+        &div_api::PullImage {
+            image: "busybox".into(),
+        },
+    ));
+    errors.extend(check_model("ImageCache", &ex::image_cache()));
+    errors.extend(check_model("PruneImages", &div_api::PruneImages::default()));
+    errors.extend(check_model("PrunedImages", &ex::pruned_images()));
+    errors.extend(check_model(
+        "DashboardLink",
+        &div_api::DashboardLink {
+            url: "http://127.0.0.1:1/?token=t".into(),
+            address: "127.0.0.1:1".into(),
+        },
+    ));
     assert!(
         errors.is_empty(),
         "drift between the models and the OpenAPI document:\n{}",

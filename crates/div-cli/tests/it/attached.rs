@@ -3,9 +3,10 @@
 //! that goes away.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use div_api::{Run, RunStatus, logframe};
+use div_test_support::wait_until_async;
 use insta::assert_snapshot;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use wiremock::matchers::{method, path, path_regex};
@@ -116,11 +117,14 @@ async fn started_placing(
         .spawn()
         .expect("spawns");
     let stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !world.requests().await.iter().any(|r| r == "POST /v1/runs") {
-        assert!(Instant::now() < deadline, "the run was never placed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_async("the run placed", Duration::from_secs(30), || async {
+        let requests = world.requests().await;
+        match requests.iter().any(|r| r == "POST /v1/runs") {
+            true => Ok(()),
+            false => Err(requests.join(", ")),
+        }
+    })
+    .await;
     (child, stderr)
 }
 
@@ -205,11 +209,14 @@ async fn ctrl_c_before_placing_says_no_run_was_made() {
         .spawn()
         .expect("spawns");
     let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !world.requests().await.iter().any(|r| r.ends_with("/trees")) {
-        assert!(Instant::now() < deadline, "the code was never committed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_async("the code committed", Duration::from_secs(30), || async {
+        let requests = world.requests().await;
+        match requests.iter().any(|r| r.ends_with("/trees")) {
+            true => Ok(()),
+            false => Err(requests.join(", ")),
+        }
+    })
+    .await;
     interrupt(&child);
     let mut seen = Vec::new();
     while let Some(line) = stderr.next_line().await.expect("reads") {

@@ -3,8 +3,9 @@
 //! `running`. And stopped while `div run` follows a run: the follower waits for it.
 
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use div_test_support::wait_until;
 use serde_json::Value;
 
 use crate::support::Local;
@@ -18,27 +19,30 @@ fn start_server(local: &Local) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("div server run starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = local
-            .command(&["server", "status"])
-            .output()
-            .expect("div server status");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if said.contains("is running") {
-            return child;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the server did not come up");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until("the server up", Duration::from_secs(20), || {
+            let out = local
+                .command(&["server", "status"])
+                .output()
+                .expect("div server status");
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if said.contains("is running") {
+                Ok(())
+            } else {
+                Err(said)
+            }
+        })
+    }));
+    if let Err(panic) = up {
+        let _ = child.kill();
+        let _ = child.wait();
+        std::panic::resume_unwind(panic);
     }
+    child
 }
 
 fn kill(mut child: Child) {
@@ -97,22 +101,18 @@ fn server_killed_at_random_moments_loses_no_run() {
         server = start_server(&local);
     }
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let all = loop {
+    let all = wait_until("every run ended", Duration::from_secs(60), || {
         let all = runs(&local);
         let going = all
             .iter()
             .filter(|r| matches!(r["status"].as_str(), Some("queued" | "running")))
             .count();
         if going == 0 {
-            break all;
+            Ok(all)
+        } else {
+            Err(format!("{going} runs going: {all:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{going} runs stayed going: {all:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    });
     assert_eq!(all.len(), names.len(), "a run was lost or doubled");
 
     for (i, name) in &names {

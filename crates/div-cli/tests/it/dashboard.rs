@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use div_test_support::{poll_until_async, wait_until_async};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -211,22 +212,18 @@ impl Browser {
         .cloned()
         .unwrap_or_default();
         let webdriver = format!("http://127.0.0.1:{port}");
-        let deadline = std::time::Instant::now() + PATIENCE;
-        let client = loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(caps.clone())
-                .connect(&webdriver)
-                .await
-            {
-                Ok(c) => break c,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("chromedriver on {webdriver} did not start chromium: {e}"),
+        let what = format!("chromedriver on {webdriver} starting chromium");
+        let client = wait_until_async(what, PATIENCE, || {
+            let (caps, webdriver) = (caps.clone(), webdriver.clone());
+            async move {
+                let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+                ClientBuilder::new(connector)
+                    .capabilities(caps)
+                    .connect(&webdriver)
+                    .await
             }
-        };
+        })
+        .await;
         browser.client = Some(client);
         Some(browser)
     }
@@ -244,16 +241,16 @@ impl Browser {
 
     /// Waits until `script` returns true in the page; fails saying `what` was awaited.
     async fn until(&self, what: &str, script: &str) {
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            if self.c().execute(script, vec![]).await.ok() == Some(Value::Bool(true)) {
-                return;
+        let shown = poll_until_async(PATIENCE, || async {
+            match self.c().execute(script, vec![]).await {
+                Ok(Value::Bool(true)) => Ok(()),
+                _ => Err(()),
             }
-            if std::time::Instant::now() > deadline {
-                let source = self.c().source().await.unwrap_or_default();
-                panic!("the page never showed {what}; it holds:\n{source}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        })
+        .await;
+        if shown.is_err() {
+            let source = self.c().source().await.unwrap_or_default();
+            panic!("the page never showed {what}; it holds:\n{source}");
         }
     }
 
@@ -318,23 +315,26 @@ fn a_browser_leaves_no_process_behind_when_it_ends() {
             "chromium names its own folder while it runs"
         );
         drop(browser);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let in_group = Command::new("pgrep")
-                .args(["-g", &group])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-                .unwrap_or_default();
-            let naming = processes_naming(&own);
-            if in_group.is_empty() && naming.is_empty() {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "left behind: group {group}: [{in_group}], naming the profile: {naming:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until_async(
+            "nothing of chromium left",
+            Duration::from_secs(30),
+            || async {
+                let in_group = Command::new("pgrep")
+                    .args(["-g", &group])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                    .unwrap_or_default();
+                let naming = processes_naming(&own);
+                if in_group.is_empty() && naming.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "left behind: group {group}: [{in_group}], naming the profile: {naming:?}"
+                    ))
+                }
+            },
+        )
+        .await;
     });
 }
 
@@ -1325,14 +1325,14 @@ fn bench_the_list_with_many_runs_stored() {
             "huge.py::main",
         ]);
         b.goto(&format!("{base}/runs/huge")).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(1800);
-        while b.js("return document.body.dataset.status").await != json!("succeeded") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the {mib} MiB run never ended"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        let ended = format!("the {mib} MiB run's end on its page");
+        wait_until_async(ended, Duration::from_secs(1800), || async {
+            match b.js("return document.body.dataset.status").await {
+                status if status == json!("succeeded") => Ok(()),
+                status => Err(status),
+            }
+        })
+        .await;
         let mut tails = Vec::new();
         let mut earlier = Vec::new();
         let mut held = 0;

@@ -57,18 +57,18 @@ impl Local {
             .stderr(Stdio::piped())
             .spawn()
             .expect("div starts");
-        let guard = std::time::Instant::now();
-        loop {
-            if child.try_wait().expect("wait").is_some() {
-                return child.wait_with_output().expect("output");
-            }
-            if guard.elapsed() > std::time::Duration::from_secs(120) {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!("`div {}` hung: {}", args.join(" "), text(&out.stderr));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        let patience = std::time::Duration::from_secs(120);
+        let ended =
+            div_test_support::poll_until(patience, || match child.try_wait().expect("wait") {
+                Some(_) => Ok(()),
+                None => Err(()),
+            });
+        if ended.is_err() {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("`div {}` hung: {}", args.join(" "), text(&out.stderr));
         }
+        child.wait_with_output().expect("output")
     }
 
     /// What the control plane holds, as `div` lists it: the volumes, everything in each,

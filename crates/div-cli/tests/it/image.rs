@@ -808,19 +808,19 @@ fn a_decompression_bomb_and_a_wrong_diff_id_are_refused_while_a_run_beside_them_
     assert!(out.status.success(), "{}", text(&out.stderr));
     let name = text(&out.stdout).trim().to_owned();
     // It is going: its first line is in its log.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let runs = local.home().join("runs");
-    while !std::fs::read_dir(&runs)
-        .map(|d| {
-            d.flatten().any(|e| {
-                std::fs::read_to_string(e.path().join("log")).is_ok_and(|l| l.contains("tick 1\n"))
+    let patience = std::time::Duration::from_secs(120);
+    div_test_support::wait_until("the run's first line in its log", patience, || {
+        let logged = std::fs::read_dir(&runs)
+            .map(|d| {
+                d.flatten().any(|e| {
+                    std::fs::read_to_string(e.path().join("log"))
+                        .is_ok_and(|l| l.contains("tick 1\n"))
+                })
             })
-        })
-        .unwrap_or(false)
-    {
-        assert!(std::time::Instant::now() < deadline, "the run never logged");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+            .unwrap_or(false);
+        if logged { Ok(()) } else { Err("") }
+    });
 
     let bomb_ref = format!("{}/attacks/bomb:1", reg.addr);
     let out = local.div(&[

@@ -4,9 +4,15 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use div_test_support::wait_until;
 
 use crate::support::DIV;
+
+/// How long a test waits for the cluster (at most 3 minutes: it may be busy with the other
+/// tests).
+const PATIENCE: Duration = Duration::from_secs(180);
 
 /// Whether a Slurm cluster answers here (asked once, within 10 s: `sinfo` retries a missing
 /// configuration for a minute); says so loudly when not.
@@ -89,18 +95,12 @@ impl Cluster {
             .unwrap_or(serde_json::Value::Null)
     }
 
-    /// Waits (at most 3 minutes: the cluster may be busy with the other tests) until `check`
-    /// holds of the run.
+    /// Waits (at most [`PATIENCE`]) until `check` holds of the run.
     fn wait_for(&self, name: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
+        wait_until(format!("{name} {what}"), PATIENCE, || {
             let run = self.run_json(name);
-            if check(&run) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{name} never {what}: {run}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            if check(&run) { Ok(()) } else { Err(run) }
+        });
     }
 
     fn run_dir(&self, name: &str) -> PathBuf {
@@ -114,16 +114,13 @@ impl Cluster {
     /// The run's Slurm job, once its batch script wrote a node's env.
     fn job(&self, name: &str) -> String {
         let dir = self.run_dir(name);
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(dir.join("nodes/0/node.env"))
-                && let Some(job) = text.lines().find_map(|l| l.strip_prefix("job="))
-            {
-                return job.to_owned();
+        wait_until(format!("{name}'s job started"), PATIENCE, || {
+            let text = std::fs::read_to_string(dir.join("nodes/0/node.env")).unwrap_or_default();
+            match text.lines().find_map(|l| l.strip_prefix("job=")) {
+                Some(job) => Ok(job.to_owned()),
+                None => Err(text),
             }
-            assert!(Instant::now() < deadline, "{name}'s job never started");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        })
     }
 }
 
@@ -511,11 +508,14 @@ fn div_stop_on_slurm_gives_the_run_its_sigterm_and_grace_to_write_its_result() {
     );
     c.job(&name);
     let log = c.run_dir(&name).join("nodes/0/log");
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("started\n")) {
-        assert!(Instant::now() < deadline, "{name} never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(format!("{name} started"), PATIENCE, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("started\n") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    });
     let out = c.div(&["stop", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     c.wait_for(&name, "ended canceled", |r| r["status"] == "canceled");
@@ -610,46 +610,43 @@ fn a_waiting_run_shows_slurms_reason_in_its_log() {
     assert!(blocker.status.success(), "{}", text(&blocker.stderr));
     let blocker = text(&blocker.stdout).trim().to_owned();
     let hold = Scancel(blocker.clone());
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    wait_until("the blocking job running", PATIENCE, || {
         let state = Command::new("squeue")
             .args(["-h", "-j", &blocker, "-o", "%T"])
             .output()
             .expect("squeue runs");
-        if text(&state.stdout).trim() == "RUNNING" {
-            break;
+        match text(&state.stdout).trim() {
+            "RUNNING" => Ok(()),
+            other => Err(other.to_owned()),
         }
-        assert!(Instant::now() < deadline, "the blocking job never ran");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     let name = detach(&c, &["--gpu", "h100", "--", "echo", "placed at last"]);
     let log = c.run_dir(&name).join("log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let seen = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("div: waiting in Slurm's queue (job ") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        seen.contains("div: waiting in Slurm's queue (job "),
-        "{seen}"
+    wait_until(
+        format!("{name} waiting in the queue"),
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            match text.contains("div: waiting in Slurm's queue (job ") {
+                true => Ok(()),
+                false => Err(text),
+            }
+        },
     );
     // A second waiting run, stopped before it ever ran: canceled, nothing spent.
     let stopped = detach(&c, &["--gpu", "h100", "--", "sleep", "600"]);
     let log = c.run_dir(&stopped).join("log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("div: waiting in Slurm's queue")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{stopped} never waited in the queue"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        format!("{stopped} waiting in the queue"),
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            match text.contains("div: waiting in Slurm's queue") {
+                true => Ok(()),
+                false => Err(text),
+            }
+        },
+    );
     let out = c.div(&["stop", &stopped]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     c.wait_for(&stopped, "ended canceled with nothing spent", |r| {

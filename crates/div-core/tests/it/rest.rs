@@ -1,4 +1,4 @@
-//! `runs`, `secrets`, `result`, `telemetry`.
+//! `runs`, `secrets`, `result`, `telemetry`, the image cache.
 
 use div_api::{ControlPlane, RunStatus};
 use div_core::{RunError, RunsOptions};
@@ -115,4 +115,46 @@ async fn a_result_that_was_never_written_judges_every_check_unknown() {
     assert!(!report.all_passed());
     let runs = cp.list_runs(&Default::default()).await.expect("runs");
     assert_eq!(runs.runs.len(), 1);
+}
+
+#[tokio::test]
+async fn the_image_cache_is_listed_and_pruned_through_the_control_plane() {
+    let cp = FakeControlPlane::new();
+    cp.add_image("busybox", 10, 20);
+    let cache = div_core::image_list(&cp).await.expect("listed");
+    assert_eq!(cache.images.len(), 1);
+    assert_eq!(cache.images[0].references, ["busybox"]);
+    let pruned = div_core::image_prune(&cp).await.expect("pruned");
+    assert_eq!((pruned.images.len(), pruned.kept), (1, 0));
+    assert!(
+        div_core::image_list(&cp)
+            .await
+            .expect("listed")
+            .images
+            .is_empty()
+    );
+}
+
+/// A control plane without an image cache (an older or a hosted one: it answers the routes
+/// 404, as a wiremock server with nothing mounted does) says so, for both.
+#[tokio::test]
+async fn a_control_plane_without_an_image_cache_says_it_has_none() {
+    let server = div_test_support::mock::mock_server().await;
+    let cp = div_test_support::mock::client(&server);
+    let listed = div_core::image_list(&cp).await.expect_err("no cache");
+    assert!(
+        matches!(listed, RunError::NoImageCache { .. }),
+        "{listed:?}"
+    );
+    assert_eq!(
+        listed.to_string(),
+        "this control plane has no image cache to list"
+    );
+    assert_eq!(listed.kind(), div_core::FailureKind::NotFound);
+    assert!(listed.hint().is_some_and(|h| h.contains("hosted")));
+    let pruned = div_core::image_prune(&cp).await.expect_err("no cache");
+    assert_eq!(
+        pruned.to_string(),
+        "this control plane has no image cache to prune"
+    );
 }

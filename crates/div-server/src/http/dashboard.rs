@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use div_api::routes::{self, dashboard, dashboard::DashboardRoute};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -178,13 +179,11 @@ pub(crate) async fn open(dashboard: &Dashboard, server: &Arc<Server>) -> Result<
     };
     let token = fresh_token()?;
     dashboard.state.add_link(token.clone());
-    Ok(wire::json(
-        200,
-        &json!({
-            "url": format!("http://{addr}/?token={token}"),
-            "address": addr.to_string(),
-        }),
-    ))
+    let link = DashboardLink {
+        url: format!("http://{addr}/?token={token}"),
+        address: addr.to_string(),
+    };
+    Ok(wire::answer(&routes::OPEN_DASHBOARD, 200, &link))
 }
 
 async fn accept(
@@ -372,16 +371,23 @@ async fn route(
         .collect();
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = req.method().clone();
-    match (&method, seg.as_slice()) {
-        (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
-        (&Method::GET, ["runs", _]) => Ok(assets::page(assets::RUN)),
-        (&Method::GET, ["api", "runs"]) => {
+    let Some(found) = DashboardRoute::find(method.as_str(), &seg) else {
+        // The pages, which are no routes of the dashboard's API.
+        return match (&method, seg.as_slice()) {
+            (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
+            (&Method::GET, ["runs", _]) => Ok(assets::page(assets::RUN)),
+            _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
+        };
+    };
+    // Each route of the dashboard's table once, as the API's router answers its own.
+    match found.route {
+        DashboardRoute::ListRuns => {
             let query = super::list_query(q)?;
             let list = blocking(server, move |s| runs::list(s, &query)).await?;
-            Ok(wire::json(200, &list))
+            Ok(wire::answer(&dashboard::LIST_RUNS, 200, &list))
         }
-        (&Method::GET, ["api", "runs", run]) => {
-            let run = run.to_string();
+        DashboardRoute::GetRun => {
+            let run = found.param("run").to_owned();
             let detail = blocking(server, move |s| {
                 let (r, _) = runs::get_run(s, &run)?;
                 let result = runs::result(s, &r.id)?;
@@ -395,14 +401,14 @@ async fn route(
                 }))
             })
             .await?;
-            Ok(wire::json(200, &detail))
+            Ok(wire::answer(&dashboard::GET_RUN, 200, &detail))
         }
-        (&Method::POST, ["api", "runs", run, "stop"]) => {
-            let r = runs::stop_and_wait(server, run.to_string()).await?;
-            Ok(wire::json(200, &r))
+        DashboardRoute::StopRun => {
+            let r = runs::stop_and_wait(server, found.param("run").to_owned()).await?;
+            Ok(wire::answer(&dashboard::STOP_RUN, 200, &r))
         }
-        (&Method::GET, ["api", "runs", run, "log"]) => {
-            let run = run.to_string();
+        DashboardRoute::Log => {
+            let run = found.param("run").to_owned();
             let id = blocking(server, move |s| Ok(runs::get_run(s, &run)?.0.id)).await?;
             let file = server.run_dir(&id).join("log");
             if param(q, "download").is_some() {
@@ -411,12 +417,11 @@ async fn route(
             let range = header(&req, "range");
             log_range(file, range).await
         }
-        (&Method::GET, ["api", "runs", run, "charts"]) => {
-            let run = run.to_string();
+        DashboardRoute::Charts => {
+            let run = found.param("run").to_owned();
             let charts = blocking(server, move |s| charts(s, &run)).await?;
-            Ok(wire::json(200, &charts))
+            Ok(wire::answer(&dashboard::CHARTS, 200, &charts))
         }
-        _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
     }
 }
 
@@ -588,13 +593,7 @@ fn charts(server: &Server, run: &str) -> Result<serde_json::Value, HttpError> {
 }
 
 /// The link [`open_url`] answers: the URL (with its token) and the loopback address.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct DashboardLink {
-    /// `http://127.0.0.1:PORT/?token=…`
-    pub url: String,
-    /// `127.0.0.1:PORT`
-    pub address: String,
-}
+pub use div_api::DashboardLink;
 
 /// The error returned by [`open_url`].
 #[derive(Debug, thiserror::Error)]
@@ -628,8 +627,8 @@ pub async fn open_url(socket: &std::path::Path) -> Result<DashboardLink, Dashboa
             .map_err(DashboardError::Http)?;
     let driver = tokio::spawn(conn);
     let req = Request::builder()
-        .method(Method::POST)
-        .uri("/v1/dashboard")
+        .method(routes::OPEN_DASHBOARD.method())
+        .uri(routes::OPEN_DASHBOARD.path(&[]))
         .header("host", "localhost")
         .body(http_body_util::Empty::<Bytes>::new())
         .map_err(|e| DashboardError::Refused {

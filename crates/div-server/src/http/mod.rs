@@ -13,15 +13,18 @@ mod wire;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use div_api::{CommitTree, CreateVolume, ListRuns, MissingBlobsRequest, RunStatus, SetSecret};
+use div_api::routes::{self, Route};
+use div_api::{ListRuns, RunStatus, RunValidated, SecretList, VolumeEntryList, VolumeList};
+use hyper::Request;
 use hyper::body::Incoming;
-use hyper::{Method, Request};
 use serde_json::json;
 
 use crate::error::{ErrorCode, HttpError};
 use crate::server::{Server, blocking};
 use crate::{runs, secrets, volumes};
-use wire::{Resp, decode_segment, empty, fail, header, param, query, read_body, read_json};
+use wire::{
+    Resp, answer, decode_segment, empty, fail, header, param, query, read_body, read_json, request,
+};
 
 /// What every connection shares: the server, and what only the HTTP side needs.
 #[derive(Debug)]
@@ -75,9 +78,14 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         .collect();
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = req.method().clone();
+    let Some(found) = Route::find(method.as_str(), &seg) else {
+        return Err(HttpError::not_found(format!("no route `{method} {path}`")));
+    };
     let q = query(&req);
-    match (&method, seg.as_slice()) {
-        (&Method::GET, ["v1", "health"]) => Ok(wire::json(
+    // Each route of the table once: one the table gains and this does not answer does not
+    // compile.
+    match found.route {
+        Route::Health => Ok(wire::json(
             200,
             &json!({
                 "ok": true,
@@ -87,7 +95,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 "emulated_gpus": server.inventory.emulated_gpus(),
             }),
         )),
-        (&Method::GET, ["v1", "catalogue"]) => {
+        Route::Catalogue => {
             // With the org's usage this month, when a limit is set: a client refuses a run
             // before it uploads anything while the limit is reached.
             let catalogue = blocking(server, |s| {
@@ -101,34 +109,34 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 Ok(catalogue)
             })
             .await?;
-            Ok(wire::json(200, &catalogue))
+            Ok(answer(&routes::CATALOGUE, 200, &catalogue))
         }
-        (&Method::GET, ["v1", "volumes"]) => {
-            let list = blocking(server, volumes::list_volumes).await?;
-            Ok(wire::json(200, &json!({ "volumes": list })))
+        Route::ListVolumes => {
+            let volumes = blocking(server, volumes::list_volumes).await?;
+            Ok(answer(&routes::LIST_VOLUMES, 200, &VolumeList { volumes }))
         }
-        (&Method::POST, ["v1", "volumes"]) => {
-            let body: CreateVolume = read_json(req).await?;
+        Route::CreateVolume => {
+            let body = request(&routes::CREATE_VOLUME, req).await?;
             let (status, v) =
                 blocking(server, move |s| volumes::create_volume(s, &body.name)).await?;
-            Ok(wire::json(status, &v))
+            Ok(answer(&routes::CREATE_VOLUME, status, &v))
         }
-        (&Method::DELETE, ["v1", "volumes", name]) => {
-            let name = named_volume(name)?;
+        Route::DeleteVolume => {
+            let name = named_volume(found.param("name"))?;
             blocking(server, move |s| volumes::delete_volume(s, &name)).await?;
             Ok(empty(204))
         }
-        (&Method::POST, ["v1", "volumes", name, "blobs", "missing"]) => {
-            let name = named_volume(name)?;
-            let body: MissingBlobsRequest = read_json(req).await?;
+        Route::MissingBlobs => {
+            let name = named_volume(found.param("name"))?;
+            let body = request(&routes::MISSING_BLOBS, req).await?;
             let m = blocking(server, move |s| {
                 volumes::missing_blobs(s, &name, &body.hashes)
             })
             .await?;
-            Ok(wire::json(200, &m))
+            Ok(answer(&routes::MISSING_BLOBS, 200, &m))
         }
-        (&Method::POST, ["v1", "volumes", name, "blobs", "pack"]) => {
-            let name = named_volume(name)?;
+        Route::UploadPack => {
+            let name = named_volume(found.param("name"))?;
             let body = read_body(req).await?;
             let stage = param(&q, "stage");
             let answer = blocking(server, move |s| {
@@ -137,13 +145,16 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             .await?;
             Ok(wire::json(200, &answer))
         }
-        (&Method::PUT, ["v1", "volumes", name, "blobs", hash]) => {
-            let (name, hash) = (named_volume(name)?, hash.to_string());
+        Route::UploadBlob => {
+            let (name, hash) = (
+                named_volume(found.param("name"))?,
+                found.param("hash").to_owned(),
+            );
             upload::upload(Arc::clone(server), &shared.uploads, name, hash, &q, req).await
         }
-        (&Method::POST, ["v1", "volumes", name, "trees"]) => {
-            let name = named_volume(name)?;
-            let body: CommitTree = read_json(req).await?;
+        Route::CommitTree => {
+            let name = named_volume(found.param("name"))?;
+            let body = request(&routes::COMMIT_TREE, req).await?;
             let volume = name.clone();
             let (status, t) =
                 blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
@@ -156,16 +167,19 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                     }
                 });
             }
-            Ok(wire::json(status, &t))
+            Ok(answer(&routes::COMMIT_TREE, status, &t))
         }
-        (&Method::POST, ["v1", "volumes", name, "stages"]) => {
-            let name = named_volume(name)?;
-            let body: CommitTree = read_json(req).await?;
+        Route::StageTree => {
+            let name = named_volume(found.param("name"))?;
+            let body = request(&routes::STAGE_TREE, req).await?;
             let staged = blocking(server, move |s| volumes::stage_tree(s, &name, &body)).await?;
-            Ok(wire::json(201, &staged))
+            Ok(answer(&routes::STAGE_TREE, 201, &staged))
         }
-        (&Method::POST, ["v1", "volumes", name, "stages", stage, "commit"]) => {
-            let (name, stage) = (named_volume(name)?, stage.to_string());
+        Route::CommitStage => {
+            let (name, stage) = (
+                named_volume(found.param("name"))?,
+                found.param("stage").to_owned(),
+            );
             let volume = name.clone();
             let (status, t, homes) =
                 blocking(server, move |s| volumes::commit_stage(s, &name, &stage)).await?;
@@ -186,25 +200,41 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                     }
                 });
             }
-            Ok(wire::json(status, &t))
+            Ok(answer(&routes::COMMIT_STAGE, status, &t))
         }
-        (&Method::GET, ["v1", "volumes", name, "trees"]) => {
-            let name = named_volume(name)?;
+        Route::TreeHeld => {
+            let name = named_volume(found.param("name"))?;
             let p = param(&q, "path").unwrap_or_default();
             let d = param(&q, "digest").unwrap_or_default();
             let t = blocking(server, move |s| volumes::tree_held(s, &name, &p, &d)).await?;
             Ok(wire::json(200, &t))
         }
-        (&Method::GET, ["v1", "volumes", name, "tree"]) => {
-            let name = named_volume(name)?;
+        Route::ListTree => {
+            let name = named_volume(found.param("name"))?;
             let p = param(&q, "path").unwrap_or_default();
             let entries = blocking(server, move |s| volumes::list_tree(s, &name, &p)).await?;
-            Ok(wire::json(200, &json!({ "entries": entries })))
+            Ok(answer(
+                &routes::LIST_TREE,
+                200,
+                &VolumeEntryList { entries },
+            ))
         }
-        (&Method::GET, ["v1", "volumes", name, "file"]) => {
-            files::respond(server, named_volume(name)?, &q, &req).await
+        Route::ReadFile => {
+            files::respond(server, named_volume(found.param("name"))?, &q, &req).await
         }
-        (&Method::POST, ["v1", "images", "pull"]) => {
+        Route::ListImages => {
+            let cache = blocking(server, |s| s.images.listing()).await?;
+            Ok(answer(&routes::LIST_IMAGES, 200, &cache))
+        }
+        Route::PruneImages => {
+            // No field yet; the body is read so that one that is not JSON is refused.
+            let _prune = request(&routes::PRUNE_IMAGES, req).await?;
+            let pruned = server.images.prune_unused(server.home.join("runs")).await?;
+            Ok(answer(&routes::PRUNE_IMAGES, 200, &pruned))
+        }
+        Route::PullImage => {
+            // Read more leniently than the table's `PullImage`: a body without `image` pulls
+            // what a run naming none would get, as it always has.
             #[derive(serde::Deserialize)]
             struct Pull {
                 image: Option<String>,
@@ -219,13 +249,17 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             });
             Ok(wire::stream("application/x-ndjson", rx))
         }
-        (&Method::POST, ["v1", "runs", "validate"]) => {
+        Route::ValidateRun => {
             let body = read_body(req).await?;
             blocking(server, move |s| runs::validate_run(s, &body)).await?;
-            Ok(wire::json(200, &json!({ "valid": true })))
+            let valid = RunValidated {
+                valid: true,
+                extra: Default::default(),
+            };
+            Ok(answer(&routes::VALIDATE_RUN, 200, &valid))
         }
-        (&Method::POST, ["v1", "runs"]) => {
-            let key = header(&req, "idempotency-key").unwrap_or_default();
+        Route::CreateRun => {
+            let key = header(&req, div_api::IDEMPOTENCY_KEY).unwrap_or_default();
             let body = read_body(req).await?;
             // The image is pulled (or found in the cache) before the run exists: one that
             // cannot be used is refused with the registry's answer, and nothing is created.
@@ -242,54 +276,52 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 blocking(server, move |s| runs::create_run(s, &key, &body, image)).await?;
             // Start it now rather than at the next tick.
             server.kick.notify_one();
-            Ok(wire::json(status, &run))
+            Ok(answer(&routes::CREATE_RUN, status, &run))
         }
-        (&Method::GET, ["v1", "runs"]) => {
+        Route::ListRuns => {
             let query = list_query(&q)?;
             let list = blocking(server, move |s| runs::list(s, &query)).await?;
-            Ok(wire::json(200, &list))
+            Ok(answer(&routes::LIST_RUNS, 200, &list))
         }
-        (&Method::GET, ["v1", "runs", run]) => {
-            let run = run.to_string();
+        Route::GetRun => {
+            let run = found.param("run").to_owned();
             let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
-            Ok(wire::json(200, &r))
+            Ok(answer(&routes::GET_RUN, 200, &r))
         }
-        (&Method::POST, ["v1", "runs", run, "stop"]) => {
-            let r = runs::stop_and_wait(server, run.to_string()).await?;
-            Ok(wire::json(200, &r))
+        Route::StopRun => {
+            let r = runs::stop_and_wait(server, found.param("run").to_owned()).await?;
+            Ok(answer(&routes::STOP_RUN, 200, &r))
         }
-        (&Method::GET, ["v1", "runs", run, "log"]) => {
-            logstream::respond(server, run.to_string(), &q).await
-        }
-        (&Method::GET, ["v1", "runs", run, "result"]) => {
-            let run = run.to_string();
+        Route::Log => logstream::respond(server, found.param("run").to_owned(), &q).await,
+        Route::Result => {
+            let run = found.param("run").to_owned();
+            // The result as the run wrote it (its numbers' digits kept), in `RunResult`'s shape.
             let result = blocking(server, move |s| runs::result_exact(s, &run)).await?;
             Ok(wire::json(200, &result))
         }
-        (&Method::GET, ["v1", "runs", run, "telemetry"]) => {
-            let run = run.to_string();
+        Route::Telemetry => {
+            let run = found.param("run").to_owned();
             let after: u64 = param(&q, "after").and_then(|o| o.parse().ok()).unwrap_or(0);
             let t = blocking(server, move |s| runs::telemetry(s, &run, after)).await?;
-            Ok(wire::json(200, &t))
+            Ok(answer(&routes::TELEMETRY, 200, &t))
         }
-        (&Method::POST, ["v1", "dashboard"]) => dashboard::open(&shared.dashboard, server).await,
-        (&Method::GET, ["v1", "secrets"]) => {
-            let list = blocking(server, secrets::list).await?;
-            Ok(wire::json(200, &json!({ "secrets": list })))
+        Route::OpenDashboard => dashboard::open(&shared.dashboard, server).await,
+        Route::ListSecrets => {
+            let secrets = blocking(server, secrets::list).await?;
+            Ok(answer(&routes::LIST_SECRETS, 200, &SecretList { secrets }))
         }
-        (&Method::PUT, ["v1", "secrets", name]) => {
-            let name = name.to_string();
+        Route::SetSecret => {
+            let name = found.param("name").to_owned();
             secrets::check_name(&name)?;
-            let body: SetSecret = read_json(req).await?;
+            let body = request(&routes::SET_SECRET, req).await?;
             let info = blocking(server, move |s| secrets::set(s, &name, &body.value)).await?;
-            Ok(wire::json(200, &info))
+            Ok(answer(&routes::SET_SECRET, 200, &info))
         }
-        (&Method::DELETE, ["v1", "secrets", name]) => {
-            let name = name.to_string();
+        Route::DeleteSecret => {
+            let name = found.param("name").to_owned();
             blocking(server, move |s| secrets::delete(s, &name)).await?;
             Ok(empty(204))
         }
-        _ => Err(HttpError::not_found(format!("no route `{method} {path}`"))),
     }
 }
 

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use div_api::routes::TypedRoute;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited, combinators::BoxBody};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -46,6 +47,15 @@ pub(crate) fn json(status: u16, value: &impl Serialize) -> Resp {
         Ok(body) => full(status, "application/json", body),
         Err(e) => fail(HttpError::internal(e.to_string())),
     }
+}
+
+/// `value` as `route`'s JSON answer: the table's answer type, and no other.
+pub(crate) fn answer<Req, Answer: Serialize, T>(
+    _route: &TypedRoute<Req, Answer, T>,
+    status: u16,
+    value: &Answer,
+) -> Resp {
+    json(status, value)
 }
 
 /// No body.
@@ -164,6 +174,14 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     let body = read_body(req).await?;
     serde_json::from_slice(&body)
         .map_err(|e| HttpError::malformed(format!("the request is not valid JSON: {e}")))
+}
+
+/// `route`'s JSON request body: the table's request type.
+pub(crate) async fn request<Req: serde::de::DeserializeOwned, Answer, T>(
+    _route: &TypedRoute<Req, Answer, T>,
+    req: Request<Incoming>,
+) -> Result<Req, HttpError> {
+    read_json(req).await
 }
 
 #[cfg(test)]

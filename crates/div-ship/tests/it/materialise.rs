@@ -4,10 +4,10 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use div_ship::{EntryKind, ManifestEntry, materialise, validate_entries};
+use div_ship::{EntryKind, TreeEntry, materialise, validate_entries};
 
-fn file(path: &str, content: &str) -> ManifestEntry {
-    ManifestEntry {
+fn file(path: &str, content: &str) -> TreeEntry {
+    TreeEntry {
         path: path.to_owned(),
         kind: EntryKind::File,
         executable: false,
@@ -17,8 +17,8 @@ fn file(path: &str, content: &str) -> ManifestEntry {
     }
 }
 
-fn link(path: &str, target: &str) -> ManifestEntry {
-    ManifestEntry {
+fn link(path: &str, target: &str) -> TreeEntry {
+    TreeEntry {
         path: path.to_owned(),
         kind: EntryKind::Symlink,
         executable: false,
@@ -29,7 +29,7 @@ fn link(path: &str, target: &str) -> ManifestEntry {
 }
 
 /// `entries` are refused with `expect`.
-fn check(entries: &[ManifestEntry], expect: &str) {
+fn check(entries: &[TreeEntry], expect: &str) {
     let err = validate_entries(entries).unwrap_err();
     assert_eq!(err.to_string(), expect);
 }
@@ -366,7 +366,7 @@ fn a_big_tree_written_by_several_threads_is_whole() {
     let contents: Vec<String> = (0..10_000).map(|i| format!("file {i}\n")).collect();
     let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
     let blob_path = blobs(tmp.path(), &refs);
-    let mut entries: Vec<ManifestEntry> = Vec::new();
+    let mut entries: Vec<TreeEntry> = Vec::new();
     for (i, content) in contents.iter().enumerate() {
         let mut entry = file(&format!("d{:03}/sub/f{i:05}.py", i / 50), content);
         entry.executable = i % 997 == 0;

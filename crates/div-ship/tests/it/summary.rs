@@ -124,11 +124,11 @@ proptest::proptest! {
         entries in proptest::collection::btree_map("[a-c]{1,3}(/[a-c]{1,2})?", (0u64..6, proptest::bool::ANY), 0..40),
         n in 0usize..7,
     ) {
-        use div_ship::{EntryKind, Manifest, ManifestEntry, Shipment};
+        use div_ship::{EntryKind, Manifest, TreeEntry, Shipment};
         let manifest = Manifest {
             entries: entries
                 .iter()
-                .map(|(path, (size, link))| ManifestEntry {
+                .map(|(path, (size, link))| TreeEntry {
                     path: path.clone(),
                     kind: if *link { EntryKind::Symlink } else { EntryKind::File },
                     executable: false,

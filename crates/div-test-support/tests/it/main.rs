@@ -3,13 +3,15 @@
 
 use async_trait::async_trait;
 use div_api::*;
-use div_test_support::{ConformanceContext, FakeControlPlane, conformance, filter_snapshot};
+use div_test_support::{
+    ConformanceContext, FakeControlPlane, FakeStages, conformance, filter_snapshot,
+};
 
 #[tokio::test]
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 18);
+    assert_eq!(report.passed.len(), 19);
 }
 
 /// The fake, but creating a run twice for one key.
@@ -99,6 +101,84 @@ impl ControlPlane for ForgetsKeys {
     }
 }
 
+/// Routes the fake answers as a control plane without them (the trait's defaults), or that are
+/// no operation of the trait; every other route of the table is counted by the operation
+/// that answers it.
+const NOT_COUNTED: &[Route] = &[
+    Route::Health,
+    Route::OpenDashboard,
+    Route::PullImage,
+    Route::TreeHeld,
+];
+
+/// The fake answers the route table: each operation counts its route, so a route the table
+/// gains is missed here until the fake answers it (or says it answers it as a control plane
+/// without it).
+#[tokio::test]
+async fn the_fake_counts_every_route_of_the_table() {
+    let fake = FakeControlPlane::new().with_stages(FakeStages::Kept);
+    conformance(&fake, &ConformanceContext::default())
+        .await
+        .assert_passed();
+    // What the suite does not ask.
+    let cp: &dyn ControlPlane = &fake;
+    let _ = cp.list_images().await;
+    let _ = cp.prune_images(&PruneImages::default()).await;
+    let _ = cp.pull_image("busybox", &|_| {}).await;
+    let _ = cp.tree_held("conf-code", "code/x", "d").await;
+    let tree = CommitTree {
+        path: "code/staged".into(),
+        entries: Vec::new(),
+    };
+    cp.create_volume("staged").await.expect("a volume");
+    if let Some(stage) = cp.stage_tree("staged", &tree).await.expect("staged") {
+        cp.upload_staged_pack("staged", &stage.id, &[])
+            .await
+            .expect("a pack");
+        cp.commit_stage("staged", &stage.id)
+            .await
+            .expect("committed");
+    }
+    let runs = cp.list_runs(&ListRuns::default()).await.expect("runs");
+    let run = &runs.runs[0].id;
+    let _ = cp.node_log(run, 0, 0, false).await;
+    let _ = cp.telemetry(run, 0).await;
+    let _ = cp.result(run).await;
+    for &route in Route::ALL {
+        let counted = fake.calls(route) > 0;
+        let expected = !NOT_COUNTED.contains(&route);
+        assert_eq!(
+            counted,
+            expected,
+            "{route:?} ({} {}) was {}counted",
+            route.method(),
+            route.template(),
+            if counted { "" } else { "not " }
+        );
+    }
+}
+
+/// The fake's image cache: a prune removes the images no queued or running run uses, and
+/// keeps the others.
+#[tokio::test]
+async fn the_fakes_prune_keeps_the_images_of_runs_going() {
+    let fake = FakeControlPlane::new();
+    fake.add_image("busybox", 10, 20);
+    fake.add_image("python:3.12", 30, 40);
+    let mut run = div_test_support::quick_run(&ConformanceContext::default(), None);
+    run.image = Some("busybox".into());
+    fake.create_run("k", &run).await.expect("placed");
+    let pruned = fake
+        .prune_images(&PruneImages::default())
+        .await
+        .expect("pruned");
+    assert_eq!((pruned.images.len(), pruned.kept, pruned.bytes), (1, 1, 40));
+    let cache = fake.list_images().await.expect("listed");
+    let left: Vec<&[String]> = cache.images.iter().map(|i| &i.references[..]).collect();
+    assert_eq!(left, [["busybox".to_owned()]]);
+    assert_eq!(cache.disk.total(), 30);
+}
+
 #[tokio::test]
 async fn a_control_plane_that_forgets_keys_fails_the_suite() {
     let cp = ForgetsKeys(FakeControlPlane::new());
@@ -183,4 +263,27 @@ fn snapshot_filter() {
     check("took 250ms", "took [DURATION]");
     check("wrote `/tmp/.tmpAbC123/train.py`", "wrote `[TEMP]`");
     check("run-k4t9 exited 3", "run-k4t9 exited 3");
+}
+
+/// A wait asks again until the check says yes, and past its patience says what it waited for
+/// and what the check saw last.
+#[test]
+fn a_wait_asks_until_yes_and_says_what_it_saw_last() {
+    use std::time::Duration;
+    let mut asked = 0;
+    let found = div_test_support::poll_until(Duration::from_secs(60), || {
+        asked += 1;
+        if asked == 3 { Ok(asked) } else { Err(asked) }
+    });
+    assert_eq!(found, Ok(3));
+    let never = div_test_support::poll_until(Duration::ZERO, || Err::<(), _>("not yet"));
+    assert_eq!(never, Err("not yet"));
+    let panic = std::panic::catch_unwind(|| {
+        div_test_support::wait_until("the moon", Duration::ZERO, || Err::<(), _>("cheese"))
+    })
+    .expect_err("it gives up");
+    assert_eq!(
+        panic.downcast_ref::<String>().map(String::as_str),
+        Some("the moon: not within 0ns; last seen: cheese")
+    );
 }
