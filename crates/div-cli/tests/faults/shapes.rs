@@ -9,6 +9,13 @@ use std::path::Path;
 /// exits 0. Told twice (by div and by a parent that passes it on), it saves once.
 const TRAIN_PY: &str = r#"import json, os, signal, sys, time
 
+
+def say(line):
+    # One write per line: two processes share the log, and print() writes its text and its
+    # newline apart when Python is unbuffered (as div runs it), so their lines would mix.
+    os.write(1, (line + "\n").encode())
+
+
 SAVING = False
 
 
@@ -17,14 +24,14 @@ def on_term(signum, frame):
     if SAVING:
         return
     SAVING = True
-    print("got signal 15: will save a checkpoint and exit", flush=True)
+    say("got signal 15: will save a checkpoint and exit")
     time.sleep(3)
     path = os.environ["DIVERGENT_RESULT_PATH"]
     partial = "%s.%d" % (path, os.getpid())
     with open(partial, "w") as f:
         json.dump({"saved": True}, f)
     os.replace(partial, path)
-    print("saved", flush=True)
+    say("saved")
     sys.exit(0)
 
 
@@ -32,7 +39,7 @@ signal.signal(signal.SIGTERM, on_term)
 
 
 def main():
-    print("training", flush=True)
+    say("training")
     while True:
         time.sleep(0.05)
 
@@ -42,41 +49,60 @@ if __name__ == "__main__":
 "#;
 
 /// A second process beside the first, with a handler of its own.
-const SPARE_PY: &str = r#"import signal, sys, time
+const SPARE_PY: &str = r#"import os, signal, sys, time
+
+
+def say(line):
+    # One write per line: two processes share the log, and print() writes its text and its
+    # newline apart when Python is unbuffered (as div runs it), so their lines would mix.
+    os.write(1, (line + "\n").encode())
 
 
 def on_term(signum, frame):
     time.sleep(3)
-    print("spare: saved", flush=True)
+    say("spare: saved")
     sys.exit(0)
 
 
 signal.signal(signal.SIGTERM, on_term)
-print("spare: started", flush=True)
+say("spare: started")
 while True:
     time.sleep(0.05)
 "#;
 
 /// A process that takes SIGTERM and goes on: only SIGKILL, at the end of the grace, ends it.
-const STUBBORN_PY: &str = r#"import signal, time
+const STUBBORN_PY: &str = r#"import os, signal, time
+
+
+def say(line):
+    # One write per line: two processes share the log, and print() writes its text and its
+    # newline apart when Python is unbuffered (as div runs it), so their lines would mix.
+    os.write(1, (line + "\n").encode())
 
 
 def on_term(signum, frame):
-    print("stubborn: ignoring SIGTERM", flush=True)
+    say("stubborn: ignoring SIGTERM")
 
 
 signal.signal(signal.SIGTERM, on_term)
-print("stubborn: started", flush=True)
+say("stubborn: started")
 i = 0
 while True:
     time.sleep(0.5)
     i += 1
-    print("stubborn: still here %d" % i, flush=True)
+    say("stubborn: still here %d" % i)
 "#;
 
 /// torchrun's shape: a parent that starts two workers and, on SIGTERM, passes it on to them
 /// and waits for them.
 const LAUNCHER_PY: &str = r#"import os, signal, subprocess, sys
+
+
+def say(line):
+    # One write per line: two processes share the log, and print() writes its text and its
+    # newline apart when Python is unbuffered (as div runs it), so their lines would mix.
+    os.write(1, (line + "\n").encode())
+
 
 workers = [
     subprocess.Popen([sys.executable, "train.py"], env=dict(os.environ, WORKER=str(i)))
@@ -85,7 +111,7 @@ workers = [
 
 
 def forward(signum, frame):
-    print("launcher: passing SIGTERM on to its workers", flush=True)
+    say("launcher: passing SIGTERM on to its workers")
     for w in workers:
         try:
             w.send_signal(signal.SIGTERM)
@@ -95,7 +121,7 @@ def forward(signum, frame):
 
 signal.signal(signal.SIGTERM, forward)
 codes = [w.wait() for w in workers]
-print("launcher: its workers saved and exited %s" % codes, flush=True)
+say("launcher: its workers saved and exited %s" % codes)
 "#;
 
 /// A process that leaves its parent's tree the way a daemon does (fork, setsid, fork) and

@@ -181,10 +181,15 @@ impl Browser {
             .expect("a free port")
             .port();
         let profile = tempfile::tempdir().expect("a profile dir");
+        // chromium makes its scratch folders (org.chromium.Chromium.*) under TMPDIR and
+        // leaves them: under the profile, they go with it.
+        let scratch = profile.path().join("tmp");
+        std::fs::create_dir_all(&scratch).expect("the browser's scratch folder");
         let mut command = Command::new(driver);
         command
             .arg(format!("--port={port}"))
             .env("HOME", profile.path())
+            .env("TMPDIR", &scratch)
             .env("XDG_CONFIG_HOME", profile.path().join("config"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
