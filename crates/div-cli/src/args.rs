@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use div_api::RunStatus;
-use div_spec::{Check, EnvPair, MemoryGib, Money};
+use div_spec::{Check, CheckError, EnvPair, MemoryGib, Money};
 
 /// Place runs on GPUs
 #[derive(Debug, Parser)]
@@ -132,8 +132,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "KEY=value")]
     pub(crate) env: Vec<EnvPair>,
 
-    /// What the run's result must say, like `metrics.accuracy>=0.8`; repeatable
-    #[arg(long, value_name = "CHECK")]
+    /// What the run's result must say, like `metrics.accuracy>=0.8` (quoted: a shell takes
+    /// `>` and `<` for redirections); repeatable
+    #[arg(long, value_name = "CHECK", value_parser = check)]
     pub(crate) check: Vec<Check>,
 
     /// How the run's Telemetry tab is laid out (default: the `telemetry.toml` shipped)
@@ -330,7 +331,7 @@ pub(crate) struct ResultArgs {
     #[arg(value_name = "RUN")]
     pub(crate) run: Option<String>,
     /// Judge the stored result again against this check; repeatable
-    #[arg(long, value_name = "CHECK")]
+    #[arg(long, value_name = "CHECK", value_parser = check)]
     pub(crate) check: Vec<Check>,
     /// Print the result and verdicts as JSON
     #[arg(long)]
@@ -495,4 +496,55 @@ mod tests {
         // Not a clap default: an untyped `--image` sends no image.
         assert!(image.get_default_values().is_empty());
     }
+}
+
+/// A `--check`. One with no comparison was most likely typed unquoted, `--check
+/// metrics.accuracy>0.9`: the shell took `>` for a redirection, made a file `0.9` and sent
+/// div's output into it before div started. Where that can be seen (div's output or input is
+/// an empty file), the refusal names the file and the check as it was meant.
+fn check(typed: &str) -> Result<Check, String> {
+    typed.parse::<Check>().map_err(|e| match e {
+        CheckError::NoOperator { .. } => format!("{e}; {}", unquoted_check(typed)),
+        e => e.to_string(),
+    })
+}
+
+/// What a shell most likely did with an unquoted check, and the check quoted.
+fn unquoted_check(typed: &str) -> String {
+    // `>` made div's output a file; `<` made its input one (the shell refuses a `<` of a file
+    // that does not exist before div starts).
+    for (fd, op, flow) in [(1, ">", "output"), (0, "<", "input")] {
+        let Some(name) = redirected_to_empty_file(fd) else {
+            continue;
+        };
+        let meant = div_spec::shell_quote(&format!("{typed}{op}{name}"));
+        let made = if op == ">" {
+            " (which it probably just made: remove it)"
+        } else {
+            ""
+        };
+        return format!(
+            "unquoted, the shell took `{op}` for a redirection: div's {flow} is the file `{name}`{made}; \
+             quote the check: `--check {meant}`"
+        );
+    }
+    "quote it, like `--check 'metrics.accuracy>=0.8'`: unquoted, a shell takes `>` and `<` \
+     for redirections"
+        .to_owned()
+}
+
+/// The name of the empty regular file that `fd` is, if it is one.
+fn redirected_to_empty_file(fd: u32) -> Option<String> {
+    let link = std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
+    let meta = std::fs::metadata(&link).ok()?;
+    if !meta.is_file() || meta.len() != 0 {
+        return None;
+    }
+    let target = std::fs::read_link(&link).ok()?;
+    let name = target.file_name()?.to_str()?.to_owned();
+    // Only a name that reads as the rest of a check: `0.9`, `=0.8`, `=true`; not a log that
+    // output was sent to on purpose (`div run … > run.log`).
+    let value = name.strip_prefix('=').unwrap_or(&name);
+    let number = value.parse::<f64>().is_ok();
+    (number || (name.starts_with('=') && !value.is_empty())).then_some(name)
 }

@@ -486,6 +486,55 @@ fn describe(value: &Value) -> String {
     }
 }
 
+/// The most paths of a result [`paths_of`] lists, and the most items of one list it goes
+/// into: a suggestion is looked for among these, never across a whole large result.
+const MOST_PATHS: usize = 10_000;
+const MOST_ITEMS: usize = 100;
+
+/// Whether a path's segment is a list's index.
+fn is_index(segment: &str) -> bool {
+    !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Every path to a value a check compares with in `result` (`metrics.accuracy`, `losses.0`;
+/// not `metrics`, an object), breadth first, at most [`MOST_PATHS`]; none when it is not
+/// JSON.
+fn paths_of(result: &str) -> Vec<String> {
+    let Ok(value) = serde_json::from_str::<Value>(result) else {
+        return Vec::new();
+    };
+    let mut paths = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(String::new(), &value)]);
+    while let Some((path, value)) = queue.pop_front() {
+        let children: Vec<(String, &Value)> = match value {
+            Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Value::Array(items) => items
+                .iter()
+                .take(MOST_ITEMS)
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v))
+                .collect(),
+            _ => continue,
+        };
+        for (key, child) in children {
+            if paths.len() >= MOST_PATHS {
+                return paths;
+            }
+            let child_path = if path.is_empty() {
+                key
+            } else {
+                format!("{path}.{key}")
+            };
+            if child.is_object() || child.is_array() {
+                queue.push_back((child_path, child));
+            } else {
+                paths.push(child_path);
+            }
+        }
+    }
+    paths
+}
+
 impl Check {
     /// The dotted path into the result: `metrics.accuracy`.
     pub fn path(&self) -> &str {
@@ -545,7 +594,33 @@ impl Check {
                 _ => None,
             };
             let Some(next) = next else {
-                return unknown(None, format!("the result has no {}", self.path));
+                let paths = paths_of(result);
+                // Another item of the same list is not what was meant: `runs.2` of two runs.
+                let other_item = |c: &str| {
+                    let (a, b): (Vec<&str>, Vec<&str>) =
+                        (self.path.split('.').collect(), c.split('.').collect());
+                    a.len() == b.len()
+                        && a.iter()
+                            .zip(&b)
+                            .all(|(x, y)| x == y || (is_index(x) && is_index(y)))
+                };
+                // Nor is a value the path goes past: `metrics.accuracy` for `metrics.accuracy.x`.
+                let above = |c: &str| {
+                    self.path
+                        .strip_prefix(c)
+                        .is_some_and(|rest| rest.starts_with('.'))
+                };
+                let candidates = paths
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|c| !other_item(c) && !above(c));
+                let reason = match crate::did_you_mean(&self.path, candidates) {
+                    Some(meant) => {
+                        format!("the result has no {}; did you mean {meant}?", self.path)
+                    }
+                    None => format!("the result has no {}", self.path),
+                };
+                return unknown(None, reason);
             };
             here = next;
         }

@@ -35,6 +35,7 @@ mod env;
 mod human;
 mod memory;
 mod money;
+mod nearest;
 mod run_name;
 mod sku;
 mod slug;
@@ -52,6 +53,7 @@ pub use env::{
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
 pub use money::{Money, MoneyError};
+pub use nearest::did_you_mean;
 pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};
 pub use sku::{Sku, UnknownSku};
 pub use slug::{MAX_SLUG_LEN, ProjectNameError, Slug, SlugError, check_project_name};

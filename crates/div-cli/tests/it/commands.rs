@@ -358,6 +358,69 @@ async fn result_of_an_unknown_run_is_refused_and_a_bad_check_reaches_nothing() {
     assert!(world.requests().await.is_empty());
 }
 
+/// `--check metrics.accuracy>0.9` typed unquoted, as a shell runs it: the shell makes a file
+/// `0.9` and sends div's output into it, and div sees `--check metrics.accuracy`. The refusal
+/// says so, names the file, and gives the check quoted; nothing reaches the control plane.
+#[tokio::test]
+async fn an_unquoted_check_is_refused_naming_the_file_the_shell_made() {
+    let world = World::new().await;
+    for (typed, file, op) in [
+        ("metrics.accuracy>0.9", "0.9", ">"),
+        ("metrics.accuracy>=0.8", "=0.8", ">"),
+    ] {
+        for (command, rest) in [("run --gpu cpu", " -- true"), ("result run-k4t9", "")] {
+            let line = format!("exec \"$DIV\" {command} --check {typed}{rest}");
+            // div's own environment for the test, with a shell in front of it.
+            let div = world.command(&[]);
+            let div = div.as_std();
+            let mut sh = tokio::process::Command::new("sh");
+            sh.args(["-c", &line])
+                .current_dir(world.project())
+                .env_clear()
+                .env("DIV", div.get_program());
+            for (key, value) in div.get_envs() {
+                if let Some(value) = value {
+                    sh.env(key, value);
+                }
+            }
+            let out = sh.output().await.expect("sh runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(200), "{stderr}");
+            let made = world.project().join(file);
+            assert!(made.is_file(), "the shell made `{file}`");
+            std::fs::remove_file(&made).expect("rm");
+            let path = typed.split(op).next().unwrap_or_default();
+            assert!(
+                stderr.contains(&format!(
+                    "`{path}` has no comparison; write a check like `metrics.accuracy>=0.8` with `>=`, `<=`, `>`, `<`, `==` or `!=`; unquoted, the shell took `>` for a redirection: div's output is the file `{file}` (which it probably just made: remove it); quote the check: `--check '{typed}'`"
+                )),
+                "{stderr}"
+            );
+        }
+    }
+    // Sent to a log on purpose, a refusal does not guess.
+    let out = world
+        .command(&[
+            "run",
+            "--gpu",
+            "cpu",
+            "--check",
+            "metrics.accuracy",
+            "--",
+            "true",
+        ])
+        .stdout(std::fs::File::create(world.project().join("run.log")).expect("a log"))
+        .output()
+        .await
+        .expect("div runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("quote it, like `--check 'metrics.accuracy>=0.8'`: unquoted, a shell takes `>` and `<` for redirections"),
+        "{stderr}"
+    );
+    assert!(world.requests().await.is_empty());
+}
+
 #[tokio::test]
 async fn secrets_set_reads_stdin_never_argv() {
     let world = World::new().await;

@@ -170,7 +170,7 @@ fn verdict_lines() {
     judge(
         "metrics.accuracy2>=0.8",
         &result,
-        "check unknown: metrics.accuracy2 >= 0.8 (the result has no metrics.accuracy2)",
+        "check unknown: metrics.accuracy2 >= 0.8 (the result has no metrics.accuracy2; did you mean metrics.accuracy?)",
     );
     judge(
         "metrics.runs.1.acc>=0.5",
@@ -369,4 +369,39 @@ fn suggestions_are_valid_checks() {
     assert_eq!("a>=True".parse::<Check>().unwrap_err().suggestion(), None);
     // A string holding both quotes cannot be quoted: no quoted form is proposed.
     assert_snapshot!(refused::<Check>(r#"s=='a"b'c'"#), @r#"`'a"b'c'` in `s=='a"b'c'` is not a value a check takes; write a number like `0.8`, `true`, `false`, or a string in quotes"#);
+}
+
+/// A path the result lacks names the value it most likely meant, among the values a check
+/// compares with; never another item of the same list, a value the path goes past, or a
+/// path too far from it.
+#[test]
+fn a_missing_path_suggests_the_nearest_one_the_result_has() {
+    let result = json!({
+        "metrics": {"accuracy": 0.91, "loss": 0.2, "per_class": {"cat": 0.9}},
+        "runs": [{"acc": 0.5}, {"acc": 0.6}],
+        "epochs": 3,
+    });
+    let cases = [
+        ("metrics.acuracy>=0.8", Some("metrics.accuracy")),
+        ("metric.accuracy>=0.8", Some("metrics.accuracy")),
+        ("Metrics.Accuracy>=0.8", Some("metrics.accuracy")),
+        ("metrics.per_class.dog>0", Some("metrics.per_class.cat")),
+        ("runs.0.ac>0", Some("runs.0.acc")),
+        ("epoch==3", Some("epochs")),
+        // Another item of the list is not what was meant.
+        ("runs.2.acc>0", None),
+        // Nor the value the path goes past, nor an object.
+        ("metrics.accuracy.top1>0", None),
+        ("metric>0", None),
+        ("throughput>100", None),
+    ];
+    for (typed, meant) in cases {
+        let check: Check = typed.parse().expect("a check");
+        let reason = check.evaluate(&result).reason.unwrap_or_default();
+        let want = match meant {
+            Some(m) => format!("the result has no {}; did you mean {m}?", check.path()),
+            None => format!("the result has no {}", check.path()),
+        };
+        assert_eq!(reason, want, "`{typed}`");
+    }
 }
