@@ -54,7 +54,7 @@ pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use images::{image_list, image_prune};
 pub use last_line::last_line;
-pub use missing_module::{LOG_TAIL_BYTES, missing_module_hint};
+pub use missing_module::{LOG_TAIL_BYTES, PlacedWith, missing_module_hint};
 pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,

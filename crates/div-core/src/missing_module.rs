@@ -23,11 +23,59 @@ const PACKAGES: &[(&str, &str)] = &[
     ("dateutil", "python-dateutil"),
 ];
 
+/// What the hint keeps of how the run was placed, so that pasting it places the same run: the
+/// flags typed before the entrypoint (each a word, unquoted), and the `requirements.txt` shipped
+/// beside the entrypoint, when there is one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacedWith {
+    /// `div run`'s own flags, as words: `["--gpu", "cpu", "--check", "metrics.accuracy >= 0.8"]`.
+    pub flags: Vec<String>,
+    /// The text of the `requirements.txt` that was shipped, when one was.
+    pub requirements: Option<String>,
+}
+
+impl PlacedWith {
+    /// The flags a run's record shows it was placed with (for a run followed after the fact,
+    /// whose typed flags are not at hand): its SKU and GPUs, ceiling, image, environment and
+    /// checks.
+    pub fn from_record(run: &Run) -> PlacedWith {
+        let mut flags = Vec::new();
+        let mut flag = |name: &str, value: String| {
+            flags.push(format!("--{name}"));
+            flags.push(value);
+        };
+        if run.sku != "h100" {
+            flag("gpu", run.sku.clone());
+        }
+        if run.gpus != 1 && run.sku != "cpu" {
+            flag("gpus", run.gpus.to_string());
+        }
+        if let Some(cents) = run.max_spend_cents {
+            flag("max-spend", div_spec::Money::from_cents(cents).to_string());
+        }
+        if run.image != div_spec::DEFAULT_IMAGE {
+            flag("image", run.image.clone());
+        }
+        for env in &run.env {
+            flag("env", format!("{}={}", env.key, env.value));
+        }
+        for check in &run.checks {
+            flag("check", check.clone());
+        }
+        PlacedWith {
+            flags,
+            requirements: None,
+        }
+    }
+}
+
 /// For a failed run whose log ends in `ModuleNotFoundError: No module named 'x'`, the hint:
 /// the module, the Python the run used when the traceback shows it (a path like
-/// `/opt/conda/lib/python3.11/…`), and the `div run` that installs it into the run first.
-/// `tail` is the end of the log (the last [`LOG_TAIL_BYTES`] are enough).
-pub fn missing_module_hint(tail: &[u8], run: &Run) -> Option<String> {
+/// `/opt/conda/lib/python3.11/…`), and the `div run` that installs it into the run first,
+/// with every flag the run was placed with. Where a `requirements.txt` was shipped, it says
+/// whether the file lists the package and installs from it. `tail` is the end of the log
+/// (the last [`LOG_TAIL_BYTES`] are enough).
+pub fn missing_module_hint(tail: &[u8], run: &Run, placed: &PlacedWith) -> Option<String> {
     if run.status != RunStatus::Failed {
         return None;
     }
@@ -49,16 +97,75 @@ pub fn missing_module_hint(tail: &[u8], run: &Run) -> Option<String> {
         .map(|(_, p)| (*p).to_string())
         .unwrap_or_else(|| module.split('.').next().unwrap_or(module).replace('_', "-"));
     let python = python_used(&text[..at]);
-    let install = format!("python -m pip install {package} && {}", run.command);
     let used = match python {
         Some((version, lib)) => format!("the run's Python {version} ({lib})"),
         None => "the image's `python`".to_string(),
     };
-    Some(format!(
-        "`{module}` is not installed in {used}; install it into the run first: `div run -- {}`, \
-         or add `{package}` to a requirements.txt the command installs",
-        div_spec::shell_quote(&install)
-    ))
+    let again = |install: &str| {
+        let mut words: Vec<String> = vec!["div".into(), "run".into()];
+        words.extend(placed.flags.iter().map(|w| div_spec::shell_quote(w)));
+        words.push("--".into());
+        words.push(div_spec::shell_quote(&format!(
+            "{install} && {}",
+            run.command
+        )));
+        words.join(" ")
+    };
+    const FROM_FILE: &str = "python -m pip install -r requirements.txt";
+    let advice = match &placed.requirements {
+        None => format!(
+            "install it into the run first: `{}`, or add `{package}` to a requirements.txt the \
+             command installs",
+            again(&format!("python -m pip install {package}"))
+        ),
+        Some(file) => {
+            let listed = lists(file, &package);
+            let installs = run.command.contains("requirements");
+            match (listed, installs) {
+                (true, false) => format!(
+                    "requirements.txt lists it, but the command does not install it: `{}`",
+                    again(FROM_FILE)
+                ),
+                (false, false) => format!(
+                    "add `{package}` to requirements.txt and install from it in the run: `{}`",
+                    again(FROM_FILE)
+                ),
+                (false, true) => {
+                    format!("add `{package}` to requirements.txt, which the command installs")
+                }
+                (true, true) => format!(
+                    "requirements.txt lists `{package}` and the command installs it: pip's lines \
+                     above say why it did not reach {used}"
+                ),
+            }
+        }
+    };
+    Some(format!("`{module}` is not installed in {used}; {advice}"))
+}
+
+/// Whether a requirements file names `package` (PEP 503's normalised names: case, `-`, `_`
+/// and `.` alike), on a line of its own with any version, extras or markers after it.
+fn lists(file: &str, package: &str) -> bool {
+    let norm = |name: &str| -> String {
+        name.chars()
+            .map(|c| match c {
+                '_' | '.' => '-',
+                c => c.to_ascii_lowercase(),
+            })
+            .collect()
+    };
+    let want = norm(package);
+    file.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('-') {
+            return false;
+        }
+        let name: String = line
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+            .collect();
+        !name.is_empty() && norm(&name) == want
+    })
 }
 
 /// The Python a traceback shows, from its last `…/lib/pythonX.Y/…` path: (`3.11`,
@@ -111,7 +218,7 @@ mod tests {
     fn names_the_python_and_the_install() {
         let log = b"Traceback (most recent call last):\n  File \"/workspace/train.py\", line 1, in <module>\n    import sklearn.neural_network\n  File \"/opt/conda/lib/python3.11/importlib/__init__.py\", line 126\nModuleNotFoundError: No module named 'sklearn'\n";
         assert_eq!(
-            missing_module_hint(log, &failed()).as_deref(),
+            missing_module_hint(log, &failed(), &PlacedWith::default()).as_deref(),
             Some(
                 "`sklearn` is not installed in the run's Python 3.11 (/opt/conda/lib/python3.11); \
                  install it into the run first: `div run -- 'python -m pip install scikit-learn && \
@@ -124,7 +231,7 @@ mod tests {
     #[test]
     fn without_a_path_it_says_the_images_python() {
         let log = b"ModuleNotFoundError: No module named 'tqdm'\n";
-        let hint = missing_module_hint(log, &failed()).unwrap_or_default();
+        let hint = missing_module_hint(log, &failed(), &PlacedWith::default()).unwrap_or_default();
         assert!(
             hint.starts_with("`tqdm` is not installed in the image's `python`;"),
             "{hint}"
@@ -134,16 +241,108 @@ mod tests {
     #[test]
     fn only_for_a_failed_run_that_says_so() {
         let mut run = failed();
-        assert_eq!(missing_module_hint(b"exit 1\n", &run), None);
+        assert_eq!(
+            missing_module_hint(b"exit 1\n", &run, &PlacedWith::default()),
+            None
+        );
         run.status = RunStatus::Succeeded;
         assert_eq!(
-            missing_module_hint(b"ModuleNotFoundError: No module named 'x'\n", &run),
+            missing_module_hint(
+                b"ModuleNotFoundError: No module named 'x'\n",
+                &run,
+                &PlacedWith::default()
+            ),
             None
         );
         run.status = RunStatus::Failed;
         assert_eq!(
-            missing_module_hint(b"ModuleNotFoundError: No module named 'x; rm -rf'\n", &run),
+            missing_module_hint(
+                b"ModuleNotFoundError: No module named 'x; rm -rf'\n",
+                &run,
+                &PlacedWith::default()
+            ),
             None
+        );
+    }
+
+    /// Every flag typed is kept, so the hint places the same run (not an H100 one).
+    #[test]
+    fn keeps_every_flag_the_run_was_placed_with() {
+        let placed = PlacedWith {
+            flags: ["--gpu", "cpu", "--check", "metrics.accuracy >= 0.8"]
+                .map(String::from)
+                .to_vec(),
+            requirements: None,
+        };
+        let hint = missing_module_hint(
+            b"ModuleNotFoundError: No module named 'numpy'\n",
+            &failed(),
+            &placed,
+        )
+        .unwrap_or_default();
+        assert!(
+            hint.contains(
+                "`div run --gpu cpu --check 'metrics.accuracy >= 0.8' -- 'python -m pip install \
+                 numpy && python -u train.py --epochs 3'`"
+            ),
+            "{hint}"
+        );
+    }
+
+    /// A shipped requirements.txt is what the hint installs from, and what it asks to edit
+    /// only when it does not list the package already.
+    #[test]
+    fn a_shipped_requirements_file_is_installed_from() {
+        let log = b"ModuleNotFoundError: No module named 'sklearn'\n";
+        let with = |file: &str, command: &str| {
+            let mut run = failed();
+            run.command = command.into();
+            let placed = PlacedWith {
+                flags: vec!["--gpu".into(), "cpu".into()],
+                requirements: Some(file.into()),
+            };
+            missing_module_hint(log, &run, &placed).unwrap_or_default()
+        };
+        let listed = "numpy==2.1\nScikit_Learn>=1.5 ; python_version>'3.8'\n";
+        assert_eq!(
+            with(listed, "python train.py"),
+            "`sklearn` is not installed in the image's `python`; requirements.txt lists it, \
+             but the command does not install it: `div run --gpu cpu -- 'python -m pip install \
+             -r requirements.txt && python train.py'`"
+        );
+        assert_eq!(
+            with("numpy\n# scikit-learn\n", "python train.py"),
+            "`sklearn` is not installed in the image's `python`; add `scikit-learn` to \
+             requirements.txt and install from it in the run: `div run --gpu cpu -- 'python -m \
+             pip install -r requirements.txt && python train.py'`"
+        );
+        assert_eq!(
+            with(
+                "numpy\n",
+                "pip install -r requirements.txt && python train.py"
+            ),
+            "`sklearn` is not installed in the image's `python`; add `scikit-learn` to \
+             requirements.txt, which the command installs"
+        );
+    }
+
+    #[test]
+    fn a_record_gives_back_the_flags_it_was_placed_with() {
+        let mut run = failed();
+        run.max_spend_cents = Some(250);
+        run.checks = vec!["metrics.accuracy >= 0.8".into()];
+        assert_eq!(
+            PlacedWith::from_record(&run).flags,
+            [
+                "--gpu",
+                "cpu",
+                "--max-spend",
+                "$2.50",
+                "--image",
+                "i",
+                "--check",
+                "metrics.accuracy >= 0.8"
+            ]
         );
     }
 }

@@ -65,11 +65,17 @@ pub(crate) async fn which_run(
     Ok(run.id)
 }
 
-/// The end of a run's log, kept as it streams by, for [`div_core::missing_module_hint`].
+/// The end of a run's log, kept as it streams by, for [`div_core::missing_module_hint`], and
+/// how the run was placed, for the hint's `div run` (`None`: as its record says).
 #[derive(Default)]
-pub(crate) struct LogTail(Vec<u8>);
+pub(crate) struct LogTail(Vec<u8>, Option<div_core::PlacedWith>);
 
 impl LogTail {
+    /// For a run placed here and now, with the flags typed.
+    pub(crate) fn placed_with(placed: div_core::PlacedWith) -> LogTail {
+        LogTail(Vec::new(), Some(placed))
+    }
+
     pub(crate) fn saw(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
         let over = self.0.len().saturating_sub(div_core::LOG_TAIL_BYTES);
@@ -89,7 +95,11 @@ impl LogTail {
             _ => line,
         };
         printer.status_escaped(&line);
-        if let Some(hint) = div_core::missing_module_hint(&self.0, run) {
+        let placed = self
+            .1
+            .clone()
+            .unwrap_or_else(|| div_core::PlacedWith::from_record(run));
+        if let Some(hint) = div_core::missing_module_hint(&self.0, run, &placed) {
             printer.hint(&hint);
         }
     }

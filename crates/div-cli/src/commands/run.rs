@@ -141,6 +141,7 @@ pub(crate) async fn run(
         )
         .hint(Some(hint)));
     }
+    let placed = placed_with(&args, &settings.cwd);
     let options = RunOptions {
         dir: settings.cwd.clone(),
         command: args.command,
@@ -178,7 +179,7 @@ pub(crate) async fn run(
     let mut timings = settings.timings.then(Timings::new);
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
-    let mut tail = super::LogTail::default();
+    let mut tail = super::LogTail::placed_with(placed);
     // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
     let mut colours = super::LogColours::new(
         settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
@@ -444,4 +445,66 @@ fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
     out.push_str(&format!("at most    {most}\n"));
     out.push_str("nothing was placed (--dry-run)");
     printer.data(&out).map_err(output_failure)
+}
+
+/// How this run is placed, for a hint that places it again: every flag typed but `--name` (a
+/// second run cannot have it) and those that only say how to print (`--json`, `--dry-run`),
+/// and the `requirements.txt` beside the entrypoint, which is shipped with it.
+fn placed_with(args: &RunArgs, cwd: &std::path::Path) -> div_core::PlacedWith {
+    let mut flags: Vec<String> = Vec::new();
+    let mut flag = |name: &str, value: String| {
+        flags.push(format!("--{name}"));
+        flags.push(value);
+    };
+    if args.gpu != "h100" {
+        flag("gpu", args.gpu.clone());
+    }
+    if args.gpus != 1 {
+        flag("gpus", args.gpus.to_string());
+    }
+    if let Some(cpu) = args.cpu {
+        flag("cpu", cpu.to_string());
+    }
+    if let Some(memory) = &args.memory {
+        flag("memory", memory.to_string());
+    }
+    if let Some(money) = &args.max_spend {
+        flag("max-spend", money.to_string());
+    }
+    if let Some(project) = &args.project {
+        flag("project", project.clone());
+    }
+    if let Some(image) = &args.image {
+        flag("image", image.clone());
+    }
+    for env in &args.env {
+        flag("env", format!("{}={}", env.key, env.value));
+    }
+    for check in &args.check {
+        flag("check", check.to_string());
+    }
+    if let Some(telemetry) = &args.telemetry {
+        flag("telemetry", telemetry.display().to_string());
+    }
+    if let Some(volume) = &args.volume {
+        flag("volume", volume.clone());
+    }
+    if args.no_upload {
+        flags.push("--no-upload".into());
+    }
+    if args.detach {
+        flags.push("--detach".into());
+    }
+    // At most a megabyte: a requirements file, not a data file of that name.
+    let requirements = std::fs::File::open(cwd.join("requirements.txt"))
+        .ok()
+        .filter(|f| {
+            f.metadata()
+                .is_ok_and(|m| m.is_file() && m.len() <= 1 << 20)
+        })
+        .and_then(|f| std::io::read_to_string(f).ok());
+    div_core::PlacedWith {
+        flags,
+        requirements: if args.no_upload { None } else { requirements },
+    }
 }

@@ -333,8 +333,8 @@ fn a_missing_module_ends_with_how_to_install_it() {
     );
     assert!(
         last.contains(
-            "install it into the run first: `div run -- 'python -m pip install nosuchmodule-div \
-             && python -u fit.py --epochs 3'`"
+            "install it into the run first: `div run --gpu cpu -- 'python -m pip install \
+             nosuchmodule-div && python -u fit.py --epochs 3'`"
         ),
         "{stderr}"
     );
@@ -346,6 +346,71 @@ fn a_missing_module_ends_with_how_to_install_it() {
         .to_string();
     let followed = local.div(&["logs", &name, "--follow"]);
     assert_eq!(text(&followed.stderr).lines().last(), Some(last));
+}
+
+/// The hint keeps every flag typed (pasted, it places the same CPU run with the same check,
+/// not an H100 one), and installs from the requirements.txt shipped beside the entrypoint,
+/// which already lists the package. Proven by running the hint's command as a shell would,
+/// with a `div` that prints the words it was given.
+#[test]
+fn a_missing_module_hint_keeps_what_was_typed_and_the_requirements_file() {
+    let local = quickstart();
+    let project = local.project();
+    std::fs::write(project.join("fit.py"), "import nosuchmodule_div\n").expect("write");
+    std::fs::write(project.join("requirements.txt"), "nosuchmodule-div==1.0\n").expect("write");
+    let typed = [
+        "run",
+        "--gpu",
+        "cpu",
+        "--max-spend",
+        "0.50",
+        "--env",
+        "SEED=7 days",
+        "fit.py",
+        "--check",
+        "metrics.accuracy>=0.8",
+    ];
+    let out = local.div(&typed);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let command = last
+        .split_once("but the command does not install it: `")
+        .and_then(|(_, rest)| rest.strip_suffix('`'))
+        .unwrap_or_else(|| panic!("the hint installs from requirements.txt:\n{stderr}"));
+    // The hint, as a shell runs it, against a `div` that prints each word it gets.
+    let bin = project.join("fake-bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let fake = bin.join("div");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let pasted = std::process::Command::new("sh")
+        .args(["-c", command])
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("sh runs");
+    assert_eq!(
+        text(&pasted.stdout).lines().collect::<Vec<_>>(),
+        [
+            "run",
+            "--gpu",
+            "cpu",
+            "--max-spend",
+            "$0.50",
+            "--env",
+            "SEED=7 days",
+            "--check",
+            "metrics.accuracy >= 0.8",
+            "--",
+            "python -m pip install -r requirements.txt && python -u fit.py",
+        ],
+        "{command}"
+    );
 }
 
 /// A file larger than a piece goes in several requests, each from where the last ended, and
