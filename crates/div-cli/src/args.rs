@@ -475,29 +475,6 @@ fn arguments_moved(argv: &[std::ffi::OsString], unknown: &str) -> Option<String>
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory as _;
-
-    use super::Cli;
-
-    /// `--image`'s help names the default image by hand (a doc comment cannot use the
-    /// constant): it must be div-spec's.
-    #[test]
-    fn the_image_flag_names_the_default_image() {
-        let mut cli = Cli::command();
-        let run = cli.find_subcommand_mut("run").expect("the run command");
-        let image = run
-            .get_arguments()
-            .find(|a| a.get_id() == "image")
-            .expect("--image");
-        let help = image.get_help().map(|h| h.to_string()).unwrap_or_default();
-        assert!(help.contains(div_core::DEFAULT_IMAGE), "{help}");
-        // Not a clap default: an untyped `--image` sends no image.
-        assert!(image.get_default_values().is_empty());
-    }
-}
-
 /// A `--check`. One with no comparison was most likely typed unquoted, `--check
 /// metrics.accuracy>0.9`: the shell took `>` for a redirection, made a file `0.9` and sent
 /// div's output into it before div started. Where that can be seen (div's output or input is
@@ -547,4 +524,27 @@ fn redirected_to_empty_file(fd: u32) -> Option<String> {
     let value = name.strip_prefix('=').unwrap_or(&name);
     let number = value.parse::<f64>().is_ok();
     (number || (name.starts_with('=') && !value.is_empty())).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    /// `--image`'s help names the default image by hand (a doc comment cannot use the
+    /// constant): it must be div-spec's.
+    #[test]
+    fn the_image_flag_names_the_default_image() {
+        let mut cli = Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("the run command");
+        let image = run
+            .get_arguments()
+            .find(|a| a.get_id() == "image")
+            .expect("--image");
+        let help = image.get_help().map(|h| h.to_string()).unwrap_or_default();
+        assert!(help.contains(div_core::DEFAULT_IMAGE), "{help}");
+        // Not a clap default: an untyped `--image` sends no image.
+        assert!(image.get_default_values().is_empty());
+    }
 }
