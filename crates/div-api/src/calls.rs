@@ -93,7 +93,7 @@ impl ControlPlane for HttpControlPlane {
                             ErrorKind::Refused,
                             error.code,
                             error.message,
-                            Value::Null,
+                            error.details,
                         ));
                     }
                     PullEvent::Ready { .. } | PullEvent::Host { .. } => {

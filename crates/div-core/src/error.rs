@@ -326,11 +326,34 @@ impl RunError {
             )),
             RunError::Api { source, .. } => match source.kind() {
                 ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
-                _ => None,
+                _ => unreachable_registry(source),
             },
             _ => None,
         }
     }
+}
+
+/// What to do when the control plane cannot reach an image's registry: where its own system
+/// stands in for the default image, leave `--image` out; else reach the registry, or use one
+/// that is reached.
+fn unreachable_registry(source: &div_api::ApiError) -> Option<String> {
+    let details = source.details();
+    let registry = details.get("registry_unreachable")?.as_str()?;
+    let registry = div_spec::terminal_safe(registry);
+    Some(
+        if details.get("host_stands_in").and_then(|v| v.as_bool()) == Some(true) {
+            format!(
+                "without `--image`, the run uses the control plane's own system, which needs no \
+                 registry; or let it reach `{registry}` (a proxy through HTTPS_PROXY where there \
+                 is one)"
+            )
+        } else {
+            format!(
+                "let the control plane reach `{registry}` (a proxy through HTTPS_PROXY where \
+                 there is one), or name an image in a registry it reaches"
+            )
+        },
+    )
 }
 
 impl From<div_api::layout::LayoutError> for RunError {

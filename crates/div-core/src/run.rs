@@ -176,9 +176,10 @@ pub async fn run(
 ) -> Result<RunOutcome, RunError> {
     let mut plan = prepare(cp, options, sink).await?;
     if options.dry_run {
+        announce(&plan, sink);
         return Ok(RunOutcome::DryRun(dry_run(plan)));
     }
-    let mut request = plan.request;
+    let mut request = plan.request.clone();
     // The image first, before anything is shipped: one that cannot be used is refused now,
     // and a pull's progress shows before the header.
     if let Some(image) = request.image.clone() {
@@ -204,6 +205,9 @@ pub async fn run(
         }
         pulled.map_err(|e| RunError::api("pull the image", e))?;
     }
+    // What will be shipped is said once nothing can be refused before the upload: an image
+    // that cannot be used is refused without a line that reads as if code had gone.
+    announce(&plan, sink);
     if let Some((shipment, volume, path)) = &mut plan.shipment {
         upload(cp, shipment, volume, (path, ""), &CODE_UPLOAD, sink).await?;
         // The bytes kept for the upload are not held while the run is followed.
@@ -467,7 +471,18 @@ async fn prepare(
         .await
         .map_err(|e| RunError::api("place the run", e))?;
 
-    if let Some((s, volume, path)) = &shipment {
+    Ok(Plan {
+        project,
+        sizing,
+        shipment,
+        new_volumes,
+        request,
+    })
+}
+
+/// The line that says what is shipped (`14 files, 38.2 KB → …`), and its warnings.
+fn announce(plan: &Plan, sink: &mut dyn EventSink) {
+    if let Some((s, volume, path)) = &plan.shipment {
         sink.event(Event::Shipping {
             files: s.files(),
             bytes: s.bytes(),
@@ -478,14 +493,6 @@ async fn prepare(
             sink.event(warning);
         }
     }
-
-    Ok(Plan {
-        project,
-        sizing,
-        shipment,
-        new_volumes,
-        request,
-    })
 }
 
 fn dry_run(plan: Plan) -> DryRun {

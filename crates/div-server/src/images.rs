@@ -140,12 +140,7 @@ impl Images {
         let Some(requested) = to_pull(requested, self.settings.default_image) else {
             return Ok(None);
         };
-        let reference: ImageRef = requested.parse().map_err(|e| {
-            HttpError::invalid(format!(
-                "`{requested}` is not an image reference ({}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`",
-                div_api::error_chain(&e)
-            ))
-        })?;
+        let reference = reference(requested)?;
         let credentials = Credentials::load(&self.settings.credentials).map_err(|e| {
             HttpError::invalid(format!(
                 "the registry logins could not be read: {}",
@@ -157,7 +152,20 @@ impl Images {
             .with_unpack_limits(self.unpack_limits()?)
             .ensure(&reference, &Platform::host(), &credentials, progress)
             .await
-            .map_err(|e| refusal(&e, &self.home))?;
+            .map_err(|e| {
+                let refused = refusal(&e, &self.home);
+                match &e {
+                    // What the client can say instead: where this machine's own system stands
+                    // in for the default image, a run without `--image` needs no registry.
+                    EnsureError::Unreachable { registry, .. } => {
+                        refused.with_details(serde_json::json!({
+                            "registry_unreachable": registry,
+                            "host_stands_in": self.settings.default_image == DefaultImage::Host,
+                        }))
+                    }
+                    _ => refused,
+                }
+            })?;
         let user = image
             .user()
             .map_err(|e| {
@@ -269,6 +277,17 @@ fn images_in_use(runs: &Path) -> Vec<Digest> {
     keep
 }
 
+/// `requested` as an image reference, or the refusal that says how to write one (asked by
+/// the validation before anything is shipped, and again before a pull).
+pub(crate) fn reference(requested: &str) -> Result<ImageRef, HttpError> {
+    requested.parse().map_err(|e| {
+        HttpError::invalid(format!(
+            "`{requested}` is not an image reference ({}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`",
+            div_api::error_chain(&e)
+        ))
+    })
+}
+
 /// What a pull that failed with `e` answers: 422 for an image that cannot be used (the
 /// registry's answer, a bad image, one past `max_image_gib`, with the setting named), 507
 /// when it would take the disk's last free space or the disk is full, 500 for the cache's
@@ -365,8 +384,10 @@ pub(crate) async fn pull_stream(
             "image": run_image.reference, "digest": run_image.digest}),
         Ok(None) => serde_json::json!({"event": "host",
             "image": image.as_deref().unwrap_or(div_spec::DEFAULT_IMAGE)}),
-        Err(e) => serde_json::json!({"event": "error",
+        Err(e) if e.details.is_null() => serde_json::json!({"event": "error",
             "error": {"code": e.code.as_str(), "message": e.message}}),
+        Err(e) => serde_json::json!({"event": "error",
+            "error": {"code": e.code.as_str(), "message": e.message, "details": e.details}}),
     };
     let _ = tx.send(line(last)).await;
 }

@@ -39,6 +39,10 @@ pub enum PullEvent {
 pub struct PullError {
     pub code: String,
     pub message: String,
+    /// Anything else useful: `{"registry_unreachable": "docker.io", "host_stands_in": true}`
+    /// where the registry could not be reached at all.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub details: serde_json::Value,
 }
 
 /// `GET /v1/images`: the control plane's image cache.

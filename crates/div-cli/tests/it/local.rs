@@ -400,3 +400,90 @@ fn a_failed_run_keeps_its_exit_code_and_its_checks_are_still_judged() {
         "{stderr}"
     );
 }
+
+/// Everything under `dir`, as relative paths, sorted (nothing when it does not exist).
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            out.push(
+                path.strip_prefix(dir)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string(),
+            );
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What the control plane holds: its runs, its volumes (the code's among them) and what is
+/// on its disk for them.
+fn holdings(local: &Local) -> (String, String, Vec<String>, Vec<String>) {
+    let runs = text(&local.div(&["runs", "--all", "--json"]).stdout);
+    let volumes = text(&local.div(&["storage", "ls", "--json"]).stdout);
+    (
+        runs,
+        volumes,
+        tree(&local.home().join("volumes")),
+        tree(&local.home().join("runs")),
+    )
+}
+
+/// Every refusal the control plane can know before the upload comes before it: the control
+/// plane holds the same before and after each, and no line says code was shipped. An image
+/// named in a form no registry takes and a size past this machine are refused by the
+/// validation; an image whose registry cannot be reached, by the pull, which comes first,
+/// with what to do instead.
+#[test]
+fn refusals_the_control_plane_can_know_come_before_anything_is_shipped() {
+    let local = quickstart();
+    // The control plane is up, and the project's code volume exists, before the refusals.
+    let first = local.div(&["run", "--gpu", "cpu", "train.py::main"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let before = holdings(&local);
+    // A registry on loopback that nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let unreachable = format!("{closed}/nothing/here:1");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--image", "Python:3.12"],
+            "caused by: `Python:3.12` is not an image reference",
+        ),
+        (&["--cpu", "64"], "the run asks for 64"),
+        (&["--memory", "100G"], "the run asks for 100 GiB"),
+        (
+            &["--image", &unreachable],
+            "hint: without `--image`, the run uses the control plane's own system, which needs no registry",
+        ),
+    ];
+    for (flags, says) in cases {
+        let mut args = vec!["run", "--gpu", "cpu"];
+        args.extend(flags);
+        args.push("train.py::main");
+        let out = local.div(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(200), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(
+            !stderr.contains(" → "),
+            "{flags:?} said code was shipped: {stderr}"
+        );
+        assert_eq!(
+            holdings(&local),
+            before,
+            "{flags:?} changed the control plane"
+        );
+    }
+}

@@ -67,6 +67,11 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         ))
         .with_details(json!({ "memory_gib": memory })));
     }
+    // An image named in a form no registry takes is refused now, not after the code is
+    // shipped (whether a registry has it is known only by pulling, which comes next).
+    if let Some(image) = &request.image {
+        crate::images::reference(image)?;
+    }
     if let Some(cents) = request.max_spend_cents
         && cents <= 0
     {
