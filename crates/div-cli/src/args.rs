@@ -83,7 +83,12 @@ says so."
   div run --gpu cpu train.py -- --epochs 3
 
 div's own flags go before `--`; what follows it is the script's arguments, or, with nothing
-before `--`, your own command.")]
+before `--`, your own command.
+
+The run writes its result (JSON, judged by --check) to $DIVERGENT_RESULT_PATH and telemetry
+points to $DIVERGENT_TELEMETRY_PATH; a volume is at /mnt/<volume> (made first when the
+command or an --env value names it); a stop or the ceiling sends SIGTERM, then SIGKILL after
+a grace (10 s; --env DIVERGENT_STOP_GRACE=30). All of it: docs/runtime.md.")]
 pub(crate) struct RunArgs {
     /// What to run: `train.py::run`, `train.py`, or your own command (after `--`)
     #[arg(value_name = "ENTRYPOINT", num_args = 0..)]
