@@ -42,6 +42,16 @@ const div = {
     return ["succeeded", "failed", "canceled", "stopped_by_org"].includes(status);
   },
 
+  // `n thing` or `n things`.
+  count(n, one, many) {
+    return `${n} ${n === 1 ? one : (many || `${one}s`)}`;
+  },
+
+  // The SKU and how many: `h100 × 2`; a CPU-only run is `cpu`, with no `× 0`.
+  hardware(r) {
+    return r.sku === "cpu" || !r.gpus ? r.sku : `${r.sku} × ${r.gpus}`;
+  },
+
   // GET (or POST) JSON from the dashboard's own API; a problem is thrown as an Error whose
   // message the page shows as text.
   async api(path, options) {

@@ -71,7 +71,7 @@
     $("told").textContent = r.command;
     $("replay").textContent = detail.replay;
     $("project").textContent = r.project;
-    $("sku").textContent = `${r.sku} × ${r.gpus} · ${r.cores} ${r.cores === 1 ? "core" : "cores"} · ${r.memory_gib} GiB`;
+    $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
     $("image").textContent = r.image;
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
     $("exit").textContent = r.exit_code == null ? "" : String(r.exit_code);

@@ -37,7 +37,7 @@
       cell(r.project),
       div.el("td", {}, div.el("span", { class: `status s-${r.status}`, text: r.status })),
       div.el("td", {}, div.el("code", { text: r.entrypoint })),
-      cell(`${r.sku} × ${r.gpus}`),
+      cell(div.hardware(r)),
       cell(div.when(r.started_at || r.created_at)),
       cell(div.duration(r.duration_seconds)),
       cell(spend),
