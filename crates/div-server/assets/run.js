@@ -58,6 +58,15 @@
     $("checks").replaceChildren(...list);
   }
 
+  // The Image row: the image and its digest where one was pulled, or this machine's own
+  // system where it stands in for the default image.
+  function imageText(r, ranIn) {
+    if (ranIn && ranIn.host) return `this machine's own system (standing in for ${ranIn.stands_in_for || r.image}; DIVERGENT_DEFAULT_IMAGE=host, nothing pulled)`;
+    if (ranIn && ranIn.image) return `${ranIn.image} (${ranIn.digest})`;
+    if (ranIn && ranIn.problem) return `${r.image} (${ranIn.problem})`;
+    return r.image;
+  }
+
   function overview(detail) {
     const r = detail.run;
     run = r;
@@ -72,7 +81,7 @@
     $("replay").textContent = detail.replay;
     $("project").textContent = r.project;
     $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
-    $("image").textContent = r.image;
+    $("image").textContent = imageText(r, detail.ran_in);
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
     $("exit").textContent = r.exit_code == null ? "" : String(r.exit_code);
     $("reason").textContent = r.reason || "";

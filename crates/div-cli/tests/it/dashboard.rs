@@ -944,6 +944,71 @@ fn the_telemetry_tab_draws_the_layouts_series() {
     });
 }
 
+impl Local {
+    /// The run called `name`, as `div runs --json --all` shows it.
+    fn run_json(&self, name: &str) -> Value {
+        let runs: Value =
+            serde_json::from_str(&self.ok(&["runs", "--json", "--all"])).expect("json");
+        runs.as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no run `{name}` in {runs}"))
+    }
+}
+
+/// The page's text of the element `id`.
+async fn text_of(b: &Browser, id: &str) -> String {
+    b.js(&format!(
+        "return document.getElementById('{id}').textContent"
+    ))
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_owned()
+}
+
+#[test]
+fn a_run_in_a_pulled_image_shows_the_image_and_its_digest() {
+    let Some(reg) = crate::image::registry() else {
+        return;
+    };
+    let local = vision();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    local.ok(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--name",
+        "imaged",
+        "--no-upload",
+        "--",
+        "echo hi",
+    ]);
+    // The digest, named by the image cache's one unpacked tree.
+    let trees: Vec<String> = std::fs::read_dir(local.home().join("images/images/sha256"))
+        .expect("the image cache")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(trees.len(), 1, "{trees:?}");
+    let digest = format!("sha256:{}", trees[0]);
+    // The run's record names the image; the page adds what was pulled for it.
+    assert_eq!(local.run_json("imaged")["image"], json!(image));
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/imaged", origin(&url))).await;
+        b.until(
+            "the image",
+            "return document.getElementById('image').textContent.includes('sha256:')",
+        )
+        .await;
+        assert_eq!(text_of(&b, "image").await, format!("{image} ({digest})"));
+    });
+}
+
 #[test]
 fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {
     let local = vision();
