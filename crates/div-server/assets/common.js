@@ -38,8 +38,11 @@ const div = {
     return d.toLocaleString();
   },
 
+  // Whether a run has ended: every status but queued and running (succeeded, failed,
+  // canceled, stopped_by_org, hit_ceiling, and any a newer control plane adds), as
+  // div-api's `RunStatus::is_terminal` says.
   terminal(status) {
-    return ["succeeded", "failed", "canceled", "stopped_by_org"].includes(status);
+    return !["queued", "running"].includes(status);
   },
 
   // `n thing` or `n things`.

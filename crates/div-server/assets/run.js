@@ -58,6 +58,36 @@
     $("checks").replaceChildren(...list);
   }
 
+  // The Exit code row: the code the run exited with, or why it has none.
+  function exitText(r) {
+    if (r.exit_code != null) return String(r.exit_code);
+    if (r.status === "queued") return "not started yet";
+    if (r.status === "running") return "not yet: it is running";
+    switch (r.status) {
+      case "hit_ceiling": return "none: it was killed when it reached its ceiling";
+      case "canceled": return "none: it was stopped before it exited";
+      case "stopped_by_org": return "none: the org stopped it before it exited";
+      default: return "none: it did not exit on its own";
+    }
+  }
+
+  // The Reason row: the run's reason where it has one, else what its status means.
+  function reasonText(r) {
+    if (r.reason) return r.reason;
+    switch (r.status) {
+      case "hit_ceiling":
+        return r.max_spend_cents != null
+          ? `it reached its ${div.money(r.max_spend_cents)} ceiling after ${div.duration(r.duration_seconds)} (${div.money(r.spent_cents)} spent)`
+          : `it reached its ceiling after ${div.duration(r.duration_seconds)} (${div.money(r.spent_cents)} spent)`;
+      case "canceled": return "it was stopped (div stop, or Stop here)";
+      case "stopped_by_org": return "the org stopped it";
+      case "succeeded": return "it exited 0";
+      case "failed": return r.exit_code != null ? `it exited ${r.exit_code}` : "it failed";
+      case "queued": return r.queue && r.queue.reason ? `queued: ${r.queue.reason}` : "queued";
+      default: return "";
+    }
+  }
+
   // The Image row: the image and its digest where one was pulled, or this machine's own
   // system where it stands in for the default image.
   function imageText(r, ranIn) {
@@ -83,8 +113,8 @@
     $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
     $("image").textContent = imageText(r, detail.ran_in);
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
-    $("exit").textContent = r.exit_code == null ? "" : String(r.exit_code);
-    $("reason").textContent = r.reason || "";
+    $("exit").textContent = exitText(r);
+    $("reason").textContent = reasonText(r);
     timeline(r, detail.signalled_at);
     spend(r);
     checks(r, detail.result);

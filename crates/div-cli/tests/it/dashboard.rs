@@ -968,6 +968,99 @@ async fn text_of(b: &Browser, id: &str) -> String {
 }
 
 #[test]
+fn a_run_that_hit_its_ceiling_is_ended_and_says_why_it_has_no_exit_code() {
+    let local = vision();
+    // 1 cent buys some 7 s of an (emulated) H100 at $4.95/h.
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "h100",
+        "--max-spend",
+        "0.01",
+        "--name",
+        "capped",
+        "--no-upload",
+        "--",
+        "sleep 1000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("hit its $0.01 ceiling"), "{stderr}");
+    let run = local.run_json("capped");
+    assert_eq!(run["status"], json!("hit_ceiling"), "{run}");
+    assert!(
+        run["exit_code"].is_null() && run["reason"].is_null(),
+        "{run}"
+    );
+    let url = local.dashboard();
+    let statuses: Vec<(&str, bool)> = div_api::RunStatus::ALL
+        .iter()
+        .map(|s| (s.as_str(), s.is_terminal()))
+        .collect();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/capped", origin(&url))).await;
+        b.until(
+            "the run, hit its ceiling",
+            "return document.body.dataset.status === 'hit_ceiling'",
+        )
+        .await;
+        // Ended: no Stop, not live.
+        assert_eq!(
+            b.js("return document.getElementById('stop').hidden").await,
+            json!(true)
+        );
+        assert_eq!(
+            b.js("return document.getElementById('live').classList.contains('off')")
+                .await,
+            json!(true)
+        );
+        assert_eq!(
+            text_of(&b, "exit").await,
+            "none: it was killed when it reached its ceiling"
+        );
+        let reason = text_of(&b, "reason").await;
+        assert!(
+            reason.starts_with("it reached its $0.01 ceiling after ")
+                && reason.ends_with("($0.01 spent)"),
+            "{reason}"
+        );
+        // The page and div-api agree on which statuses are ended, every one of them.
+        for (status, ended) in &statuses {
+            assert_eq!(
+                b.js(&format!("return div.terminal('{status}')")).await,
+                json!(ended),
+                "{status}"
+            );
+        }
+        // Its hardware without `× 0` or `1 cores`.
+        let cores = run["cores"].as_u64().expect("cores");
+        let noun = if cores == 1 { "core" } else { "cores" };
+        assert_eq!(
+            text_of(&b, "sku").await,
+            format!("h100 × 1 · {cores} {noun} · {} GiB", run["memory_gib"])
+        );
+        // This machine's system stood in for the default image: the page says so.
+        assert_eq!(
+            text_of(&b, "image").await,
+            format!(
+                "this machine's own system (standing in for {}; DIVERGENT_DEFAULT_IMAGE=host, nothing pulled)",
+                run["image"].as_str().expect("an image")
+            )
+        );
+        // The list filters by it.
+        b.goto(&format!("{}/?status=hit_ceiling", origin(&url)))
+            .await;
+        b.until(
+            "the run, filtered by hit_ceiling",
+            "const rs = [...document.querySelectorAll('#rows tr')];\
+             return rs.length === 1 && rs[0].dataset.status === 'hit_ceiling' \
+               && document.getElementById('status').value === 'hit_ceiling'",
+        )
+        .await;
+    });
+}
+
+#[test]
 fn a_run_in_a_pulled_image_shows_the_image_and_its_digest() {
     let Some(reg) = crate::image::registry() else {
         return;
