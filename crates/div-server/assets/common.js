@@ -55,6 +55,16 @@ const div = {
     return r.sku === "cpu" || !r.gpus ? r.sku : `${r.sku} × ${r.gpus}`;
   },
 
+  // `text` cut in its middle to at most `max` characters, keeping its start and its end
+  // (where commands that begin alike differ): `pip install -q -r req… python train.py`.
+  middle(text, max) {
+    const chars = [...(text || "")];
+    if (chars.length <= max) return chars.join("");
+    const tail = Math.floor((max - 1) / 2);
+    const head = max - 1 - tail;
+    return `${chars.slice(0, head).join("")}…${chars.slice(chars.length - tail).join("")}`;
+  },
+
   // GET (or POST) JSON from the dashboard's own API; a problem is thrown as an Error whose
   // message the page shows as text.
   async api(path, options) {

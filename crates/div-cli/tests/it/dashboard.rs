@@ -1233,6 +1233,96 @@ fn a_run_in_a_pulled_image_shows_the_image_and_its_digest() {
 }
 
 #[test]
+fn entrypoints_that_begin_alike_are_told_apart_in_the_list() {
+    let local = vision();
+    let long = |x: &str| {
+        format!(
+            "echo pip install -q -r requirements.txt 2>/dev/null && CKPT_DIR=/tmp/ckpt-{x} echo train.py"
+        )
+    };
+    let short = |x: &str| format!("echo pip install -q -r requirements.txt && echo {x}.py");
+    let commands = [long("a"), long("b"), short("one"), short("two")];
+    for (i, c) in commands.iter().enumerate() {
+        let name = format!("alike-{i}");
+        local.ok(&[
+            "run",
+            "--detach",
+            "--gpu",
+            "cpu",
+            "--name",
+            &name,
+            "--no-upload",
+            "--",
+            c,
+        ]);
+    }
+    let one = local.run_json("alike-0");
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.until(
+            "the four runs",
+            "return document.querySelectorAll('#rows tr').length === 4",
+        )
+        .await;
+        let rows = b
+            .js("return [...document.querySelectorAll('#rows tr')].map(r => {\
+                   const td = r.cells[3], code = td.querySelector('code');\
+                   return { name: r.cells[0].textContent, shown: code.textContent, title: code.title,\
+                            clipped: td.scrollWidth > td.clientWidth + 1 };\
+                 })")
+            .await;
+        let rows = rows.as_array().expect("rows").clone();
+        let mut shown = Vec::new();
+        for row in &rows {
+            let i: usize = row["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix("alike-"))
+                .and_then(|n| n.parse().ok())
+                .expect("a name");
+            let full = &commands[i];
+            // The whole command in the title; what the cell shows is not cut by its width.
+            assert_eq!(row["title"], json!(full), "{row}");
+            assert_eq!(row["clipped"], json!(false), "{row}");
+            let text = row["shown"].as_str().expect("text").to_owned();
+            if full.chars().count() > 64 {
+                // Cut in the middle: its start and its end are shown.
+                let end: String = full.chars().skip(full.chars().count() - 20).collect();
+                assert!(
+                    text.starts_with("echo pip install")
+                        && text.ends_with(&end)
+                        && text.contains('…'),
+                    "{row}"
+                );
+            } else {
+                assert_eq!(&text, full, "{row}");
+            }
+            shown.push(text);
+        }
+        shown.sort();
+        shown.dedup();
+        assert_eq!(shown.len(), 4, "told apart: {shown:?}");
+        // A CPU run of one core: `cpu` in the list (no `× 0`), `1 core` on its page.
+        assert_eq!(
+            b.js("return document.querySelector('#rows tr').cells[4].textContent")
+                .await,
+            json!("cpu")
+        );
+        assert_eq!(one["cores"], json!(1), "{one}");
+        b.goto(&format!("{}/runs/alike-0", origin(&url))).await;
+        b.until(
+            "the run's page",
+            "return document.body.dataset.loaded === 'true'",
+        )
+        .await;
+        assert_eq!(
+            text_of(&b, "sku").await,
+            format!("cpu · 1 core · {} GiB", one["memory_gib"])
+        );
+    });
+}
+
+#[test]
 fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {
     let local = vision();
     let secret = "s3cr3t-value-that-must-not-show";
