@@ -337,9 +337,22 @@
   $("earlier").addEventListener("click", () => log.earlier());
 
   // ---- telemetry
+  // The steps between the x axis's ticks uPlot may pick for an x of whole numbers (steps):
+  // 1, 2 and 5 times a power of ten, so that no tick falls at 2.5. Any other x keeps uPlot's.
+  const WHOLE_INCRS = [];
+  for (let e = 0; e <= 15; e++) for (const m of [1, 2, 5]) WHOLE_INCRS.push(m * 10 ** e);
+  const whole = (xs) => xs.length > 0 && xs.every((x) => x == null || Number.isInteger(x));
+
   const charts = {
     drawn: new Map(),
     timer: null,
+    // Each chart fills the width of its panel, and follows it when the window changes.
+    resized: new ResizeObserver(() => {
+      for (const d of charts.drawn.values()) {
+        const width = d.panel.clientWidth;
+        if (width > 0 && width !== d.plot.width) d.plot.setSize({ width, height: d.plot.height });
+      }
+    }),
     async load() {
       try {
         const t = await div.api(`/api/runs/${encodeURIComponent(id)}/charts`);
@@ -369,35 +382,45 @@
       const box = $("charts");
       const keys = new Set();
       list.forEach((c, i) => {
-        const key = `${i}:${c.title}`;
-        keys.add(key);
         const data = this.data(c);
+        // A chart whose x stops being whole numbers is drawn again, with uPlot's own ticks.
+        const steps = whole(data[0]);
+        const key = `${i}:${c.title}:${steps}`;
+        keys.add(key);
         const points = c.series.reduce((n, s) => n + s.points.length, 0);
         let d = this.drawn.get(key);
         if (!d) {
           const panel = div.el("figure", { class: "chart", title: c.title, series: c.series.map((s) => s.name).join("\n") },
             div.el("figcaption", { text: c.title }));
           box.append(panel);
-          const width = Math.max(320, Math.min(900, box.clientWidth - 24));
+          const width = Math.max(320, panel.clientWidth);
           const palette = ["#2f6fde", "#e0592a", "#2aa36b", "#a243c9", "#c9a227", "#1aa3b8"];
           const plot = new uPlot({
             width,
             height: 240,
             scales: { x: { time: false } },
-            axes: [{ label: c.x }, {}],
+            axes: [steps ? { label: c.x, incrs: WHOLE_INCRS } : { label: c.x }, {}],
             series: [{ label: c.x }, ...c.series.map((s, j) => ({
               label: s.name, stroke: palette[j % palette.length], width: 2, spanGaps: true,
             }))],
           }, data, panel);
           d = { panel, plot };
+          // The instance, for whoever reads the chart (the tests read its ticks).
+          panel.uplot = plot;
           this.drawn.set(key, d);
+          this.resized.observe(panel);
         } else {
           d.plot.setData(data);
         }
         d.panel.dataset.points = String(points);
       });
       for (const [key, d] of this.drawn) {
-        if (!keys.has(key)) { d.plot.destroy(); d.panel.remove(); this.drawn.delete(key); }
+        if (!keys.has(key)) {
+          this.resized.unobserve(d.panel);
+          d.plot.destroy();
+          d.panel.remove();
+          this.drawn.delete(key);
+        }
       }
       box.dataset.charts = String(list.length);
       if (list.length === 0 && !box.querySelector(".note")) {

@@ -915,6 +915,61 @@ fn the_telemetry_tab_draws_the_layouts_series() {
                  return false;")
             .await;
         assert_eq!(drawn, Value::Bool(true));
+        // Each chart fills its panel's width, the panels the tab's, and follows the window.
+        let widths = "return [...document.querySelectorAll('#charts figure.chart')].map(f => [\
+                        f.querySelector('canvas').getBoundingClientRect().width, f.clientWidth,\
+                        document.getElementById('charts').clientWidth])";
+        let fills = |w: &Value| {
+            w.as_array().is_some_and(|charts| {
+                charts.iter().all(|c| {
+                    let (canvas, panel, tab) = (c[0].as_f64(), c[1].as_f64(), c[2].as_f64());
+                    matches!((canvas, panel, tab), (Some(c), Some(p), Some(t))
+                        if (c - p).abs() <= 1.0 && (p - t).abs() <= 1.0 && t > 0.0)
+                })
+            })
+        };
+        let before = b.js(widths).await;
+        assert!(fills(&before), "{before}");
+        // The x is whole steps: every tick is at a whole number, and labelled as one.
+        let ticks = b
+            .js(
+                "return [...document.querySelectorAll('#charts figure.chart')].map(f => ({\
+                   splits: f.uplot.axes[0]._splits, values: f.uplot.axes[0]._values }))",
+            )
+            .await;
+        for chart in ticks.as_array().expect("charts") {
+            let splits = chart["splits"].as_array().expect("splits");
+            assert!(splits.len() >= 2, "{ticks}");
+            assert!(
+                splits
+                    .iter()
+                    .all(|x| x.as_f64().is_some_and(|x| x.fract() == 0.0)),
+                "{ticks}"
+            );
+            let values = chart["values"].as_array().expect("values");
+            assert!(
+                values
+                    .iter()
+                    .all(|v| v.as_str().is_some_and(|v| v.parse::<i64>().is_ok())),
+                "{ticks}"
+            );
+        }
+        b.c()
+            .set_window_size(900, 900)
+            .await
+            .expect("a smaller window");
+        let resized = format!(
+            "const w = (function () {{ {widths} }})();\
+             return w.every(c => Math.abs(c[0] - c[1]) <= 1 && Math.abs(c[1] - c[2]) <= 1 \
+                && c[2] > 0 && c[2] < {});",
+            before[0][2].as_f64().expect("a width") - 100.0
+        );
+        b.until("the charts at the narrower window's width", &resized)
+            .await;
+        b.c()
+            .set_window_size(1280, 900)
+            .await
+            .expect("the window again");
         let info = b
             .js("return document.getElementById('telemetry-info').textContent")
             .await;
