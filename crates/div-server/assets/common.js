@@ -38,8 +38,31 @@ const div = {
     return d.toLocaleString();
   },
 
+  // Whether a run has ended: every status but queued and running (succeeded, failed,
+  // canceled, stopped_by_org, hit_ceiling, and any a newer control plane adds), as
+  // div-api's `RunStatus::is_terminal` says.
   terminal(status) {
-    return ["succeeded", "failed", "canceled", "stopped_by_org"].includes(status);
+    return !["queued", "running"].includes(status);
+  },
+
+  // `n thing` or `n things`.
+  count(n, one, many) {
+    return `${n} ${n === 1 ? one : (many || `${one}s`)}`;
+  },
+
+  // The SKU and how many: `h100 × 2`; a CPU-only run is `cpu`, with no `× 0`.
+  hardware(r) {
+    return r.sku === "cpu" || !r.gpus ? r.sku : `${r.sku} × ${r.gpus}`;
+  },
+
+  // `text` cut in its middle to at most `max` characters, keeping its start and its end
+  // (where commands that begin alike differ): `pip install -q -r req… python train.py`.
+  middle(text, max) {
+    const chars = [...(text || "")];
+    if (chars.length <= max) return chars.join("");
+    const tail = Math.floor((max - 1) / 2);
+    const head = max - 1 - tail;
+    return `${chars.slice(0, head).join("")}…${chars.slice(chars.length - tail).join("")}`;
   },
 
   // GET (or POST) JSON from the dashboard's own API; a problem is thrown as an Error whose

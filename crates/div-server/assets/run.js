@@ -58,6 +58,45 @@
     $("checks").replaceChildren(...list);
   }
 
+  // The Exit code row: the code the run exited with, or why it has none.
+  function exitText(r) {
+    if (r.exit_code != null) return String(r.exit_code);
+    if (r.status === "queued") return "not started yet";
+    if (r.status === "running") return "not yet: it is running";
+    switch (r.status) {
+      case "hit_ceiling": return "none: it was killed when it reached its ceiling";
+      case "canceled": return "none: it was stopped before it exited";
+      case "stopped_by_org": return "none: the org stopped it before it exited";
+      default: return "none: it did not exit on its own";
+    }
+  }
+
+  // The Reason row: the run's reason where it has one, else what its status means.
+  function reasonText(r) {
+    if (r.reason) return r.reason;
+    switch (r.status) {
+      case "hit_ceiling":
+        return r.max_spend_cents != null
+          ? `it reached its ${div.money(r.max_spend_cents)} ceiling after ${div.duration(r.duration_seconds)} (${div.money(r.spent_cents)} spent)`
+          : `it reached its ceiling after ${div.duration(r.duration_seconds)} (${div.money(r.spent_cents)} spent)`;
+      case "canceled": return "it was stopped (div stop, or Stop here)";
+      case "stopped_by_org": return "the org stopped it";
+      case "succeeded": return "it exited 0";
+      case "failed": return r.exit_code != null ? `it exited ${r.exit_code}` : "it failed";
+      case "queued": return r.queue && r.queue.reason ? `queued: ${r.queue.reason}` : "queued";
+      default: return "";
+    }
+  }
+
+  // The Image row: the image and its digest where one was pulled, or this machine's own
+  // system where it stands in for the default image.
+  function imageText(r, ranIn) {
+    if (ranIn && ranIn.host) return `this machine's own system (standing in for ${ranIn.stands_in_for || r.image}; DIVERGENT_DEFAULT_IMAGE=host, nothing pulled)`;
+    if (ranIn && ranIn.image) return `${ranIn.image} (${ranIn.digest})`;
+    if (ranIn && ranIn.problem) return `${r.image} (${ranIn.problem})`;
+    return r.image;
+  }
+
   function overview(detail) {
     const r = detail.run;
     run = r;
@@ -71,11 +110,11 @@
     $("told").textContent = r.command;
     $("replay").textContent = detail.replay;
     $("project").textContent = r.project;
-    $("sku").textContent = `${r.sku} × ${r.gpus} · ${r.cores} ${r.cores === 1 ? "core" : "cores"} · ${r.memory_gib} GiB`;
-    $("image").textContent = r.image;
+    $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
+    $("image").textContent = imageText(r, detail.ran_in);
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
-    $("exit").textContent = r.exit_code == null ? "" : String(r.exit_code);
-    $("reason").textContent = r.reason || "";
+    $("exit").textContent = exitText(r);
+    $("reason").textContent = reasonText(r);
     timeline(r, detail.signalled_at);
     spend(r);
     checks(r, detail.result);
@@ -298,9 +337,22 @@
   $("earlier").addEventListener("click", () => log.earlier());
 
   // ---- telemetry
+  // The steps between the x axis's ticks uPlot may pick for an x of whole numbers (steps):
+  // 1, 2 and 5 times a power of ten, so that no tick falls at 2.5. Any other x keeps uPlot's.
+  const WHOLE_INCRS = [];
+  for (let e = 0; e <= 15; e++) for (const m of [1, 2, 5]) WHOLE_INCRS.push(m * 10 ** e);
+  const whole = (xs) => xs.length > 0 && xs.every((x) => x == null || Number.isInteger(x));
+
   const charts = {
     drawn: new Map(),
     timer: null,
+    // Each chart fills the width of its panel, and follows it when the window changes.
+    resized: new ResizeObserver(() => {
+      for (const d of charts.drawn.values()) {
+        const width = d.panel.clientWidth;
+        if (width > 0 && width !== d.plot.width) d.plot.setSize({ width, height: d.plot.height });
+      }
+    }),
     async load() {
       try {
         const t = await div.api(`/api/runs/${encodeURIComponent(id)}/charts`);
@@ -330,35 +382,45 @@
       const box = $("charts");
       const keys = new Set();
       list.forEach((c, i) => {
-        const key = `${i}:${c.title}`;
-        keys.add(key);
         const data = this.data(c);
+        // A chart whose x stops being whole numbers is drawn again, with uPlot's own ticks.
+        const steps = whole(data[0]);
+        const key = `${i}:${c.title}:${steps}`;
+        keys.add(key);
         const points = c.series.reduce((n, s) => n + s.points.length, 0);
         let d = this.drawn.get(key);
         if (!d) {
           const panel = div.el("figure", { class: "chart", title: c.title, series: c.series.map((s) => s.name).join("\n") },
             div.el("figcaption", { text: c.title }));
           box.append(panel);
-          const width = Math.max(320, Math.min(900, box.clientWidth - 24));
+          const width = Math.max(320, panel.clientWidth);
           const palette = ["#2f6fde", "#e0592a", "#2aa36b", "#a243c9", "#c9a227", "#1aa3b8"];
           const plot = new uPlot({
             width,
             height: 240,
             scales: { x: { time: false } },
-            axes: [{ label: c.x }, {}],
+            axes: [steps ? { label: c.x, incrs: WHOLE_INCRS } : { label: c.x }, {}],
             series: [{ label: c.x }, ...c.series.map((s, j) => ({
               label: s.name, stroke: palette[j % palette.length], width: 2, spanGaps: true,
             }))],
           }, data, panel);
           d = { panel, plot };
+          // The instance, for whoever reads the chart (the tests read its ticks).
+          panel.uplot = plot;
           this.drawn.set(key, d);
+          this.resized.observe(panel);
         } else {
           d.plot.setData(data);
         }
         d.panel.dataset.points = String(points);
       });
       for (const [key, d] of this.drawn) {
-        if (!keys.has(key)) { d.plot.destroy(); d.panel.remove(); this.drawn.delete(key); }
+        if (!keys.has(key)) {
+          this.resized.unobserve(d.panel);
+          d.plot.destroy();
+          d.panel.remove();
+          this.drawn.delete(key);
+        }
       }
       box.dataset.charts = String(list.length);
       if (list.length === 0 && !box.querySelector(".note")) {

@@ -15,8 +15,18 @@
   document.getElementById("status").value = state.status;
   const projects = new Set();
 
+  // How much of an entrypoint a row shows, cut in its middle past that.
+  const ENTRY_CHARS = 64;
+
   function cell(text, cls) {
     return div.el("td", cls ? { class: cls, text } : { text });
+  }
+
+  // The entrypoint's cell: its start and end, the whole of it in the title.
+  function entry(text) {
+    const code = div.el("code", { text: div.middle(text, ENTRY_CHARS) });
+    code.title = text;
+    return div.el("td", { class: "entry" }, code);
   }
 
   function row(r) {
@@ -36,8 +46,8 @@
       name,
       cell(r.project),
       div.el("td", {}, div.el("span", { class: `status s-${r.status}`, text: r.status })),
-      div.el("td", {}, div.el("code", { text: r.entrypoint })),
-      cell(`${r.sku} × ${r.gpus}`),
+      entry(r.entrypoint),
+      cell(div.hardware(r)),
       cell(div.when(r.started_at || r.created_at)),
       cell(div.duration(r.duration_seconds)),
       cell(spend),

@@ -418,7 +418,7 @@ fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {
         let cells: Vec<String> = serde_json::from_value(row).expect("cells");
         assert_eq!(cells[1], "other", "{cells:?}");
         assert_eq!(cells[3], "ticker.py::main", "{cells:?}");
-        assert_eq!(cells[4], "cpu × 0", "{cells:?}");
+        assert_eq!(cells[4], "cpu", "{cells:?}");
         assert!(cells[7].ends_with(" / $2.50"), "{cells:?}");
         let judged = b
             .js("const r = [...document.querySelectorAll('#rows tr')]\
@@ -915,6 +915,61 @@ fn the_telemetry_tab_draws_the_layouts_series() {
                  return false;")
             .await;
         assert_eq!(drawn, Value::Bool(true));
+        // Each chart fills its panel's width, the panels the tab's, and follows the window.
+        let widths = "return [...document.querySelectorAll('#charts figure.chart')].map(f => [\
+                        f.querySelector('canvas').getBoundingClientRect().width, f.clientWidth,\
+                        document.getElementById('charts').clientWidth])";
+        let fills = |w: &Value| {
+            w.as_array().is_some_and(|charts| {
+                charts.iter().all(|c| {
+                    let (canvas, panel, tab) = (c[0].as_f64(), c[1].as_f64(), c[2].as_f64());
+                    matches!((canvas, panel, tab), (Some(c), Some(p), Some(t))
+                        if (c - p).abs() <= 1.0 && (p - t).abs() <= 1.0 && t > 0.0)
+                })
+            })
+        };
+        let before = b.js(widths).await;
+        assert!(fills(&before), "{before}");
+        // The x is whole steps: every tick is at a whole number, and labelled as one.
+        let ticks = b
+            .js(
+                "return [...document.querySelectorAll('#charts figure.chart')].map(f => ({\
+                   splits: f.uplot.axes[0]._splits, values: f.uplot.axes[0]._values }))",
+            )
+            .await;
+        for chart in ticks.as_array().expect("charts") {
+            let splits = chart["splits"].as_array().expect("splits");
+            assert!(splits.len() >= 2, "{ticks}");
+            assert!(
+                splits
+                    .iter()
+                    .all(|x| x.as_f64().is_some_and(|x| x.fract() == 0.0)),
+                "{ticks}"
+            );
+            let values = chart["values"].as_array().expect("values");
+            assert!(
+                values
+                    .iter()
+                    .all(|v| v.as_str().is_some_and(|v| v.parse::<i64>().is_ok())),
+                "{ticks}"
+            );
+        }
+        b.c()
+            .set_window_size(900, 900)
+            .await
+            .expect("a smaller window");
+        let resized = format!(
+            "const w = (function () {{ {widths} }})();\
+             return w.every(c => Math.abs(c[0] - c[1]) <= 1 && Math.abs(c[1] - c[2]) <= 1 \
+                && c[2] > 0 && c[2] < {});",
+            before[0][2].as_f64().expect("a width") - 100.0
+        );
+        b.until("the charts at the narrower window's width", &resized)
+            .await;
+        b.c()
+            .set_window_size(1280, 900)
+            .await
+            .expect("the window again");
         let info = b
             .js("return document.getElementById('telemetry-info').textContent")
             .await;
@@ -940,6 +995,384 @@ fn the_telemetry_tab_draws_the_layouts_series() {
                 .as_array()
                 .is_some_and(|l| l.contains(&json!("/assets/uPlot.iife.min.js"))),
             "{loaded}"
+        );
+    });
+}
+
+impl Local {
+    /// The run called `name`, as `div runs --json --all` shows it.
+    fn run_json(&self, name: &str) -> Value {
+        let runs: Value =
+            serde_json::from_str(&self.ok(&["runs", "--json", "--all"])).expect("json");
+        runs.as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no run `{name}` in {runs}"))
+    }
+}
+
+/// The page's text of the element `id`.
+async fn text_of(b: &Browser, id: &str) -> String {
+    b.js(&format!(
+        "return document.getElementById('{id}').textContent"
+    ))
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_owned()
+}
+
+#[test]
+fn a_run_that_hit_its_ceiling_is_ended_and_says_why_it_has_no_exit_code() {
+    let local = vision();
+    // 1 cent buys some 7 s of an (emulated) H100 at $4.95/h.
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "h100",
+        "--max-spend",
+        "0.01",
+        "--name",
+        "capped",
+        "--no-upload",
+        "--",
+        "sleep 1000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("hit its $0.01 ceiling"), "{stderr}");
+    let run = local.run_json("capped");
+    assert_eq!(run["status"], json!("hit_ceiling"), "{run}");
+    assert!(
+        run["exit_code"].is_null() && run["reason"].is_null(),
+        "{run}"
+    );
+    let url = local.dashboard();
+    let statuses: Vec<(&str, bool)> = div_api::RunStatus::ALL
+        .iter()
+        .map(|s| (s.as_str(), s.is_terminal()))
+        .collect();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/capped", origin(&url))).await;
+        b.until(
+            "the run, hit its ceiling",
+            "return document.body.dataset.status === 'hit_ceiling'",
+        )
+        .await;
+        // Ended: no Stop, not live.
+        assert_eq!(
+            b.js("return document.getElementById('stop').hidden").await,
+            json!(true)
+        );
+        assert_eq!(
+            b.js("return document.getElementById('live').classList.contains('off')")
+                .await,
+            json!(true)
+        );
+        assert_eq!(
+            text_of(&b, "exit").await,
+            "none: it was killed when it reached its ceiling"
+        );
+        let reason = text_of(&b, "reason").await;
+        assert!(
+            reason.starts_with("it reached its $0.01 ceiling after ")
+                && reason.ends_with("($0.01 spent)"),
+            "{reason}"
+        );
+        // The page and div-api agree on which statuses are ended, every one of them.
+        for (status, ended) in &statuses {
+            assert_eq!(
+                b.js(&format!("return div.terminal('{status}')")).await,
+                json!(ended),
+                "{status}"
+            );
+        }
+        // Its hardware without `× 0` or `1 cores`.
+        let cores = run["cores"].as_u64().expect("cores");
+        let noun = if cores == 1 { "core" } else { "cores" };
+        assert_eq!(
+            text_of(&b, "sku").await,
+            format!("h100 × 1 · {cores} {noun} · {} GiB", run["memory_gib"])
+        );
+        // This machine's system stood in for the default image: the page says so.
+        assert_eq!(
+            text_of(&b, "image").await,
+            format!(
+                "this machine's own system (standing in for {}; DIVERGENT_DEFAULT_IMAGE=host, nothing pulled)",
+                run["image"].as_str().expect("an image")
+            )
+        );
+        // The list filters by it.
+        b.goto(&format!("{}/?status=hit_ceiling", origin(&url)))
+            .await;
+        b.until(
+            "the run, filtered by hit_ceiling",
+            "const rs = [...document.querySelectorAll('#rows tr')];\
+             return rs.length === 1 && rs[0].dataset.status === 'hit_ceiling' \
+               && document.getElementById('status').value === 'hit_ceiling'",
+        )
+        .await;
+    });
+}
+
+/// A `div` that writes the arguments it was given to `$DIV_ARGS`, each ended by a NUL.
+const FAKE_DIV: &str = "#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$DIV_ARGS\"\n";
+
+#[test]
+fn place_it_again_is_a_command_a_shell_runs_as_the_run_was_placed() {
+    let local = vision();
+    let own = "echo installing 2>/dev/null && CKPT_DIR=/tmp/ckpt echo trained";
+    let placed = [
+        "run",
+        "--detach",
+        "--gpu",
+        "cpu",
+        "--cpu",
+        "2",
+        "--max-spend",
+        "1",
+        "--name",
+        "replayed",
+        "--env",
+        "GREETING=hello world && echo leaked",
+        "--env",
+        "QUOTE=it's $(echo leaked)",
+        "--check",
+        "metrics.accuracy>=0.8",
+        "--no-upload",
+        "--",
+        own,
+    ];
+    local.ok(&placed);
+    let run = local.run_json("replayed");
+    let url = local.dashboard();
+    let replay = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let shown = std::sync::Arc::clone(&replay);
+    let sized = run.clone();
+    with_browser(|b| async move {
+        let run = sized;
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/replayed", origin(&url))).await;
+        b.until(
+            "the replay",
+            "return document.getElementById('replay').textContent.startsWith('div run ')",
+        )
+        .await;
+        *shown.lock().expect("the replay") = text_of(&b, "replay").await;
+        assert_eq!(
+            text_of(&b, "sku").await,
+            format!("cpu · 2 cores · {} GiB", run["memory_gib"])
+        );
+    });
+    let replay = replay.lock().expect("the replay").clone();
+    if replay.is_empty() {
+        return; // no browser
+    }
+    // What the page shows, run by a shell, with a `div` on PATH that writes down its words.
+    let bin = local.tmp.path().join("fake-bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let fake = bin.join("div");
+    std::fs::write(&fake, FAKE_DIV).expect("write");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let args_file = local.tmp.path().join("args");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&replay)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("DIV_ARGS", &args_file)
+        .output()
+        .expect("sh runs");
+    assert!(out.status.success(), "{replay}: {out:?}");
+    // Nothing of the command ran here: the shell ran `div` and only `div`.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{replay}");
+    let words: Vec<String> = std::fs::read(&args_file)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .expect("the fake div ran")
+        .split_terminator('\0')
+        .map(str::to_owned)
+        .collect();
+    let value = |flag: &str| -> Vec<String> {
+        words
+            .windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .collect()
+    };
+    // The words after `--` are the words the run was placed with, and each flag's value is
+    // one word, as placed.
+    let dashes = words.iter().position(|w| w == "--").expect("a `--`");
+    assert_eq!(&words[dashes + 1..], [own], "{replay}");
+    assert_eq!(words[0], "run", "{replay}");
+    assert_eq!(value("--gpu"), ["cpu"], "{replay}");
+    assert_eq!(value("--cpu"), ["2"], "{replay}");
+    assert_eq!(value("--project"), ["vision"], "{replay}");
+    assert_eq!(value("--max-spend"), ["1.00"], "{replay}");
+    assert_eq!(
+        value("--env"),
+        [
+            "GREETING=hello world && echo leaked",
+            "QUOTE=it's $(echo leaked)"
+        ],
+        "{replay}"
+    );
+    assert_eq!(
+        value("--check"),
+        [run["checks"][0].as_str().expect("a check")],
+        "{replay}"
+    );
+    assert!(words.contains(&"--no-upload".to_owned()), "{replay}");
+    // And given to the real `div`, those words place the same run again.
+    let mut again: Vec<&str> = words.iter().map(String::as_str).collect();
+    again.splice(1..1, ["--detach", "--name", "replayed-again"]);
+    local.ok(&again);
+    let second = local.run_json("replayed-again");
+    for field in [
+        "project",
+        "entrypoint",
+        "command",
+        "sku",
+        "gpus",
+        "cores",
+        "memory_gib",
+        "max_spend_cents",
+        "image",
+        "env",
+        "checks",
+        "code",
+    ] {
+        assert_eq!(second[field], run[field], "{field}: {replay}");
+    }
+}
+
+#[test]
+fn a_run_in_a_pulled_image_shows_the_image_and_its_digest() {
+    let Some(reg) = crate::image::registry() else {
+        return;
+    };
+    let local = vision();
+    let image = format!("{}/tools/busybox:1", reg.addr);
+    local.ok(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--name",
+        "imaged",
+        "--no-upload",
+        "--",
+        "echo hi",
+    ]);
+    // The digest, named by the image cache's one unpacked tree.
+    let trees: Vec<String> = std::fs::read_dir(local.home().join("images/images/sha256"))
+        .expect("the image cache")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(trees.len(), 1, "{trees:?}");
+    let digest = format!("sha256:{}", trees[0]);
+    // The run's record names the image; the page adds what was pulled for it.
+    assert_eq!(local.run_json("imaged")["image"], json!(image));
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.goto(&format!("{}/runs/imaged", origin(&url))).await;
+        b.until(
+            "the image",
+            "return document.getElementById('image').textContent.includes('sha256:')",
+        )
+        .await;
+        assert_eq!(text_of(&b, "image").await, format!("{image} ({digest})"));
+    });
+}
+
+#[test]
+fn entrypoints_that_begin_alike_are_told_apart_in_the_list() {
+    let local = vision();
+    let long = |x: &str| {
+        format!(
+            "echo pip install -q -r requirements.txt 2>/dev/null && CKPT_DIR=/tmp/ckpt-{x} echo train.py"
+        )
+    };
+    let short = |x: &str| format!("echo pip install -q -r requirements.txt && echo {x}.py");
+    let commands = [long("a"), long("b"), short("one"), short("two")];
+    for (i, c) in commands.iter().enumerate() {
+        let name = format!("alike-{i}");
+        local.ok(&[
+            "run",
+            "--detach",
+            "--gpu",
+            "cpu",
+            "--name",
+            &name,
+            "--no-upload",
+            "--",
+            c,
+        ]);
+    }
+    let one = local.run_json("alike-0");
+    let url = local.dashboard();
+    with_browser(|b| async move {
+        b.goto(&url).await;
+        b.until(
+            "the four runs",
+            "return document.querySelectorAll('#rows tr').length === 4",
+        )
+        .await;
+        let rows = b
+            .js("return [...document.querySelectorAll('#rows tr')].map(r => {\
+                   const td = r.cells[3], code = td.querySelector('code');\
+                   return { name: r.cells[0].textContent, shown: code.textContent, title: code.title,\
+                            clipped: td.scrollWidth > td.clientWidth + 1 };\
+                 })")
+            .await;
+        let rows = rows.as_array().expect("rows").clone();
+        let mut shown = Vec::new();
+        for row in &rows {
+            let i: usize = row["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix("alike-"))
+                .and_then(|n| n.parse().ok())
+                .expect("a name");
+            let full = &commands[i];
+            // The whole command in the title; what the cell shows is not cut by its width.
+            assert_eq!(row["title"], json!(full), "{row}");
+            assert_eq!(row["clipped"], json!(false), "{row}");
+            let text = row["shown"].as_str().expect("text").to_owned();
+            if full.chars().count() > 64 {
+                // Cut in the middle: its start and its end are shown.
+                let end: String = full.chars().skip(full.chars().count() - 20).collect();
+                assert!(
+                    text.starts_with("echo pip install")
+                        && text.ends_with(&end)
+                        && text.contains('…'),
+                    "{row}"
+                );
+            } else {
+                assert_eq!(&text, full, "{row}");
+            }
+            shown.push(text);
+        }
+        shown.sort();
+        shown.dedup();
+        assert_eq!(shown.len(), 4, "told apart: {shown:?}");
+        // A CPU run of one core: `cpu` in the list (no `× 0`), `1 core` on its page.
+        assert_eq!(
+            b.js("return document.querySelector('#rows tr').cells[4].textContent")
+                .await,
+            json!("cpu")
+        );
+        assert_eq!(one["cores"], json!(1), "{one}");
+        b.goto(&format!("{}/runs/alike-0", origin(&url))).await;
+        b.until(
+            "the run's page",
+            "return document.body.dataset.loaded === 'true'",
+        )
+        .await;
+        assert_eq!(
+            text_of(&b, "sku").await,
+            format!("cpu · 1 core · {} GiB", one["memory_gib"])
         );
     });
 }

@@ -393,11 +393,13 @@ async fn route(
                 let result = runs::result(s, &r.id)?;
                 let replay = replay::command(&r);
                 let signalled = signalled_at(&s.run_dir(&r.id));
+                let ran_in = ran_in(&s.run_dir(&r.id), &r.image);
                 Ok(json!({
                     "run": r,
                     "result": result,
                     "replay": replay,
                     "signalled_at": signalled,
+                    "ran_in": ran_in,
                 }))
             })
             .await?;
@@ -437,6 +439,19 @@ fn signalled_at(run_dir: &std::path::Path) -> Option<String> {
         .ok()?
         .as_millis();
     Some(div_runtime::clock::rfc3339(u64::try_from(ms).ok()?))
+}
+
+/// What the run runs in, from the image record its directory holds (written when the run
+/// was placed, `image.json`): `{"image": REF, "digest": D}` for an image pulled, or
+/// `{"host": true, "stands_in_for": IMAGE}` where there is none, as this machine's own system
+/// stands in for the default image (`DIVERGENT_DEFAULT_IMAGE=host`); `{"problem": …}` when the
+/// record cannot be read.
+fn ran_in(run_dir: &std::path::Path, image: &str) -> serde_json::Value {
+    match crate::images::read_run_image(run_dir) {
+        Ok(Some(i)) => json!({"image": i.reference, "digest": i.digest}),
+        Ok(None) => json!({"host": true, "stands_in_for": image}),
+        Err(problem) => json!({"problem": problem}),
+    }
 }
 
 /// The whole log, as a file to save.
@@ -658,7 +673,37 @@ pub async fn open_url(socket: &std::path::Path) -> Result<DashboardLink, Dashboa
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_LOG_READ, constant_time_eq, same_page, wanted_range};
+    use super::{MAX_LOG_READ, constant_time_eq, ran_in, same_page, wanted_range};
+    use serde_json::json;
+
+    #[test]
+    fn a_run_says_whether_it_ran_in_an_image_or_on_this_machine() {
+        let dir = tempfile::tempdir().expect("a dir");
+        assert_eq!(
+            ran_in(dir.path(), "pytorch/pytorch:2"),
+            json!({"host": true, "stands_in_for": "pytorch/pytorch:2"})
+        );
+        let image = crate::images::RunImage {
+            reference: "127.0.0.1:5000/tools/busybox:1".into(),
+            digest: "sha256:abc".into(),
+            rootfs: dir.path().join("rootfs"),
+            env: Vec::new(),
+            working_dir: None,
+            user: None,
+            name_resolution: false,
+        };
+        std::fs::write(
+            dir.path().join(crate::images::RUN_IMAGE_FILE),
+            serde_json::to_vec(&image).expect("json"),
+        )
+        .expect("write");
+        assert_eq!(
+            ran_in(dir.path(), "127.0.0.1:5000/tools/busybox:1"),
+            json!({"image": "127.0.0.1:5000/tools/busybox:1", "digest": "sha256:abc"})
+        );
+        std::fs::write(dir.path().join(crate::images::RUN_IMAGE_FILE), b"{").expect("write");
+        assert!(ran_in(dir.path(), "x")["problem"].is_string());
+    }
 
     #[test]
     fn ranges_are_read_as_asked_and_held_to_the_most_one_read_answers() {

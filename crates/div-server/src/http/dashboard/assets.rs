@@ -59,3 +59,27 @@ pub(crate) fn asset(name: &str) -> Option<Resp> {
         .find(|(n, _, _)| *n == name)
         .map(|(_, kind, body)| wire::full(200, kind, *body))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ASSETS, INDEX};
+
+    /// Every status a run can be in is one the list filters by and colours.
+    #[test]
+    fn every_status_can_be_filtered_by_and_has_its_colour() {
+        let index = std::str::from_utf8(INDEX).expect("utf-8");
+        let css = ASSETS
+            .iter()
+            .find(|(name, _, _)| *name == "dashboard.css")
+            .map(|(_, _, body)| std::str::from_utf8(body).expect("utf-8"))
+            .expect("the stylesheet");
+        for status in div_api::RunStatus::ALL {
+            let s = status.as_str();
+            assert!(index.contains(&format!("<option>{s}</option>")), "{s}");
+            assert!(
+                css.contains(&format!(".s-{s} ")) || css.contains(&format!(".s-{s},")),
+                "{s}"
+            );
+        }
+    }
+}

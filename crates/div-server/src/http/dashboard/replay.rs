@@ -4,7 +4,7 @@
 
 use div_api::Run;
 use div_pricing::{Catalogue, SizeRequest};
-use div_spec::Sku;
+use div_spec::{Entrypoint, Sku};
 
 /// The command line, each word quoted for a POSIX shell where it needs it.
 pub(crate) fn command(run: &Run) -> String {
@@ -52,18 +52,75 @@ pub(crate) fn command(run: &Run) -> String {
     if run.code.is_none() {
         words.push("--no-upload".into());
     }
-    // Anything with a space in it is the user's own command, given after `--`.
-    if run.entrypoint.contains(char::is_whitespace) {
-        words.push("--".into());
+    words.extend(entrypoint_words(run));
+    words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
+}
+
+/// The words after `div run`'s flags that give the run's entrypoint again: what `div run`
+/// reads back as the same typed entrypoint and the same command (div-spec's
+/// [`Entrypoint::from_parts`], tried on each way of writing it). Every word is a word of its
+/// own, to be quoted: an entrypoint like `pip install … && python train.py` stays one word,
+/// never a line the shell splits and runs in part here.
+fn entrypoint_words(run: &Run) -> Vec<String> {
+    let typed = run.entrypoint.as_str();
+    let same = |head: &[String], args: &[String]| {
+        Entrypoint::from_parts(head, args)
+            .is_ok_and(|e| e.typed() == typed && e.command() == run.command)
+    };
+    // Several words after `--` (`-- torchrun --nproc-per-node 8 train.py`), when `div run`
+    // joined them into what was typed.
+    if let Some(words) = unquote(typed)
+        && words.len() > 1
+        && same(&[], &words)
+    {
+        return [vec!["--".to_owned()], words].concat();
     }
-    let mut line: Vec<String> = words.iter().map(|w| quote(w)).collect();
-    line.push(if run.entrypoint.contains(char::is_whitespace) {
-        // Typed as words: the shell splits it the same way again.
-        run.entrypoint.clone()
+    // A script and its arguments (`train.py -- --epochs 3`).
+    for (at, _) in typed.match_indices(" -- ") {
+        let head = typed[..at].to_owned();
+        let Some(args) = unquote(&typed[at + 4..]) else {
+            continue;
+        };
+        if !head.starts_with('-') && same(std::slice::from_ref(&head), &args) {
+            return [vec![head, "--".to_owned()], args].concat();
+        }
+    }
+    // One word: a script, a function, or a command of one's own as one word (which `div run`
+    // reads as that command, whether or not the run was placed with that `command`).
+    if !typed.contains(char::is_whitespace) && !typed.starts_with('-') && !typed.is_empty() {
+        vec![typed.to_owned()]
     } else {
-        quote(&run.entrypoint)
-    });
-    line.join(" ")
+        vec!["--".to_owned(), typed.to_owned()]
+    }
+}
+
+/// The words of `line` when it is words [`quote`]d and joined with single spaces (as `div
+/// run` writes several words it was given), and nothing else: `None` for anything a shell
+/// would read otherwise (`&&`, `>`, `$`, double quotes…).
+fn unquote(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' => words.push(std::mem::take(&mut word)),
+            '\\' => match chars.next() {
+                Some('\'') => word.push('\''),
+                _ => return None,
+            },
+            '\'' => loop {
+                match chars.next() {
+                    Some('\'') => break,
+                    Some(c) => word.push(c),
+                    None => return None,
+                }
+            },
+            c => word.push(c),
+        }
+    }
+    words.push(word);
+    let again: Vec<String> = words.iter().map(|w| quote(w)).collect();
+    (again.join(" ") == line).then_some(words)
 }
 
 /// `word` as a shell reads it back (div-spec's quoting, the same `div` prints).
@@ -73,13 +130,13 @@ fn quote(word: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{command, quote};
+    use super::{command, quote, unquote};
 
     fn run() -> div_api::Run {
         serde_json::from_value(serde_json::json!({
             "id": "r_1", "name": "run-1", "project": "quickstart", "status": "succeeded",
             "entrypoint": "train.py::run",
-            "command": "cd /code && python -u -c 'from train import run; run()'",
+            "command": "python -u -c 'from train import run; run()'",
             "sku": "cpu", "gpus": 0, "cores": 2, "memory_gib": 8, "cents_per_hour": 30,
             "max_spend_cents": 500, "image": div_spec::DEFAULT_IMAGE,
             "env": [{"key": "MODE", "value": "fast run"}],
@@ -88,6 +145,52 @@ mod tests {
             "created_at": "2026-01-01T00:00:00Z"
         }))
         .expect("a run")
+    }
+
+    /// A run whose entrypoint is what `div run` made of `head` and `args`.
+    fn placed(head: &[&str], args: &[&str]) -> div_api::Run {
+        let own = |w: &[&str]| w.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        let e = div_spec::Entrypoint::from_parts(&own(head), &own(args)).expect("an entrypoint");
+        let mut r = run();
+        r.entrypoint = e.typed().to_owned();
+        r.command = e.command().to_owned();
+        r
+    }
+
+    /// The arguments `sh` hands `div` for `line`: a function `div` prints them, NUL-separated.
+    fn shell_words(line: &str) -> Vec<String> {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("div() {{ printf '%s\\0' \"$@\"; }}; {line}"))
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{line}: {out:?}");
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        text.split_terminator('\0').map(str::to_owned).collect()
+    }
+
+    /// What `div run` reads from `argv` (after `div`): each flag's value, and the entrypoint
+    /// from the words before and after `--`, read the way `div run` reads them.
+    fn read_back(argv: &[String]) -> (Vec<(String, String)>, div_spec::Entrypoint) {
+        assert_eq!(argv[0], "run");
+        let mut flags = Vec::new();
+        let mut i = 1;
+        while i < argv.len() && argv[i].starts_with("--") && argv[i] != "--" {
+            if argv[i] == "--no-upload" {
+                flags.push((argv[i].clone(), String::new()));
+                i += 1;
+            } else {
+                flags.push((argv[i].clone(), argv[i + 1].clone()));
+                i += 2;
+            }
+        }
+        let rest = &argv[i..];
+        let (head, args) = match rest.iter().position(|w| w == "--") {
+            Some(at) => (&rest[..at], &rest[at + 1..]),
+            None => (rest, &[][..]),
+        };
+        let e = div_spec::Entrypoint::from_parts(head, args).expect("div run reads it");
+        (flags, e)
     }
 
     #[test]
@@ -109,14 +212,108 @@ mod tests {
 
     #[test]
     fn an_own_command_follows_a_double_dash_and_no_upload_is_kept() {
-        let mut r = run();
-        r.entrypoint = "torchrun --nproc-per-node 8 train.py".into();
+        let mut r = placed(&[], &["torchrun", "--nproc-per-node", "8", "train.py"]);
         r.code = None;
         let line = command(&r);
         assert!(
             line.ends_with(" --no-upload -- torchrun --nproc-per-node 8 train.py"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_command_of_one_word_with_shell_operators_is_one_quoted_word() {
+        let r = placed(
+            &[],
+            &["pip install -q -r requirements.txt 2>/dev/null && CKPT_DIR=/ckpt python train.py"],
+        );
+        let line = command(&r);
+        assert!(
+            line.ends_with(
+                " -- 'pip install -q -r requirements.txt 2>/dev/null && CKPT_DIR=/ckpt python train.py'"
+            ),
+            "{line}"
+        );
+    }
+
+    /// Every way of placing a run: the line, run by `sh`, gives `div` the words that `div run`
+    /// reads back as the same entrypoint, the same command and the same flags' values.
+    #[test]
+    fn the_replay_run_by_a_shell_places_the_same_entrypoint_and_flags() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["train.py::run"], &[]),
+            (&["train.py"], &[]),
+            (&["train.py"], &["--epochs", "3", "--note", "it's a 'test'"]),
+            (&["train.py::main"], &["--out", "a b", "$HOME", "`id`"]),
+            (&[], &["torchrun", "--nproc-per-node", "8", "train.py"]),
+            (&[], &["sh", "-c", "echo hi && echo there; exit 3"]),
+            (
+                &[],
+                &["pip install -q -r requirements.txt 2>/dev/null && CKPT_DIR=/x python train.py"],
+            ),
+            (&["torchrun x.py"], &["--lr", "0.1"]),
+            (&["torchrun", "x.py"], &["--lr", "0.1"]),
+            (&[], &["torchrun", "x.py", "--", "--lr", "0.1"]),
+            (&[], &["-weird"]),
+            (&[], &["echo", "a -- b", "--", "c d"]),
+            (&[], &["python3 -c 'print(1)' > out.txt"]),
+        ];
+        for (head, args) in cases {
+            let mut r = placed(head, args);
+            r.env = vec![
+                div_api::EnvVar {
+                    key: "GREETING".into(),
+                    value: "hello world && echo leaked".into(),
+                },
+                div_api::EnvVar {
+                    key: "Q".into(),
+                    value: "it's $(id)".into(),
+                },
+            ];
+            r.checks = vec!["metrics.loss < 0.5".into()];
+            r.image = "ghcr.io/org/img:tag with space".into();
+            let line = command(&r);
+            let argv = shell_words(&line);
+            assert_eq!(argv.first().map(String::as_str), Some("run"), "{line}");
+            let (flags, e) = read_back(&argv);
+            assert_eq!(
+                (e.typed(), e.command()),
+                (r.entrypoint.as_str(), r.command.as_str()),
+                "{head:?} -- {args:?}: {line}"
+            );
+            let values = |name: &str| -> Vec<&str> {
+                flags
+                    .iter()
+                    .filter(|(f, _)| f == name)
+                    .map(|(_, v)| v.as_str())
+                    .collect()
+            };
+            assert_eq!(
+                values("--env"),
+                ["GREETING=hello world && echo leaked", "Q=it's $(id)"],
+                "{line}"
+            );
+            assert_eq!(values("--check"), ["metrics.loss < 0.5"], "{line}");
+            assert_eq!(
+                values("--image"),
+                ["ghcr.io/org/img:tag with space"],
+                "{line}"
+            );
+            assert_eq!(values("--gpu"), ["cpu"], "{line}");
+            assert_eq!(values("--project"), ["quickstart"], "{line}");
+        }
+    }
+
+    #[test]
+    fn quoted_words_are_read_back_and_anything_else_is_not() {
+        assert_eq!(
+            unquote(r"a 'b c' 'it'\''s'"),
+            Some(vec!["a".into(), "b c".into(), "it's".into()])
+        );
+        assert_eq!(unquote("a && b"), None);
+        assert_eq!(unquote("a  b"), None);
+        assert_eq!(unquote("'open"), None);
+        assert_eq!(unquote(r"a\b"), None);
     }
 
     #[test]
