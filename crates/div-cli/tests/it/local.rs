@@ -288,7 +288,7 @@ fn the_commands_around_a_run() {
         table
             .lines()
             .nth(2)
-            .is_some_and(|l| l.starts_with(older) && l.ends_with("passed 1/1")),
+            .is_some_and(|l| l.starts_with(older) && l.ends_with("passed 1/1  around.py")),
         "{table}"
     );
 
