@@ -128,10 +128,48 @@ pub struct DryRun {
     pub cents_per_hour: i64,
     /// The most it can spend: its ceiling, or 24 hours at its rate.
     pub most_it_can_spend: Money,
-    /// Volumes the command names that would be made.
-    pub new_volumes: Vec<String>,
+    /// Volumes the command (or an `--env` value) names that would be made.
+    pub new_volumes: Vec<NewVolume>,
     /// The request that would be sent.
     pub request: CreateRun,
+}
+
+/// A volume a run names at `/mnt/<name>` that does not exist yet: made before the run is
+/// placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewVolume {
+    pub name: String,
+    /// The `--env` key whose value names it (`CKPT_DIR=/mnt/ckpt-vol/ckpt`), when the command
+    /// itself does not.
+    pub env: Option<String>,
+}
+
+impl NewVolume {
+    /// `new volume ckpt-vol, for the /mnt/ckpt-vol the command names` (or `that --env KEY
+    /// names`).
+    pub fn line(&self) -> String {
+        crate::event::new_volume_line_for(&self.name, self.env.as_deref())
+    }
+}
+
+/// Every `/mnt/<volume>` a run names: in its command, then in its `--env` values (a
+/// checkpoint directory passed as `--env CKPT_DIR=/mnt/ckpt-vol/ckpt`), each once, with the
+/// key of the first `--env` that names it when the command does not.
+pub fn volumes_named(command: &str, env: &[EnvPair]) -> Vec<NewVolume> {
+    let mut found: Vec<NewVolume> = Vec::new();
+    let texts = std::iter::once((command, None))
+        .chain(env.iter().map(|p| (p.value.as_str(), Some(p.key.as_str()))));
+    for (text, key) in texts {
+        for name in div_spec::volumes_named(text) {
+            if !found.iter().any(|v| v.name == name.as_str()) {
+                found.push(NewVolume {
+                    name: name.as_str().to_owned(),
+                    env: key.map(str::to_owned),
+                });
+            }
+        }
+    }
+    found
 }
 
 /// What a shipment holds, for people.
@@ -152,7 +190,7 @@ struct Plan {
     project: Project,
     sizing: Sizing,
     shipment: Option<(Shipment, String, String)>,
-    new_volumes: Vec<String>,
+    new_volumes: Vec<NewVolume>,
     request: CreateRun,
 }
 
@@ -210,11 +248,14 @@ pub async fn run(
         let kept = std::mem::take(&mut shipment.kept);
         std::thread::spawn(move || drop(kept));
     }
-    for name in &plan.new_volumes {
-        cp.create_volume(name)
+    for volume in &plan.new_volumes {
+        cp.create_volume(&volume.name)
             .await
             .map_err(|e| RunError::api("make the volume", e))?;
-        sink.event(Event::VolumeCreated { name: name.clone() });
+        sink.event(Event::VolumeCreated {
+            name: volume.name.clone(),
+            env: volume.env.clone(),
+        });
     }
     let key = options
         .idempotency_key
@@ -404,10 +445,7 @@ async fn prepare(
         memory: options.memory,
     })?;
 
-    let named: Vec<String> = div_spec::volumes_named(entrypoint.command())
-        .into_iter()
-        .map(|v| v.as_str().to_string())
-        .collect();
+    let named = volumes_named(entrypoint.command(), &options.env);
     let new_volumes = if named.is_empty() {
         Vec::new()
     } else {
@@ -417,7 +455,7 @@ async fn prepare(
             .map_err(|e| RunError::api("list the volumes", e))?;
         named
             .into_iter()
-            .filter(|n| !existing.iter().any(|v| &v.name == n))
+            .filter(|n| !existing.iter().any(|v| v.name == n.name))
             .collect()
     };
 
@@ -608,4 +646,56 @@ fn idempotency_key() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<EnvPair> {
+        pairs
+            .iter()
+            .map(|(k, v)| EnvPair {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect()
+    }
+
+    fn named(command: &str, pairs: &[(&str, &str)]) -> Vec<(String, Option<String>)> {
+        volumes_named(command, &env(pairs))
+            .into_iter()
+            .map(|v| (v.name, v.env))
+            .collect()
+    }
+
+    #[test]
+    fn an_env_value_names_a_volume_as_the_command_does() {
+        let own = |n: &str| (n.to_string(), None);
+        let by = |n: &str, k: &str| (n.to_string(), Some(k.to_string()));
+        assert_eq!(
+            named("python train.py", &[("CKPT_DIR", "/mnt/ckpt-vol/ckpt")]),
+            [by("ckpt-vol", "CKPT_DIR")]
+        );
+        // Named by both: the command's, once.
+        assert_eq!(
+            named(
+                "ls /mnt/data && python train.py",
+                &[
+                    ("DATA", "/mnt/data/v1"),
+                    ("OUT", "/mnt/out"),
+                    ("B", "/mnt/out/x")
+                ]
+            ),
+            [own("data"), by("out", "OUT")]
+        );
+        // Not a path that starts with /mnt/, or a name the shell builds: nothing.
+        assert_eq!(
+            named(
+                "true",
+                &[("A", "/data/mnt/x"), ("B", "/mnt/$V"), ("C", "x")]
+            ),
+            []
+        );
+    }
 }

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, new_volume_line, shipping_line};
+use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, shipping_line};
 
 use crate::args::RunArgs;
 use crate::exit_codes;
@@ -351,7 +351,9 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         Event::UploadStarted { bytes, .. } => printer.upload_started(bytes),
         Event::UploadProgress { sent } => printer.upload_progress(sent),
         Event::UploadFinished => printer.upload_finished(),
-        Event::VolumeCreated { name } => printer.status(&new_volume_line(&name)),
+        Event::VolumeCreated { name, env } => {
+            printer.status(&div_core::new_volume_line_for(&name, env.as_deref()))
+        }
         Event::Placing => seen.lock().unwrap_or_else(|e| e.into_inner()).placing = true,
         Event::Pulling { image, event } => {
             if let Some(line) = pull_line(seen, &image, &event) {
@@ -430,8 +432,8 @@ fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
         }
         None => out.push_str("ships      nothing (--no-upload)\n"),
     }
-    for name in &dry.new_volumes {
-        out.push_str(&format!("would make {}\n", new_volume_line(name)));
+    for volume in &dry.new_volumes {
+        out.push_str(&format!("would make {}\n", volume.line()));
     }
     out.push_str(&format!("header     {}\n", dry.header));
     let most = match dry.request.max_spend_cents {
