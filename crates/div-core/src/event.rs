@@ -14,6 +14,10 @@ pub enum Event {
         volume: String,
         path: String,
     },
+    /// The folder is in no git repository, so what is shipped is every file but the skip
+    /// list (`div_ship::SKIPPED_NAMES`), `files` of them: [`outside_repository_line`] prints
+    /// it, before [`Event::Shipping`].
+    OutsideRepository { files: u64 },
     /// Something worth a person's attention that stops nothing, like a large shipment.
     Warning {
         message: String,
@@ -108,6 +112,12 @@ pub fn shipping_line(files: u64, bytes: u64, volume: &str, path: &str) -> String
         "{files} {noun}, {} → {volume}/{path}",
         div_spec::format_bytes(bytes)
     )
+}
+
+/// `not a git repository: shipping every file but the skip list (12 files)`.
+pub fn outside_repository_line(files: u64) -> String {
+    let noun = if files == 1 { "file" } else { "files" };
+    format!("not a git repository: shipping every file but the skip list ({files} {noun})")
 }
 
 /// `new volume mask-models, for the /mnt/mask-models the command names`.

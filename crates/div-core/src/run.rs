@@ -21,10 +21,9 @@ pub use div_spec::DEFAULT_IMAGE;
 /// freed once the code is sent.
 const KEEP_FOR_UPLOAD: u64 = 256 << 20;
 
-/// A shipment past this many bytes gets a warning.
-pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
-/// A shipped file past this many bytes gets a warning.
-pub const LARGE_FILE_BYTES: u64 = 100_000_000;
+/// A shipment of this many bytes or more gets a warning (100 MB, div-ship's figure): sent on
+/// every run, it is usually data that belongs on a volume.
+pub const LARGE_SHIPMENT_BYTES: u64 = div_ship::LARGE_SHIPMENT_BYTES;
 
 /// Everything `div run` was asked, already parsed into div-spec's types.
 #[derive(Debug, Clone)]
@@ -506,6 +505,9 @@ async fn prepare(
         .map_err(|e| RunError::api("place the run", e))?;
 
     if let Some((s, volume, path)) = &shipment {
+        if s.source == div_ship::Source::Walk {
+            sink.event(Event::OutsideRepository { files: s.files() });
+        }
         sink.event(Event::Shipping {
             files: s.files(),
             bytes: s.bytes(),
@@ -555,8 +557,9 @@ fn dry_run(plan: Plan) -> DryRun {
     dry
 }
 
-/// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment past
-/// [`LARGE_SHIPMENT_BYTES`] or with a file past [`LARGE_FILE_BYTES`], naming the biggest folder.
+/// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment of
+/// [`LARGE_SHIPMENT_BYTES`] or more, naming the biggest thing at its top level, with a hint
+/// that fits where it is: `.gitignore` in a repository, `git init` and one outside.
 fn shipment_warnings(s: &Shipment) -> Vec<Event> {
     let mut events: Vec<Event> = s
         .warnings
@@ -587,21 +590,6 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
         events.push(Event::Warning {
             message,
             hint: Some(large.hint()),
-        });
-    } else if let Some((file, size)) = s
-        .largest_files(1)
-        .into_iter()
-        .find(|(_, size)| *size > LARGE_FILE_BYTES)
-    {
-        events.push(Event::Warning {
-            message: format!(
-                "this ships `{file}`, {}, on every run",
-                div_spec::format_bytes(size)
-            ),
-            hint: Some(format!(
-                "name `{file}` in `.gitignore` to leave it out, or send it once with \
-                 `div storage put` and read it from `/mnt/<volume>`"
-            )),
         });
     }
     events

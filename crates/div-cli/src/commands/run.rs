@@ -345,6 +345,9 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             volume,
             path,
         } => printer.status(&shipping_line(files, bytes, &volume, &path)),
+        Event::OutsideRepository { files } => {
+            printer.status(&div_core::outside_repository_line(files))
+        }
         Event::Warning { message, hint } => printer.warning(&message, hint.as_deref()),
         Event::Hashing { hashed } => printer.hashing_started(hashed),
         Event::Step(div_core::Step::Listed) => printer.upload_finished(),

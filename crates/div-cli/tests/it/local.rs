@@ -48,13 +48,17 @@ fn a_run_with_a_passing_and_a_missed_check() {
         "{stdout}"
     );
     let lines: Vec<&str> = stderr.lines().collect();
-    assert!(lines[0].contains(" → quickstart-code/code/"), "{stderr}");
+    assert_eq!(
+        lines[0], "not a git repository: shipping every file but the skip list (1 file)",
+        "{stderr}"
+    );
+    assert!(lines[1].contains(" → quickstart-code/code/"), "{stderr}");
     assert!(
-        lines[1].ends_with("  CPU  $0.30/h  $1.00 buys 3h 20m"),
+        lines[2].ends_with("  CPU  $0.30/h  $1.00 buys 3h 20m"),
         "{stderr}"
     );
     assert!(
-        lines[2].contains(" finished in ") && lines[2].ends_with(" · missed 1 of 2 checks"),
+        lines[3].contains(" finished in ") && lines[3].ends_with(" · missed 1 of 2 checks"),
         "{stderr}"
     );
 }
