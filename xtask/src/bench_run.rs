@@ -415,13 +415,40 @@ fn overhead(div: &Path, args: &Args) -> Result<()> {
 }
 
 /// Reads `reader` to its end, counting bytes.
-fn drain(mut reader: impl Read) -> Result<u64> {
+/// The bytes of a run's log that are the run's own: the lines the control plane writes at its
+/// top (`div: no image pulled: …`, `div: emulated …`: each begins `div: `) are not counted, so
+/// a log of N bytes from the producer counts N whatever the control plane says first.
+fn drain_own(mut reader: impl Read) -> Result<u64> {
+    const MARK: &[u8] = b"div: ";
     let mut buf = vec![0u8; 1 << 16];
     let mut n = 0u64;
+    // The log's start while it may still be the control plane's lines.
+    let mut head: Vec<u8> = Vec::new();
+    let mut in_head = true;
     loop {
-        match reader.read(&mut buf)? {
-            0 => return Ok(n),
-            k => n += k as u64,
+        let k = reader.read(&mut buf)?;
+        if k == 0 {
+            return Ok(n + head.len() as u64);
+        }
+        if !in_head {
+            n += k as u64;
+            continue;
+        }
+        head.extend_from_slice(&buf[..k]);
+        loop {
+            if head.len() < MARK.len() && MARK.starts_with(&head) {
+                break; // too short to tell yet
+            }
+            if !head.starts_with(MARK) {
+                in_head = false;
+                n += head.len() as u64;
+                head.clear();
+                break;
+            }
+            match head.iter().position(|b| *b == b'\n') {
+                Some(end) => drop(head.drain(..=end)),
+                None => break, // the line goes on in the next read
+            }
         }
     }
 }
@@ -440,7 +467,8 @@ out.write(block[: n & ((1 << 20) - 1)])
 out.flush()
 "#;
 
-/// Runs `cmd` with its stdout drained from a pipe; the time and the bytes it printed.
+/// Runs `cmd` with its stdout drained from a pipe; the time and the bytes of the run's own
+/// that it printed ([`drain_own`]).
 fn time_into_pipe(cmd: &mut Command) -> Result<(Duration, u64, String)> {
     let started = Instant::now();
     let mut child = spawn_piped(cmd)?;
@@ -450,7 +478,7 @@ fn time_into_pipe(cmd: &mut Command) -> Result<(Duration, u64, String)> {
         let _ = stderr.read_to_string(&mut err);
         err
     });
-    let got = drain(child.stdout.take().context("a piped stdout")?)?;
+    let got = drain_own(child.stdout.take().context("a piped stdout")?)?;
     let status = child.wait()?;
     let elapsed = started.elapsed();
     let err = err.join().unwrap_or_default();
@@ -500,7 +528,7 @@ fn logs(div: &Path, args: &Args) -> Result<()> {
             .flatten()
             .map(|r| format!("run-{r}"))
             .context("div run named no run")?;
-        let path = find_log(&local.home, &name)?;
+        let path = local_log(&local, &name)?;
         let (c, got, _) = time_into_pipe(Command::new("cat").arg(&path))?;
         ensure!(got == bytes, "cat printed {got} bytes, not {bytes}");
         let (l, got, _) = time_into_pipe(&mut local.cmd(&["logs", &name]))?;
@@ -571,15 +599,18 @@ fn logs(div: &Path, args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The log file of the run called `name` under the server's home.
-fn find_log(home: &Path, name: &str) -> Result<PathBuf> {
-    let out = sqlite(
-        &home.join("state.db"),
-        &format!("SELECT id FROM runs WHERE name = '{name}';"),
-    )?;
-    let id = out.trim();
-    ensure!(!id.is_empty(), "no run called `{name}` in the store");
-    let path = home.join("runs").join(id).join("log");
+/// The log file of the run called `name` under the server's home, its id asked of `div runs
+/// --json` (no `sqlite3` needed).
+fn local_log(local: &Local, name: &str) -> Result<PathBuf> {
+    let listed = local.ok(&["runs", "--json", "--limit", "1000"])?;
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_slice(&listed).context("div runs --json printed JSON")?;
+    let id = runs
+        .iter()
+        .find(|r| r["name"] == name)
+        .and_then(|r| r["id"].as_str())
+        .with_context(|| format!("div runs does not list `{name}`"))?;
+    let path = local.home.join("runs").join(id).join("log");
     ensure!(path.exists(), "no log at `{}`", path.display());
     Ok(path)
 }
@@ -820,4 +851,44 @@ pub(crate) fn du(dirs: &[&Path]) -> Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::drain_own;
+
+    /// A reader that hands out `text` in pieces of `size` bytes.
+    struct Pieces<'a>(&'a [u8], usize);
+
+    impl std::io::Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let k = self.0.len().min(self.1).min(buf.len());
+            buf[..k].copy_from_slice(&self.0[..k]);
+            self.0 = &self.0[k..];
+            Ok(k)
+        }
+    }
+
+    fn own(text: &str) -> Vec<u64> {
+        (1..=text.len().max(1))
+            .map(|size| drain_own(Pieces(text.as_bytes(), size)).expect("reads"))
+            .collect()
+    }
+
+    #[test]
+    fn the_control_planes_first_lines_are_not_the_runs_bytes() {
+        let host = "div: no image pulled: this machine's own system stands in\n";
+        let run = "the quick brown fox\ndiv: said by the run\n";
+        // However the reads cut it, only the run's bytes count (its own `div: ` line too).
+        for n in own(&format!("{host}div: emulated h100\n{run}")) {
+            assert_eq!(n, run.len() as u64);
+        }
+        for n in own(run) {
+            assert_eq!(n, run.len() as u64);
+        }
+        for n in own("di") {
+            assert_eq!(n, 2);
+        }
+        assert_eq!(own(""), [0]);
+    }
 }

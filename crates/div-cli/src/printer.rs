@@ -1,6 +1,9 @@
 //! Everything `div` writes. stdout carries data only (a run's log, `--json`, a name from
 //! `--detach`); status lines, progress, warnings and errors go to stderr.
-#![allow(clippy::print_stderr)]
+//!
+//! A reader that went away (`div runs | head -1`, `div run … 2>&1 | head -4`) ends `div` as it
+//! ends any Unix program whose output is a closed pipe: killed by SIGPIPE, printing nothing
+//! ([`reader_gone`]). Every write here goes through one place that knows it; nothing panics.
 
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
@@ -44,6 +47,70 @@ impl Failure {
     pub(crate) fn hint(mut self, hint: Option<String>) -> Failure {
         self.hint = hint;
         self
+    }
+}
+
+/// The run a closed pipe would leave going (set while `div run` or `div logs --follow` follows
+/// one): [`reader_gone`] says on stderr, if it still can, that it goes on and how to reach it.
+static GOING_ON: Mutex<Option<String>> = Mutex::new(None);
+
+/// From now on a closed pipe leaves `run` going (`Some`), or no run (`None`: it ended).
+pub(crate) fn following(run: Option<&str>) {
+    *GOING_ON.lock().unwrap_or_else(|e| e.into_inner()) = run.map(str::to_owned);
+}
+
+/// What `div` says when it stops following `name`, which goes on (Ctrl-C on `div run` or
+/// `div logs --follow`, a closed pipe): how to follow it again and how to stop it.
+pub(crate) fn detached_lines(name: &str) -> [String; 3] {
+    [
+        format!("detached from {name}; it goes on"),
+        format!("  follow it again: div logs {name} --follow"),
+        format!("  stop it:         div stop {name}"),
+    ]
+}
+
+/// The reader of stdout or stderr went away (a broken pipe: `| head`): `div` ends as a
+/// program killed by SIGPIPE does (a shell says 141), printing nothing more, except, when a
+/// run it followed goes on, [`detached_lines`] on stderr if stderr is still open. The run is
+/// never stopped by this: it is the control plane's, not this process's.
+pub(crate) fn reader_gone() -> ! {
+    let going_on = GOING_ON.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(name) = going_on {
+        let name = terminal_safe(&name).into_owned();
+        let mut err = io::stderr().lock();
+        for line in detached_lines(&name) {
+            if writeln!(err, "{line}").is_err() {
+                break;
+            }
+        }
+    }
+    // Default SIGPIPE, then raised: killed by it, as `yes | head -1` is.
+    let _ = signal_hook::low_level::emulate_default_handler(signal_hook::consts::SIGPIPE);
+    // Not reached where signals work; the code a shell would have shown.
+    std::process::exit(128 + signal_hook::consts::SIGPIPE)
+}
+
+/// `text` and a newline on stderr; a closed stderr ends `div` ([`reader_gone`]), any other
+/// failure to write is let be (there is nowhere left to say it).
+pub(crate) fn to_stderr(text: std::fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    if let Err(e) = err.write_fmt(text).and_then(|()| err.write_all(b"\n")) {
+        gone_if_broken(&e);
+    }
+}
+
+/// `text` on stderr with no newline (a question), flushed.
+pub(crate) fn prompt(text: &str) {
+    let mut err = io::stderr().lock();
+    if let Err(e) = err.write_all(text.as_bytes()).and_then(|()| err.flush()) {
+        gone_if_broken(&e);
+    }
+}
+
+/// Ends `div` ([`reader_gone`]) when `e` says the reader went away.
+pub(crate) fn gone_if_broken(e: &io::Error) {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        reader_gone();
     }
 }
 
@@ -106,7 +173,7 @@ impl Printer {
     pub(crate) fn status(&mut self, line: &str) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{}", terminal_safe(line));
+        to_stderr(format_args!("{}", terminal_safe(line)));
     }
 
     /// A status line whose run-provided parts went through [`terminal_safe`] already, with
@@ -114,7 +181,7 @@ impl Printer {
     pub(crate) fn status_escaped(&mut self, line: &str) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{line}");
+        to_stderr(format_args!("{line}"));
     }
 
     /// Whether div's own colours are on (a terminal, no `NO_COLOR`, or `CLICOLOR_FORCE`).
@@ -126,13 +193,17 @@ impl Printer {
     pub(crate) fn warning(&mut self, message: &str, hint: Option<&str>) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!(
+        to_stderr(format_args!(
             "{}: {}",
             self.paint("warning", WARNING),
             terminal_safe(message)
-        );
+        ));
         if let Some(hint) = hint {
-            eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
+            to_stderr(format_args!(
+                "{}: {}",
+                self.paint("hint", HINT),
+                terminal_safe(hint)
+            ));
         }
     }
 
@@ -140,7 +211,11 @@ impl Printer {
     pub(crate) fn hint(&mut self, hint: &str) {
         self.flush_log_quietly();
         self.end_log_line();
-        eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
+        to_stderr(format_args!(
+            "{}: {}",
+            self.paint("hint", HINT),
+            terminal_safe(hint)
+        ));
     }
 
     /// Bytes of the run's log, as they arrive; none means the stream is caught up for now,
@@ -149,7 +224,13 @@ impl Printer {
     /// To a terminal (or stderr) each piece is written and flushed as it comes. To a pipe or
     /// file, whole pieces go through one buffer on stdout's file descriptor, written when the
     /// buffer fills, the stream goes idle, something else is printed, or the printer drops.
+    ///
+    /// A reader that went away ends `div` here ([`reader_gone`]); other errors are returned.
     pub(crate) fn log(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_log(bytes).inspect_err(gone_if_broken)
+    }
+
+    fn write_log(&mut self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return self.flush_log();
         }
@@ -207,7 +288,13 @@ impl Printer {
 
     /// `control` (div's own terminal sequences, such as clearing the screen) as it is, then
     /// `text` as [`Printer::data`] writes it.
+    ///
+    /// A reader that went away ends `div` here ([`reader_gone`]); other errors are returned.
     pub(crate) fn data_after_control(&mut self, control: &str, text: &str) -> io::Result<()> {
+        self.write_data(control, text).inspect_err(gone_if_broken)
+    }
+
+    fn write_data(&mut self, control: &str, text: &str) -> io::Result<()> {
         self.flush_log()?;
         let mut out = io::stdout().lock();
         out.write_all(control.as_bytes())?;
@@ -333,20 +420,24 @@ impl Printer {
         }
         self.end_log_line();
         let safe = |text: String| terminal_safe(&text).into_owned();
-        eprintln!(
+        to_stderr(format_args!(
             "{}: {}",
             self.paint("error", ERROR),
             safe(failure.error.to_string())
-        );
+        ));
         for cause in failure.error.chain().skip(1) {
-            eprintln!(
+            to_stderr(format_args!(
                 "{}: {}",
                 self.paint("caused by", CAUSE),
                 safe(cause.to_string())
-            );
+            ));
         }
         if let Some(hint) = &failure.hint {
-            eprintln!("{}: {}", self.paint("hint", HINT), terminal_safe(hint));
+            to_stderr(format_args!(
+                "{}: {}",
+                self.paint("hint", HINT),
+                terminal_safe(hint)
+            ));
         }
     }
 
@@ -356,7 +447,7 @@ impl Printer {
         if !self.at_line_start {
             self.at_line_start = true;
             if self.log_to_stderr || io::stdout().is_terminal() {
-                eprintln!();
+                to_stderr(format_args!(""));
             }
         }
     }

@@ -42,6 +42,8 @@ pub(crate) struct Settings {
     pub(crate) git_work_tree: Option<PathBuf>,
     /// What `div server run` reads for its images.
     pub(crate) images: ImageEnv,
+    /// `COLUMNS`, when it is a width: how wide `div runs` draws its table, terminal or not.
+    pub(crate) columns: Option<usize>,
 }
 
 /// The environment `div server run` takes its image settings from.
@@ -239,6 +241,9 @@ impl Settings {
             cache_dir: cache.map(|c| c.join("div")),
             color,
             timings: env("DIVERGENT_TIMINGS").is_some_and(|v| v != "0"),
+            columns: env("COLUMNS")
+                .and_then(|c| c.trim().parse::<usize>().ok())
+                .filter(|c| *c > 0),
             git_dir,
             git_work_tree,
             images: ImageEnv {

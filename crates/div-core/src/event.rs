@@ -14,6 +14,10 @@ pub enum Event {
         volume: String,
         path: String,
     },
+    /// The folder is in no git repository, so what is shipped is every file but the skip
+    /// list (`div_ship::SKIPPED_NAMES`), `files` of them: [`outside_repository_line`] prints
+    /// it, before [`Event::Shipping`].
+    OutsideRepository { files: u64 },
     /// Something worth a person's attention that stops nothing, like a large shipment.
     Warning {
         message: String,
@@ -31,8 +35,13 @@ pub enum Event {
     UploadProgress { sent: u64 },
     /// Every blob arrived and the tree was committed.
     UploadFinished,
-    /// A volume the command names was made: [`new_volume_line`] prints it.
-    VolumeCreated { name: String },
+    /// A volume the command (or an `--env` value) names was made: [`new_volume_line_for`]
+    /// prints it.
+    VolumeCreated {
+        name: String,
+        /// The `--env` key whose value names it, when the command itself does not.
+        env: Option<String>,
+    },
     /// The request that places the run is about to be sent: from here on the run may exist
     /// even if no answer arrives, so a caller interrupted now should wait for [`Event::Placed`]
     /// (or say the run may have been placed) rather than say nothing was.
@@ -105,7 +114,22 @@ pub fn shipping_line(files: u64, bytes: u64, volume: &str, path: &str) -> String
     )
 }
 
+/// `not a git repository: shipping every file but the skip list (12 files)`.
+pub fn outside_repository_line(files: u64) -> String {
+    let noun = if files == 1 { "file" } else { "files" };
+    format!("not a git repository: shipping every file but the skip list ({files} {noun})")
+}
+
 /// `new volume mask-models, for the /mnt/mask-models the command names`.
 pub fn new_volume_line(name: &str) -> String {
-    format!("new volume {name}, for the /mnt/{name} the command names")
+    new_volume_line_for(name, None)
+}
+
+/// [`new_volume_line`], or for a volume only an `--env` value names,
+/// `new volume ckpt-vol, for the /mnt/ckpt-vol that --env CKPT_DIR names`.
+pub fn new_volume_line_for(name: &str, env: Option<&str>) -> String {
+    match env {
+        None => format!("new volume {name}, for the /mnt/{name} the command names"),
+        Some(key) => format!("new volume {name}, for the /mnt/{name} that --env {key} names"),
+    }
 }

@@ -50,7 +50,10 @@ mod upload;
 
 pub use div_api::ControlPlane;
 pub use error::{FailureKind, RunError};
-pub use event::{Event, EventSink, Step, new_volume_line, shipping_line};
+pub use event::{
+    Event, EventSink, Step, new_volume_line, new_volume_line_for, outside_repository_line,
+    shipping_line,
+};
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use images::{image_list, image_prune};
 pub use last_line::last_line;
@@ -61,8 +64,8 @@ pub use project::{
 };
 pub use result::{ResultReport, pretty_json, result};
 pub use run::{
-    DEFAULT_IMAGE, DryRun, LARGE_FILE_BYTES, LARGE_SHIPMENT_BYTES, RunOptions, RunOutcome,
-    ShipmentSummary, run,
+    DEFAULT_IMAGE, DryRun, LARGE_SHIPMENT_BYTES, NewVolume, RunOptions, RunOutcome,
+    ShipmentSummary, run, volumes_named,
 };
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};

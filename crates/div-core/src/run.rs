@@ -21,10 +21,9 @@ pub use div_spec::DEFAULT_IMAGE;
 /// freed once the code is sent.
 const KEEP_FOR_UPLOAD: u64 = 256 << 20;
 
-/// A shipment past this many bytes gets a warning.
-pub const LARGE_SHIPMENT_BYTES: u64 = 1_000_000_000;
-/// A shipped file past this many bytes gets a warning.
-pub const LARGE_FILE_BYTES: u64 = 100_000_000;
+/// A shipment of this many bytes or more gets a warning (100 MB, div-ship's figure): sent on
+/// every run, it is usually data that belongs on a volume.
+pub const LARGE_SHIPMENT_BYTES: u64 = div_ship::LARGE_SHIPMENT_BYTES;
 
 /// Everything `div run` was asked, already parsed into div-spec's types.
 #[derive(Debug, Clone)]
@@ -128,10 +127,48 @@ pub struct DryRun {
     pub cents_per_hour: i64,
     /// The most it can spend: its ceiling, or 24 hours at its rate.
     pub most_it_can_spend: Money,
-    /// Volumes the command names that would be made.
-    pub new_volumes: Vec<String>,
+    /// Volumes the command (or an `--env` value) names that would be made.
+    pub new_volumes: Vec<NewVolume>,
     /// The request that would be sent.
     pub request: CreateRun,
+}
+
+/// A volume a run names at `/mnt/<name>` that does not exist yet: made before the run is
+/// placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewVolume {
+    pub name: String,
+    /// The `--env` key whose value names it (`CKPT_DIR=/mnt/ckpt-vol/ckpt`), when the command
+    /// itself does not.
+    pub env: Option<String>,
+}
+
+impl NewVolume {
+    /// `new volume ckpt-vol, for the /mnt/ckpt-vol the command names` (or `that --env KEY
+    /// names`).
+    pub fn line(&self) -> String {
+        crate::event::new_volume_line_for(&self.name, self.env.as_deref())
+    }
+}
+
+/// Every `/mnt/<volume>` a run names: in its command, then in its `--env` values (a
+/// checkpoint directory passed as `--env CKPT_DIR=/mnt/ckpt-vol/ckpt`), each once, with the
+/// key of the first `--env` that names it when the command does not.
+pub fn volumes_named(command: &str, env: &[EnvPair]) -> Vec<NewVolume> {
+    let mut found: Vec<NewVolume> = Vec::new();
+    let texts = std::iter::once((command, None))
+        .chain(env.iter().map(|p| (p.value.as_str(), Some(p.key.as_str()))));
+    for (text, key) in texts {
+        for name in div_spec::volumes_named(text) {
+            if !found.iter().any(|v| v.name == name.as_str()) {
+                found.push(NewVolume {
+                    name: name.as_str().to_owned(),
+                    env: key.map(str::to_owned),
+                });
+            }
+        }
+    }
+    found
 }
 
 /// What a shipment holds, for people.
@@ -152,7 +189,7 @@ struct Plan {
     project: Project,
     sizing: Sizing,
     shipment: Option<(Shipment, String, String)>,
-    new_volumes: Vec<String>,
+    new_volumes: Vec<NewVolume>,
     request: CreateRun,
 }
 
@@ -214,11 +251,14 @@ pub async fn run(
         let kept = std::mem::take(&mut shipment.kept);
         std::thread::spawn(move || drop(kept));
     }
-    for name in &plan.new_volumes {
-        cp.create_volume(name)
+    for volume in &plan.new_volumes {
+        cp.create_volume(&volume.name)
             .await
             .map_err(|e| RunError::api("make the volume", e))?;
-        sink.event(Event::VolumeCreated { name: name.clone() });
+        sink.event(Event::VolumeCreated {
+            name: volume.name.clone(),
+            env: volume.env.clone(),
+        });
     }
     let key = options
         .idempotency_key
@@ -408,10 +448,7 @@ async fn prepare(
         memory: options.memory,
     })?;
 
-    let named: Vec<String> = div_spec::volumes_named(entrypoint.command())
-        .into_iter()
-        .map(|v| v.as_str().to_string())
-        .collect();
+    let named = volumes_named(entrypoint.command(), &options.env);
     let new_volumes = if named.is_empty() {
         Vec::new()
     } else {
@@ -421,7 +458,7 @@ async fn prepare(
             .map_err(|e| RunError::api("list the volumes", e))?;
         named
             .into_iter()
-            .filter(|n| !existing.iter().any(|v| &v.name == n))
+            .filter(|n| !existing.iter().any(|v| v.name == n.name))
             .collect()
     };
 
@@ -483,6 +520,9 @@ async fn prepare(
 /// The line that says what is shipped (`14 files, 38.2 KB → …`), and its warnings.
 fn announce(plan: &Plan, sink: &mut dyn EventSink) {
     if let Some((s, volume, path)) = &plan.shipment {
+        if s.source == div_ship::Source::Walk {
+            sink.event(Event::OutsideRepository { files: s.files() });
+        }
         sink.event(Event::Shipping {
             files: s.files(),
             bytes: s.bytes(),
@@ -524,8 +564,9 @@ fn dry_run(plan: Plan) -> DryRun {
     dry
 }
 
-/// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment past
-/// [`LARGE_SHIPMENT_BYTES`] or with a file past [`LARGE_FILE_BYTES`], naming the biggest folder.
+/// Warnings about a shipment: what div-ship noticed (links left out…), and a shipment of
+/// [`LARGE_SHIPMENT_BYTES`] or more, naming the biggest thing at its top level, with a hint
+/// that fits where it is: `.gitignore` in a repository, `git init` and one outside.
 fn shipment_warnings(s: &Shipment) -> Vec<Event> {
     let mut events: Vec<Event> = s
         .warnings
@@ -556,21 +597,6 @@ fn shipment_warnings(s: &Shipment) -> Vec<Event> {
         events.push(Event::Warning {
             message,
             hint: Some(large.hint()),
-        });
-    } else if let Some((file, size)) = s
-        .largest_files(1)
-        .into_iter()
-        .find(|(_, size)| *size > LARGE_FILE_BYTES)
-    {
-        events.push(Event::Warning {
-            message: format!(
-                "this ships `{file}`, {}, on every run",
-                div_spec::format_bytes(size)
-            ),
-            hint: Some(format!(
-                "name `{file}` in `.gitignore` to leave it out, or send it once with \
-                 `div storage put` and read it from `/mnt/<volume>`"
-            )),
         });
     }
     events
@@ -615,4 +641,56 @@ fn idempotency_key() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<EnvPair> {
+        pairs
+            .iter()
+            .map(|(k, v)| EnvPair {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect()
+    }
+
+    fn named(command: &str, pairs: &[(&str, &str)]) -> Vec<(String, Option<String>)> {
+        volumes_named(command, &env(pairs))
+            .into_iter()
+            .map(|v| (v.name, v.env))
+            .collect()
+    }
+
+    #[test]
+    fn an_env_value_names_a_volume_as_the_command_does() {
+        let own = |n: &str| (n.to_string(), None);
+        let by = |n: &str, k: &str| (n.to_string(), Some(k.to_string()));
+        assert_eq!(
+            named("python train.py", &[("CKPT_DIR", "/mnt/ckpt-vol/ckpt")]),
+            [by("ckpt-vol", "CKPT_DIR")]
+        );
+        // Named by both: the command's, once.
+        assert_eq!(
+            named(
+                "ls /mnt/data && python train.py",
+                &[
+                    ("DATA", "/mnt/data/v1"),
+                    ("OUT", "/mnt/out"),
+                    ("B", "/mnt/out/x")
+                ]
+            ),
+            [own("data"), by("out", "OUT")]
+        );
+        // Not a path that starts with /mnt/, or a name the shell builds: nothing.
+        assert_eq!(
+            named(
+                "true",
+                &[("A", "/data/mnt/x"), ("B", "/mnt/$V"), ("C", "x")]
+            ),
+            []
+        );
+    }
 }

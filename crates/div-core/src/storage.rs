@@ -87,6 +87,7 @@ pub struct PutSummary {
 
 /// Put a local file or folder into a volume, making the volume when needed. Sends only what
 /// the volume lacks, resuming partial uploads; emits the upload's events (for a progress bar).
+/// An empty folder makes an empty volume (or leaves the one there as it is).
 pub async fn storage_put(
     cp: &dyn ControlPlane,
     options: &PutOptions,
@@ -115,6 +116,23 @@ pub async fn storage_put(
         .map_err(|e| RunError::api("list the volumes", e))?
         .iter()
         .any(|v| v.name == options.volume);
+    if shipment.manifest.entries.is_empty() {
+        // Nothing to send: an empty volume, made if it is not there (a folder in a volume
+        // exists only by its files, so `--to` adds nothing).
+        if !existed {
+            cp.create_volume(&options.volume)
+                .await
+                .map_err(|e| RunError::api(crate::upload::STORAGE_PUT.make, e))?;
+        }
+        return Ok(PutSummary {
+            volume: options.volume.clone(),
+            to: target.path,
+            files: 0,
+            bytes: 0,
+            created_volume: !existed,
+            warnings,
+        });
+    }
     let put = crate::upload::upload(
         cp,
         &shipment,
@@ -224,11 +242,8 @@ fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
         files.push((name, local.to_path_buf()));
         local.parent().unwrap_or(Path::new(".")).to_path_buf()
     };
-    if files.is_empty() {
-        return Err(RunError::Ship(div_ship::ShipError::NothingToShip {
-            dir: local.to_path_buf(),
-        }));
-    }
+    // An empty folder (or one of links only) is an empty tree: the put makes the volume and
+    // sends nothing.
     let mut entries = Vec::with_capacity(files.len());
     for (rel, path) in &files {
         let meta = std::fs::metadata(path).map_err(read(path))?;

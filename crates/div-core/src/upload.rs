@@ -11,7 +11,7 @@ use crate::event::{Event, EventSink};
 /// What an upload's failures say it was doing, in the words of the command that ran it.
 #[derive(Debug)]
 pub(crate) struct UploadWords {
-    make: &'static str,
+    pub(crate) make: &'static str,
     ask: &'static str,
     send: &'static str,
     commit: &'static str,

@@ -122,12 +122,18 @@ pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
     div_spec::check_run_name(name).map_err(|e| e.to_string())
 }
 
-/// Every `/mnt/<name>` literally in `command`.
-pub(crate) fn volumes_named(command: &str) -> Vec<String> {
-    div_spec::volumes_named(command)
-        .iter()
-        .map(|v| v.as_str().to_owned())
-        .collect()
+/// Every `/mnt/<name>` literally in `command` or in the value of one of `env`
+/// (`CKPT_DIR=/mnt/ckpt-vol/ckpt`), each once.
+pub(crate) fn volumes_named(command: &str, env: &[div_api::EnvVar]) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for text in std::iter::once(command).chain(env.iter().map(|e| e.value.as_str())) {
+        for name in div_spec::volumes_named(text) {
+            if !found.iter().any(|f| f == name.as_str()) {
+                found.push(name.as_str().to_owned());
+            }
+        }
+    }
+    found
 }
 
 /// The API's entries as div-ship's (the same fields, field by field: a big tree's 57,000

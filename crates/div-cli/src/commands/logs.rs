@@ -16,7 +16,7 @@ pub(crate) async fn logs(
     if args.json {
         printer.log_to_stderr();
     }
-    let run = super::which_run(&*cp, settings, printer, args.run).await?;
+    let (run, called) = super::which_run_named(&*cp, settings, printer, args.run).await?;
     let options = LogsOptions {
         run,
         follow: args.follow,
@@ -49,12 +49,9 @@ pub(crate) async fn logs(
             tail.saw(&bytes);
             let idle = bytes.is_empty();
             let now = colours.feed(bytes);
+            // A reader that went away ends `div` in the printer ([`crate::printer::reader_gone`]).
             let mut write = |bytes: &[u8]| {
-                if let Err(e) = printer.log(bytes)
-                    && e.kind() == std::io::ErrorKind::BrokenPipe
-                {
-                    std::process::exit(exit_codes::SUCCESS);
-                }
+                let _ = printer.log(bytes);
             };
             write(&now);
             if idle && !now.is_empty() {
@@ -62,9 +59,24 @@ pub(crate) async fn logs(
             }
         }
     };
-    let run = div_core::logs(&*cp, &options, &mut sink)
-        .await
-        .map_err(super::failure)?;
+    // Following, Ctrl-C (or a closed pipe) stops following and leaves the run going, as
+    // `div run`'s detach does, with the same lines and exit code.
+    let ended = if args.follow {
+        crate::printer::following(Some(&called));
+        let work = div_core::logs(&*cp, &options, &mut sink);
+        tokio::select! {
+            ended = work => Some(ended),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    } else {
+        Some(div_core::logs(&*cp, &options, &mut sink).await)
+    };
+    crate::printer::following(None);
+    let Some(ended) = ended else {
+        super::run::detached(printer, &called);
+        return Ok(exit_codes::INTERRUPTED);
+    };
+    let run = ended.map_err(super::failure)?;
     tail.end(printer, &run);
     if args.json {
         super::run::print_json(printer, &run)?;

@@ -55,14 +55,24 @@ pub(crate) async fn which_run(
     printer: &mut crate::printer::Printer,
     named: Option<String>,
 ) -> Result<String, Failure> {
+    Ok(which_run_named(cp, settings, printer, named).await?.0)
+}
+
+/// [`which_run`], and what to call the run when speaking of it: as typed, or its name.
+pub(crate) async fn which_run_named(
+    cp: &dyn ControlPlane,
+    settings: &Settings,
+    printer: &mut crate::printer::Printer,
+    named: Option<String>,
+) -> Result<(String, String), Failure> {
     if let Some(named) = named {
-        return Ok(named);
+        return Ok((named.clone(), named));
     }
     let (project, run) = div_core::latest_run(cp, &settings.cwd, None, settings.project.as_deref())
         .await
         .map_err(failure)?;
     printer.status(&format!("{}, the latest run of {}", run.name, project.slug));
-    Ok(run.id)
+    Ok((run.id, run.name))
 }
 
 /// The end of a run's log, kept as it streams by, for [`div_core::missing_module_hint`], and
@@ -240,7 +250,9 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             // `--help` and `--version` go to stdout and succeed; anything else is refused.
-            let _ = e.print();
+            if let Err(e) = e.print() {
+                crate::printer::gone_if_broken(&e);
+            }
             return if e.use_stderr() {
                 exit_codes::REFUSED
             } else {

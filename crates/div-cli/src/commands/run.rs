@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, new_volume_line, shipping_line};
+use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, shipping_line};
 
 use crate::args::RunArgs;
 use crate::exit_codes;
@@ -97,11 +97,12 @@ const WAITING: &str =
 const GAVE_UP: &str =
     "exited before the control plane answered; the run may have been placed: `div runs` finds it";
 
-/// Ctrl-C detaches: the run goes on, and these say how to follow and stop it.
-fn detached(printer: &mut Printer, name: &str) {
-    printer.status(&format!("detached from {name}; it goes on"));
-    printer.status(&format!("  follow it again: div logs {name} --follow"));
-    printer.status(&format!("  stop it:         div stop {name}"));
+/// Ctrl-C detaches: the run goes on, and these say how to follow and stop it (`div logs
+/// --follow` says the same on Ctrl-C).
+pub(crate) fn detached(printer: &mut Printer, name: &str) {
+    for line in crate::printer::detached_lines(name) {
+        printer.status(&line);
+    }
 }
 
 /// From now on, a Ctrl-C exits at once. The listener is made before this returns, so a
@@ -112,10 +113,7 @@ fn exit_on_second_ctrl_c() -> Result<(), Failure> {
         signal(SignalKind::interrupt()).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
     tokio::spawn(async move {
         if second.recv().await.is_some() {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("{GAVE_UP}");
-            }
+            crate::printer::to_stderr(format_args!("{GAVE_UP}"));
             std::process::exit(exit_codes::INTERRUPTED);
         }
     });
@@ -348,13 +346,18 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
             volume,
             path,
         } => printer.status(&shipping_line(files, bytes, &volume, &path)),
+        Event::OutsideRepository { files } => {
+            printer.status(&div_core::outside_repository_line(files))
+        }
         Event::Warning { message, hint } => printer.warning(&message, hint.as_deref()),
         Event::Hashing { hashed } => printer.hashing_started(hashed),
         Event::Step(div_core::Step::Listed) => printer.upload_finished(),
         Event::UploadStarted { bytes, .. } => printer.upload_started(bytes),
         Event::UploadProgress { sent } => printer.upload_progress(sent),
         Event::UploadFinished => printer.upload_finished(),
-        Event::VolumeCreated { name } => printer.status(&new_volume_line(&name)),
+        Event::VolumeCreated { name, env } => {
+            printer.status(&div_core::new_volume_line_for(&name, env.as_deref()))
+        }
         Event::Placing => seen.lock().unwrap_or_else(|e| e.into_inner()).placing = true,
         Event::Pulling { image, event } => {
             if let Some(line) = pull_line(seen, &image, &event) {
@@ -363,18 +366,19 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         }
         Event::Placed { run, header } => {
             seen.lock().unwrap_or_else(|e| e.into_inner()).placed = Some(run.name.clone());
+            // From here a closed pipe leaves the run going, and says so where it can.
+            crate::printer::following(Some(&run.name));
             printer.status(&header);
         }
         Event::Queued { reason } => printer.status(&format!("queued: {reason}")),
         Event::Started { run } => printer.status(&format!("{} started", run.name)),
         Event::Log(bytes) => {
-            if let Err(e) = printer.log(&bytes)
-                && e.kind() == std::io::ErrorKind::BrokenPipe
-            {
-                std::process::exit(exit_codes::SUCCESS);
-            }
+            // A reader that went away ends `div` in the printer, leaving the run going; any
+            // other failure to write the log (a full disk) loses those bytes, not the run.
+            let _ = printer.log(&bytes);
         }
-        Event::Ended(_) | Event::Step(_) => {}
+        Event::Ended(_) => crate::printer::following(None),
+        Event::Step(_) => {}
         other => {
             super::outage_status(printer, &other);
         }
@@ -391,11 +395,9 @@ pub(crate) fn print_json(
 }
 
 /// Output that could not be written; a reader that went away (a broken pipe, like `| head`)
-/// exits quietly.
+/// ends `div` as SIGPIPE would (`printer::reader_gone`).
 pub(crate) fn output_failure(e: std::io::Error) -> Failure {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        return Failure::quiet(exit_codes::SUCCESS);
-    }
+    crate::printer::gone_if_broken(&e);
     Failure::new(
         exit_codes::LOCAL,
         anyhow::Error::new(e).context("could not write the output"),
@@ -434,8 +436,8 @@ fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
         }
         None => out.push_str("ships      nothing (--no-upload)\n"),
     }
-    for name in &dry.new_volumes {
-        out.push_str(&format!("would make {}\n", new_volume_line(name)));
+    for volume in &dry.new_volumes {
+        out.push_str(&format!("would make {}\n", volume.line()));
     }
     out.push_str(&format!("header     {}\n", dry.header));
     let most = match dry.request.max_spend_cents {

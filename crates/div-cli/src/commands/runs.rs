@@ -50,7 +50,7 @@ pub(crate) async fn runs(
     }
     let now = now_unix();
     printer
-        .data(&table(&listing.runs, args.all, now))
+        .data(&table(&listing.runs, args.all, now, table_width(settings)))
         .map_err(super::run::output_failure)?;
     if listing.more {
         printer.status(&format!(
@@ -61,11 +61,45 @@ pub(crate) async fn runs(
     Ok(exit_codes::SUCCESS)
 }
 
-/// The runs as aligned columns, a header first.
-pub(crate) fn table(runs: &[Run], with_project: bool, now: Option<i64>) -> String {
+/// How wide the table may be: `COLUMNS` when set, else the terminal's width when stdout is
+/// one; `None` (piped, no `COLUMNS`) cuts nothing, so a script reads each command whole.
+fn table_width(settings: &Settings) -> Option<usize> {
+    settings.columns.or_else(|| {
+        terminal_size::terminal_size_of(std::io::stdout())
+            .map(|(terminal_size::Width(columns), _)| usize::from(columns))
+    })
+}
+
+/// What was typed (`train.py::run`, `torchrun --nproc-per-node 8 train.py`), on one line:
+/// every run of white space (a newline in a command) one space.
+fn typed(run: &Run) -> String {
+    run.entrypoint
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `text` cut to `width` characters, ending with `…` when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The runs as aligned columns, a header first, ending with `COMMAND` (what was typed), cut
+/// so each line fits in `width` characters when there is one.
+pub(crate) fn table(
+    runs: &[Run],
+    with_project: bool,
+    now: Option<i64>,
+    width: Option<usize>,
+) -> String {
     let mut rows: Vec<Vec<String>> = vec![
         [
-            "NAME", "STATUS", "HARDWARE", "AGE", "DURATION", "SPEND", "CHECKS",
+            "NAME", "STATUS", "HARDWARE", "AGE", "DURATION", "SPEND", "CHECKS", "COMMAND",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -83,11 +117,32 @@ pub(crate) fn table(runs: &[Run], with_project: bool, now: Option<i64>) -> Strin
             div_spec::format_duration(run.duration_seconds),
             div_spec::Money::from_cents(run.spent_cents).to_string(),
             checks(run),
+            typed(run),
         ];
         if with_project {
             row.insert(1, run.project.clone());
         }
         rows.push(row);
+    }
+    if let Some(width) = width {
+        // The columns before the last, each as wide as its widest cell and two spaces.
+        let before: usize = (0..rows[0].len() - 1)
+            .map(|i| {
+                rows.iter()
+                    .filter_map(|r| r.get(i))
+                    .map(|c| c.chars().count())
+                    .max()
+                    .unwrap_or(0)
+                    + 2
+            })
+            .sum();
+        // At least the header's word: a terminal too narrow wraps rather than loses it.
+        let room = width.saturating_sub(before).max("COMMAND".len());
+        for row in &mut rows {
+            if let Some(last) = row.last_mut() {
+                *last = cut(last, room);
+            }
+        }
     }
     columns(&rows)
 }
@@ -205,6 +260,15 @@ mod tests {
         check("2025-01-01T00:00:00+00:00", Some(1_735_689_600));
         // No offset at all: a civil time is not an instant.
         check("2025-01-01T00:00:00", None);
+    }
+
+    #[test]
+    fn a_cut_ends_with_an_ellipsis_and_fits() {
+        assert_eq!(cut("train.py::run", 20), "train.py::run");
+        assert_eq!(cut("train.py::run", 13), "train.py::run");
+        assert_eq!(cut("train.py::run", 8), "train.p…");
+        assert_eq!(cut("déjà vu", 4), "déj…");
+        assert_eq!(cut("abc", 0), "…");
     }
 
     #[test]

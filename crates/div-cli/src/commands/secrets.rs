@@ -129,7 +129,6 @@ pub(crate) async fn read_value(prompt: &str, from_file: Option<&Path>) -> Result
 /// SIGTERM or SIGHUP) came first. The terminal's settings are put back however it ends: the
 /// signals are caught for the prompt's lifetime, so none of them kills `div` with echo off
 /// (`tests/it/terminal.rs`: `ctrl_c_at_the_secret_prompt_leaves_echo_on`).
-#[allow(clippy::print_stderr)]
 async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
     use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
     use tokio::signal::unix::{SignalKind, signal};
@@ -152,7 +151,13 @@ async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
     quiet.local_modes.remove(LocalModes::ECHO);
     let restore = Restore(saved);
     tcsetattr(std::io::stdin(), OptionalActions::Now, &quiet)?;
-    eprint!("{prompt}");
+    // With echo off, nothing may end `div` before it is put back: a closed stderr only
+    // loses the question.
+    {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(prompt.as_bytes()).and_then(|()| err.flush());
+    }
     // A blocking read on its own thread; one left behind by a signal ends with the process.
     let read = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -165,7 +170,7 @@ async fn prompt_hidden(prompt: &str) -> std::io::Result<Option<String>> {
         _ = hangup.recv() => None,
     };
     drop(restore);
-    eprintln!();
+    crate::printer::to_stderr(format_args!(""));
     // Tokio's handlers stay installed for the rest of the process: from here on a Ctrl-C (or a
     // SIGTERM, SIGHUP) ends `div` at once, as it would have without them, rather than being
     // swallowed while the value is sent.

@@ -183,9 +183,8 @@ pub(crate) async fn storage(
     Ok(exit_codes::SUCCESS)
 }
 
-#[allow(clippy::print_stderr)]
 fn confirm(question: &str) -> bool {
-    eprint!("{question}");
+    crate::printer::prompt(question);
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).is_ok()
         && matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")

@@ -135,6 +135,7 @@ async fn runs_lists_newest_first_paging_through_the_cursor() {
     big.gpus = 8;
     big.cores = 8;
     big.memory_gib = 64;
+    big.entrypoint = TORCHRUN.into();
     Mock::given(method("GET"))
         .and(path("/v1/runs"))
         .and(query_param_is_missing("cursor"))
@@ -156,10 +157,10 @@ async fn runs_lists_newest_first_paging_through_the_cursor() {
     let done = world.div(&["runs", "--limit", "5"]).await;
     assert_eq!(done.code, 0, "{}", done.stderr);
     assert_snapshot!(no_ages(&done.stdout), @r"
-    NAME   STATUS     HARDWARE                    AGE       DURATION  SPEND  CHECKS
-    run-b  succeeded  H100 · 1 core · 8 GiB      [AGE]  12m 40s   $1.05  missed 1/2
-    run-a  running    8× H100 · 8 cores · 64 GiB  [AGE]  0s        $0.00  -
-    run-z  queued     H100 · 1 core · 8 GiB      [AGE]  0s        $0.00  -
+    NAME   STATUS     HARDWARE                    AGE       DURATION  SPEND  CHECKS      COMMAND
+    run-b  succeeded  H100 · 1 core · 8 GiB      [AGE]  12m 40s   $1.05  missed 1/2  train.py::run
+    run-a  running    8× H100 · 8 cores · 64 GiB  [AGE]  0s        $0.00  -           torchrun --nproc-per-node 8 train.py --epochs 30 --lr 0.0003 --batch-size 4096
+    run-z  queued     H100 · 1 core · 8 GiB      [AGE]  0s        $0.00  -           train.py::run
     ");
     let queries: Vec<String> = world
         .server
@@ -177,7 +178,33 @@ async fn runs_lists_newest_first_paging_through_the_cursor() {
             "project=very-cool-classifier&limit=3&cursor=c2"
         ]
     );
+
+    // With a width (`COLUMNS`, or a terminal's), what was typed is cut to fit, and says so.
+    let narrow = world
+        .command(&["runs", "--limit", "5"])
+        .env("COLUMNS", "100")
+        .output()
+        .await
+        .expect("div runs");
+    let stdout = String::from_utf8_lossy(&narrow.stdout);
+    assert_eq!(narrow.status.code(), Some(0), "{stdout}");
+    assert!(stdout.lines().all(|l| l.chars().count() <= 100), "{stdout}");
+    let cut = stdout
+        .lines()
+        .find(|l| l.starts_with("run-a "))
+        .and_then(|l| l.split("  ").last())
+        .unwrap_or_default()
+        .trim();
+    assert!(
+        cut.ends_with('…') && TORCHRUN.starts_with(cut.trim_end_matches('…')) && cut.len() > 5,
+        "{stdout}"
+    );
+    assert!(stdout.contains("  train.py::run\n"), "{stdout}");
 }
+
+/// A command longer than any terminal, for `div runs`' last column.
+const TORCHRUN: &str =
+    "torchrun --nproc-per-node 8 train.py --epochs 30 --lr 0.0003 --batch-size 4096";
 
 fn verdict(outcome: CheckOutcome, line: &str) -> CheckVerdict {
     CheckVerdict {

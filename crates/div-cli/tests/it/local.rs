@@ -48,13 +48,17 @@ fn a_run_with_a_passing_and_a_missed_check() {
         "{stdout}"
     );
     let lines: Vec<&str> = stderr.lines().collect();
-    assert!(lines[0].contains(" → quickstart-code/code/"), "{stderr}");
+    assert_eq!(
+        lines[0], "not a git repository: shipping every file but the skip list (1 file)",
+        "{stderr}"
+    );
+    assert!(lines[1].contains(" → quickstart-code/code/"), "{stderr}");
     assert!(
-        lines[1].ends_with("  CPU  $0.30/h  $1.00 buys 3h 20m"),
+        lines[2].ends_with("  CPU  $0.30/h  $1.00 buys 3h 20m"),
         "{stderr}"
     );
     assert!(
-        lines[2].contains(" finished in ") && lines[2].ends_with(" · missed 1 of 2 checks"),
+        lines[3].contains(" finished in ") && lines[3].ends_with(" · missed 1 of 2 checks"),
         "{stderr}"
     );
 }
@@ -288,7 +292,7 @@ fn the_commands_around_a_run() {
         table
             .lines()
             .nth(2)
-            .is_some_and(|l| l.starts_with(older) && l.ends_with("passed 1/1")),
+            .is_some_and(|l| l.starts_with(older) && l.ends_with("passed 1/1  around.py")),
         "{table}"
     );
 
@@ -486,4 +490,72 @@ fn refusals_the_control_plane_can_know_come_before_anything_is_shipped() {
             "{flags:?} changed the control plane"
         );
     }
+}
+
+/// `div storage put NAME ./empty` makes an empty volume (it was refused with `div run`'s
+/// "nothing to ship" hint): `div storage ls` shows it with 0 bytes, and a run sees an empty
+/// folder at `/mnt/NAME`.
+#[test]
+fn an_empty_folder_put_makes_an_empty_volume() {
+    let local = quickstart();
+    let empty = local.tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let put = local.div(&["storage", "put", "blank", &empty.to_string_lossy()]);
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    assert_eq!(
+        text(&put.stderr),
+        "new volume blank\n0 files, 0 B → blank\n"
+    );
+    // Again: the volume is there, and nothing is sent.
+    let again = local.div(&["storage", "put", "blank", &empty.to_string_lossy()]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(text(&again.stderr), "0 files, 0 B → blank\n");
+
+    let ls = local.div(&["storage", "ls"]);
+    let table = text(&ls.stdout);
+    assert!(
+        table.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells.len() > 2 && cells[0] == "blank" && cells[1] == "0" && cells[2] == "B"
+        }),
+        "{table}"
+    );
+
+    let seen = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--",
+        "test -d /mnt/blank && echo \"files: $(find /mnt/blank -type f | wc -l)\" && echo \"in it: $(ls -A /mnt/blank)\"",
+    ]);
+    let stdout = text(&seen.stdout);
+    assert_eq!(seen.status.code(), Some(0), "{}", text(&seen.stderr));
+    // No file; only the empty, read-only `code/` every volume has for code snapshots.
+    assert!(stdout.contains("files: 0\nin it: code\n"), "{stdout}");
+}
+
+/// A `/mnt/<volume>` in an `--env` value names the volume as one in the command does: it is
+/// made before the run, and what the run writes there is kept.
+#[test]
+fn a_volume_an_env_value_names_is_made_and_kept() {
+    let local = quickstart();
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--env",
+        "CKPT_DIR=/mnt/ckpt-vol/ckpt",
+        "--",
+        "mkdir -p \"$CKPT_DIR\" && echo saved > \"$CKPT_DIR/step-1\" && cat \"$CKPT_DIR/step-1\"",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("saved\n"), "{stdout}");
+    assert!(
+        stderr.contains("new volume ckpt-vol, for the /mnt/ckpt-vol that --env CKPT_DIR names\n"),
+        "{stderr}"
+    );
+    let ls = local.div(&["storage", "ls", "ckpt-vol/ckpt"]);
+    assert_eq!(ls.status.code(), Some(0), "{}", text(&ls.stderr));
+    assert!(text(&ls.stdout).contains("step-1"), "{}", text(&ls.stdout));
 }

@@ -13,6 +13,7 @@ mod https;
 mod image;
 mod json_nulls;
 mod local;
+mod pipes;
 mod run;
 mod server_loop;
 mod slurm;

@@ -112,11 +112,14 @@ async fn an_attached_run_prints_shipping_header_log_and_last_line() {
     assert_eq!(done.code, 0, "{}", done.stderr);
     assert_eq!(done.stdout, "epoch 1\nepoch 2\n");
     let stderr = done.stderr.replace(char::is_numeric, "#");
+    // The project is in no git repository: said first, with the count.
     assert!(
-        stderr.starts_with("# file, ## B → very-cool-classifier-code/code/"),
+        stderr.starts_with(
+            "not a git repository: shipping every file but the skip list (# file)\n# file, ## B → very-cool-classifier-code/code/"
+        ),
         "{stderr}"
     );
-    let lines: Vec<&str> = done.stderr.lines().skip(1).collect();
+    let lines: Vec<&str> = done.stderr.lines().skip(2).collect();
     assert_eq!(
         lines,
         [
@@ -566,7 +569,12 @@ async fn ctrl_c_detaches_and_says_how_to_follow_and_stop() {
     }
     let status = child.wait().await.expect("exits");
     assert_eq!(status.code(), Some(208));
-    assert_snapshot!(seen[1..].join("\n"), @r"
+    // Outside a repository, said first; then the shipping line.
+    assert_eq!(
+        seen[0],
+        "not a git repository: shipping every file but the skip list (1 file)"
+    );
+    assert_snapshot!(seen[2..].join("\n"), @r"
     run-k4t9  H100  $4.95/h  no ceiling
     detached from run-k4t9; it goes on
       follow it again: div logs run-k4t9 --follow
@@ -706,6 +714,7 @@ async fn the_output_comes_in_order_shipping_header_log_last_line() {
         .map(|(a, b)| format!("{a}/code/[ID]{}", &b[8..]))
         .unwrap_or_default();
     assert_snapshot!(text, @r"
+    not a git repository: shipping every file but the skip list (1 file)
     1 file, 27 B → very-cool-classifier-code/code/[ID]
     new volume mask-models, for the /mnt/mask-models the command names
     run-k4t9  H100  $4.95/h  $5.00 buys 1h 0m
@@ -810,5 +819,76 @@ async fn detach_with_json_prints_the_run_as_placed_with_unknown_fields() {
     assert!(
         !requests.iter().any(|r| r.ends_with("/log")),
         "it returns once placed: {requests:?}"
+    );
+}
+
+/// Outside a git repository `div run` says so, with the count, before the shipping line; a
+/// shipment of 100 MB or more gets a warning whose hint fits where it is: `git init` and a
+/// `.gitignore` outside a repository (where no `.gitignore` is read), a `.gitignore` inside.
+#[tokio::test]
+async fn outside_a_repository_div_says_so_and_the_large_shipment_hint_fits() {
+    let world = World::new().await;
+    std::fs::create_dir_all(world.project().join("data")).expect("mkdir");
+    // Sparse: 150 MB to hash, nothing on disk.
+    let shard = std::fs::File::create(world.project().join("data/shard.bin")).expect("create");
+    shard.set_len(150_000_000).expect("set_len");
+
+    let outside = world.div(&["run", "--dry-run", "train.py"]).await;
+    assert_eq!(outside.code, 0, "{}", outside.stderr);
+    let lines: Vec<&str> = outside.stderr.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("not a git repository: shipping every file but the skip list (2 files)"),
+        "{}",
+        outside.stderr
+    );
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.starts_with("2 files, 150.0 MB → ")),
+        "{}",
+        outside.stderr
+    );
+    assert!(
+        outside
+            .stderr
+            .contains("warning: this ships 150.0 MB, 150.0 MB of it in `data/`\n"),
+        "{}",
+        outside.stderr
+    );
+    assert!(
+        outside.stderr.contains(
+            "hint: `git init` and a `.gitignore` that names `data/` leave it out, or send it once with `div storage put` and read it from `/mnt/<volume>`\n"
+        ),
+        "{}",
+        outside.stderr
+    );
+
+    // The same folder as a repository: nothing said about git, and the hint names a
+    // `.gitignore` of its own.
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(world.project())
+        .status()
+        .expect("git runs");
+    assert!(init.success());
+    let inside = world.div(&["run", "--dry-run", "train.py"]).await;
+    assert_eq!(inside.code, 0, "{}", inside.stderr);
+    assert!(
+        !inside.stderr.contains("not a git repository"),
+        "{}",
+        inside.stderr
+    );
+    assert!(
+        inside.stderr.starts_with("2 files, 150.0 MB → "),
+        "{}",
+        inside.stderr
+    );
+    assert!(
+        inside.stderr.contains(
+            "hint: name `data/` in `.gitignore` to leave it out, or send it once with `div storage put` and read it from `/mnt/<volume>`\n"
+        ),
+        "{}",
+        inside.stderr
     );
 }

@@ -189,8 +189,9 @@ pub(crate) fn create_run(
     };
     match placed {
         Placed::New => {
-            // A volume the command names is made before the run is queued.
-            for volume in rules::volumes_named(&record.run.command) {
+            // A volume the command (or an `--env` value) names is made before the run is
+            // queued.
+            for volume in rules::volumes_named(&record.run.command, &record.run.env) {
                 if server.store.create_volume(&volume, &clock::rfc3339(now))? {
                     fs::create_dir_all(server.volume_dir(&volume))?;
                 }

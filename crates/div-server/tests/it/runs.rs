@@ -424,6 +424,30 @@ async fn a_volume_the_command_names_is_made_before_the_run_is_queued() {
     assert_eq!(tree["entries"][1]["path"], "base/x", "{tree}");
 }
 
+/// A `/mnt/<volume>` in an `env` value names the volume as one in the command does, for any
+/// client that places runs itself: it is made before the run is queued, and what the run
+/// writes there is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_an_env_value_names_is_made_before_the_run_is_queued() {
+    let server = Server::start().await;
+    let (status, run) = server
+        .create_run(
+            "mkdir -p \"$CKPT_DIR\" && echo w > \"$CKPT_DIR/x\"",
+            json!({"env": [{"key": "CKPT_DIR", "value": "/mnt/ckpt-vol/ckpt"}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    server.wait_end(run["id"].as_str().expect("an id")).await;
+    let (_, tree) = server
+        .request("GET", "/v1/volumes/ckpt-vol/tree?path=", None)
+        .await;
+    let paths: Vec<&str> = tree["entries"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| e["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(paths.contains(&"ckpt/x"), "{tree}");
+}
+
 /// A stop that lands while the supervisor is still starting (before it can handle a signal)
 /// cancels the run; it never reads as a lost supervisor.
 #[tokio::test(flavor = "multi_thread")]
