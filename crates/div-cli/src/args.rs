@@ -88,7 +88,8 @@ before `--`, your own command.
 The run writes its result (JSON, judged by --check) to $DIVERGENT_RESULT_PATH and telemetry
 points to $DIVERGENT_TELEMETRY_PATH; a volume is at /mnt/<volume> (made first when the
 command or an --env value names it); a stop or the ceiling sends SIGTERM, then SIGKILL after
-a grace (10 s; --env DIVERGENT_STOP_GRACE=30). All of it: docs/runtime.md.")]
+a grace (10 s; --env DIVERGENT_STOP_GRACE=30). All of it:
+https://github.com/divergentlabs/div/blob/main/docs/runtime.md")]
 pub(crate) struct RunArgs {
     /// What to run: `train.py::run`, `train.py`, or your own command (after `--`)
     #[arg(value_name = "ENTRYPOINT", num_args = 0..)]
