@@ -133,13 +133,71 @@ fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf
         }
         if kind.is_dir() {
             found.extend(files_holding(&path, needle));
-        } else if kind.is_file()
-            && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
-        {
+        } else if kind.is_file() && holds(&path, needle) {
             found.push(path);
         }
     }
     found
+}
+
+/// Whether the file at `path` holds `needle`, read a piece at a time and only where it has
+/// data: the home holds sparse disk images of 16 GiB each (`disks/`, each run's `disk.img`),
+/// whose holes are zeros and cannot hold a secret, and which read whole would take as much
+/// memory.
+fn holds(path: &std::path::Path, needle: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut piece = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        // The next stretch of data; none past the last (ENXIO).
+        let Ok(start) = rustix::fs::seek(&file, rustix::fs::SeekFrom::Data(at)) else {
+            break;
+        };
+        let end = rustix::fs::seek(&file, rustix::fs::SeekFrom::Hole(start)).unwrap_or(len);
+        // What the last piece ended with, so a needle across two pieces is found.
+        let mut carry: Vec<u8> = Vec::new();
+        let mut pos = start;
+        while pos < end {
+            let want = piece.len().min((end - pos) as usize);
+            let Ok(n) = file.read_at(&mut piece[..want], pos) else {
+                return false;
+            };
+            if n == 0 {
+                break;
+            }
+            carry.extend_from_slice(&piece[..n]);
+            if carry.windows(needle.len()).any(|w| w == needle) {
+                return true;
+            }
+            let keep = needle.len().saturating_sub(1).min(carry.len());
+            carry.drain(..carry.len() - keep);
+            pos += n as u64;
+        }
+        at = end;
+    }
+    false
+}
+
+/// The scan finds a needle in data past a hole and across two of its pieces, and none in a
+/// file of holes alone.
+#[test]
+fn the_scan_finds_a_needle_past_a_hole_and_across_pieces() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let needle = b"s3cr3t-needle";
+    let sparse = dir.path().join("disk.img");
+    let file = std::fs::File::create(&sparse).expect("create");
+    file.set_len(1 << 30).expect("a 1 GiB hole");
+    assert!(!holds(&sparse, needle));
+    // Across the boundary of two 1 MiB pieces, 512 MiB in.
+    let at = (512u64 << 20) + (1 << 20) - 5;
+    file.write_all_at(needle, at).expect("write");
+    assert!(holds(&sparse, needle));
+    assert_eq!(files_holding(dir.path(), needle), vec![sparse]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
