@@ -553,4 +553,13 @@ mod tests {
         // Not a clap default: an untyped `--image` sends no image.
         assert!(image.get_default_values().is_empty());
     }
+
+    /// `div --version` answers before clap is reached (main.rs): with what clap would print.
+    #[test]
+    fn the_quick_version_is_clap_s() {
+        assert_eq!(
+            Cli::command().render_version(),
+            format!("div {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
 }

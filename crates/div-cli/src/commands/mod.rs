@@ -327,6 +327,17 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
     }
 }
 
+/// `div --version`, as clap prints it (`div 0.1.0`), without building the command tree.
+pub(crate) fn print_version() -> i32 {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "div {}", env!("CARGO_PKG_VERSION")).and_then(|()| out.flush()) {
+        crate::printer::gone_if_broken(&e);
+        return exit_codes::LOCAL;
+    }
+    exit_codes::SUCCESS
+}
+
 #[cfg(test)]
 mod tests {
     use super::LogColours;
