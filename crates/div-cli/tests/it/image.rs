@@ -904,3 +904,234 @@ fn a_decompression_bomb_and_a_wrong_diff_id_are_refused_while_a_run_beside_them_
         text(&out.stdout)
     );
 }
+
+/// Pushes each `(repository, tag, layers, config)` to a fresh loopback registry; `None`
+/// (skipped loudly) without `docker-registry` or busybox.
+fn registry_with(images: Vec<(&str, &str, Vec<Vec<E>>, serde_json::Value)>) -> Option<Registry> {
+    let reg = Registry::start(None)?;
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        for (repo, tag, layers, config) in images {
+            push(
+                &reg.addr,
+                repo,
+                tag,
+                &build(&layers, config),
+                &Credentials::none(),
+            )
+            .await;
+        }
+    });
+    Some(reg)
+}
+
+/// A shell script at `path` (mode 0755).
+fn script(path: &'static str, body: &str) -> E {
+    E::File(path, 0o755, format!("#!/bin/sh\n{body}\n").into_bytes())
+}
+
+/// Debian's `/etc/profile`, in what it does to `PATH` (and a variable of the image's that a
+/// profile also sets, and one only the profile sets, to see it ran).
+const DEBIAN_LIKE_PROFILE: &str = "if [ \"$(id -u)\" -eq 0 ]; then\n  PATH=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\nelse\n  PATH=\"/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\"\nfi\nexport PATH\nexport GREETING='from the profile'\nexport PROFILE_RAN=yes\n";
+
+#[test]
+fn the_image_s_path_and_env_survive_a_profile_that_resets_them() {
+    let Some(mut layer) = busybox_layer() else {
+        return;
+    };
+    layer.extend([
+        E::Symlink("bin/which", "busybox"),
+        file("etc/profile", DEBIAN_LIKE_PROFILE),
+        E::Dir("opt", 0o755),
+        E::Dir("opt/venv", 0o755),
+        E::Dir("opt/venv/bin", 0o755),
+        script("opt/venv/bin/marker", "echo \"marker from the venv\""),
+    ]);
+    let path = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let Some(reg) = registry_with(vec![(
+        "tools/venv",
+        "1",
+        vec![layer],
+        serde_json::json!({"Env": [format!("PATH={path}"), "GREETING=from the image"]}),
+    )]) else {
+        return;
+    };
+    let local = project();
+    let image = format!("{}/tools/venv:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--env",
+        "MINE=from --env",
+        "--no-upload",
+        "--",
+        "echo \"path=$PATH\"; which marker; marker; echo \"greeting=$GREETING mine=$MINE profile=$PROFILE_RAN\"; env | grep -c __div_ || true",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // The image's PATH, whatever the profile set; the profile still ran (`sh -lc`).
+    assert!(stdout.contains(&format!("\npath={path}\n")), "{stdout}");
+    assert!(
+        stdout.contains("\n/opt/venv/bin/marker\nmarker from the venv\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\ngreeting=from the image mine=from --env profile=yes\n"),
+        "{stdout}"
+    );
+    // div's copies are gone before the command starts.
+    assert!(stdout.contains("\n0\n"), "{stdout}");
+}
+
+#[test]
+fn a_py_entrypoint_runs_with_python3_where_the_image_has_no_python() {
+    let Some(layer) = busybox_layer() else {
+        return;
+    };
+    let python3 = vec![
+        E::Dir("usr", 0o755),
+        E::Dir("usr/bin", 0o755),
+        script("usr/bin/python3", "echo \"fake python3 got: $*\""),
+    ];
+    let mut both = python3.clone();
+    both.push(script("usr/bin/python", "echo \"fake python got: $*\""));
+    let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
+    let Some(reg) = registry_with(vec![
+        (
+            "tools/py",
+            "3only",
+            vec![layer.clone(), python3],
+            config.clone(),
+        ),
+        ("tools/py", "both", vec![layer, both], config),
+    ]) else {
+        return;
+    };
+    let local = project();
+    let only = format!("{}/tools/py:3only", reg.addr);
+    for (entrypoint, command) in [
+        ("train.py::main", "-u -c 'from train import main; main()'"),
+        ("train.py", "-u train.py"),
+    ] {
+        let out = local.div(&["run", "--gpu", "cpu", "--image", &only, entrypoint]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let said = format!(
+            "div: the image {only} has no `python` on its PATH, only `python3`: the entrypoint {entrypoint} runs as `python3 {command}`"
+        );
+        let said_at = stdout
+            .find(&said)
+            .unwrap_or_else(|| panic!("said: {stdout}"));
+        let ran_at = stdout
+            .find(&format!(
+                "fake python3 got: {}\n",
+                command.replace('\'', "")
+            ))
+            .unwrap_or_else(|| panic!("ran: {stdout}"));
+        assert!(said_at < ran_at, "said in the first lines: {stdout}");
+    }
+    // Where `python` is there, it is what runs, and nothing is said.
+    let both = format!("{}/tools/py:both", reg.addr);
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &both, "train.py"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("fake python got: -u train.py\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("python3"), "{stdout}");
+}
+
+#[test]
+fn a_working_dir_the_image_lacks_is_made_for_the_run_and_never_in_the_cache() {
+    let Some(mut layer) = busybox_layer() else {
+        return;
+    };
+    layer.extend([
+        E::Dir("usr", 0o755),
+        E::Dir("usr/src", 0o755),
+        file("usr/src/kept", "the image's\n"),
+        file("file", "not a directory\n"),
+    ]);
+    let Some(reg) = registry_with(vec![
+        (
+            "tools/wd",
+            "top",
+            vec![layer.clone()],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/app/sub"}),
+        ),
+        (
+            "tools/wd",
+            "deep",
+            vec![layer.clone()],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/usr/src/app"}),
+        ),
+        (
+            "tools/wd",
+            "file",
+            vec![layer],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/file/app"}),
+        ),
+    ]) else {
+        return;
+    };
+    let local = project();
+    for (tag, dir) in [("top", "/app/sub"), ("deep", "/usr/src/app")] {
+        let image = format!("{}/tools/wd:{tag}", reg.addr);
+        let out = local.div(&[
+            "run",
+            "--gpu",
+            "cpu",
+            "--image",
+            &image,
+            "--no-upload",
+            "--",
+            "pwd; touch here && echo wrote; ls; cat /usr/src/kept; (echo x > /usr/src/new) 2>/dev/null && echo WROTE THE IMAGE; ls /usr/src",
+        ]);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{tag}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!(
+                "div: the image has no {dir}, its WorkingDir: made for this run"
+            )),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("\n{dir}\nwrote\nhere\nthe image's\n")),
+            "{tag}: {stdout}"
+        );
+        assert!(!stdout.contains("WROTE THE IMAGE"), "{tag}: {stdout}");
+        // The rest of the image as it was: `/usr/src` keeps its entries.
+        assert!(stdout.contains("kept"), "{tag}: {stdout}");
+    }
+    // Nothing was made in the cached trees.
+    for tree in local.rootfs() {
+        assert!(!tree.join("app").exists(), "{tree:?}");
+        assert!(!tree.join("usr/src/app").exists(), "{tree:?}");
+    }
+    // A WorkingDir that cannot be a directory: the run fails, saying why.
+    let image = format!("{}/tools/wd:file", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--no-upload",
+        "--",
+        "pwd",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains("the image's WorkingDir `/file/app` cannot be where the run starts: `/file` is a file in the image, not a directory"),
+        "{all}"
+    );
+}
