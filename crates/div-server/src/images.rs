@@ -76,6 +76,26 @@ pub(crate) struct RunImage {
     pub(crate) user: Option<(u32, u32)>,
     /// Whether `/etc/resolv.conf` and `/etc/hosts` of the tree can take the host's files.
     pub(crate) name_resolution: bool,
+    /// How the pull found it (not kept in the run's record).
+    #[serde(skip)]
+    pub(crate) source: Option<div_image::ImageSource>,
+}
+
+/// The pull policy div-image follows for a request's `pull` (absent: `missing`).
+fn store_policy(pull: Option<div_api::PullPolicy>) -> PullPolicy {
+    match pull.unwrap_or_default() {
+        div_api::PullPolicy::Missing => PullPolicy::Missing,
+        div_api::PullPolicy::Always => PullPolicy::Always,
+        div_api::PullPolicy::Never => PullPolicy::Never,
+    }
+}
+
+/// `t` as RFC 3339, to the second.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    div_runtime::clock::rfc3339(ms)
 }
 
 impl RunImage {
@@ -105,8 +125,8 @@ impl Images {
                     insecure_registries: settings.insecure_registries.clone(),
                     ..RegistryOptions::default()
                 },
-                // A tag pulled once is used from the cache (no network per run); `div image
-                // prune` forgets it.
+                // A tag pulled once is used from the cache (no network per run) unless the
+                // run says otherwise (`--pull`, set per pull); `div image prune` forgets it.
                 pull_policy: PullPolicy::Missing,
                 unpack: UnpackLimits::default(),
             },
@@ -130,11 +150,13 @@ impl Images {
     }
 
     /// The image a run naming `requested` runs in: `None` for this machine's own system (a
-    /// run that names no image, when the setting says so), else the image, pulled if it is
-    /// not cached. A named image is never replaced, even when it is the default one.
+    /// run that names no image, when the setting says so), else the image, asking the
+    /// registry as `pull` says (`missing` when absent: pulled if it is not cached). A named
+    /// image is never replaced, even when it is the default one.
     pub(crate) async fn resolve(
         &self,
         requested: Option<&str>,
+        pull: Option<div_api::PullPolicy>,
         progress: &dyn ProgressSink,
     ) -> Result<Option<RunImage>, HttpError> {
         let Some(requested) = to_pull(requested, self.settings.default_image) else {
@@ -150,11 +172,15 @@ impl Images {
         let image = self
             .store
             .with_unpack_limits(self.unpack_limits()?)
+            .with_pull_policy(store_policy(pull))
             .ensure(&reference, &Platform::host(), &credentials, progress)
             .await
             .map_err(|e| {
                 let refused = refusal(&e, &self.home);
                 match &e {
+                    EnsureError::NotCached { .. } => HttpError::invalid(format!(
+                        "`{requested}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+                    )),
                     // What the client can say instead: where this machine's own system stands
                     // in for the default image, a run without `--image` needs no registry.
                     EnsureError::Unreachable { registry, .. } => {
@@ -184,6 +210,7 @@ impl Images {
             user,
             rootfs: image.rootfs,
             name_resolution,
+            source: Some(image.source),
         }))
     }
 }
@@ -210,6 +237,15 @@ impl Images {
                 .map(|i| CachedImage {
                     digest: i.digest.to_string(),
                     references: i.references,
+                    resolved: i
+                        .resolved
+                        .into_iter()
+                        .map(|(reference, t)| div_api::ResolvedReference {
+                            reference,
+                            resolved_at: rfc3339(t),
+                        })
+                        .collect(),
+                    downloaded_bytes: i.downloaded_bytes,
                     compressed_bytes: i.compressed_bytes,
                     unpacked_bytes: i.unpacked_bytes,
                     extra: Default::default(),
@@ -348,6 +384,7 @@ pub(crate) fn host_stands_in_line(image: &str) -> String {
 pub(crate) async fn pull_stream(
     images: &Images,
     image: Option<String>,
+    pull: Option<div_api::PullPolicy>,
     tx: tokio::sync::mpsc::Sender<bytes::Bytes>,
 ) {
     let line = |v: serde_json::Value| {
@@ -379,9 +416,22 @@ pub(crate) async fn pull_stream(
         // Progress is best effort: a line the client is too slow for is dropped.
         let _ = tx.try_send(line(v));
     };
-    let last = match images.resolve(image.as_deref(), &sink).await {
-        Ok(Some(run_image)) => serde_json::json!({"event": "ready",
-            "image": run_image.reference, "digest": run_image.digest}),
+    let last = match images.resolve(image.as_deref(), pull, &sink).await {
+        Ok(Some(run_image)) => {
+            use div_image::ImageSource as S;
+            let (source, resolved_at) = match run_image.source {
+                Some(S::Pulled) => ("pulled", None),
+                Some(S::Checked) => ("checked", None),
+                Some(S::Cached { resolved_at }) => ("cached", resolved_at.map(rfc3339)),
+                None => ("cached", None),
+            };
+            let mut v = serde_json::json!({"event": "ready",
+                "image": run_image.reference, "digest": run_image.digest, "source": source});
+            if let Some(at) = resolved_at {
+                v["resolved_at"] = serde_json::Value::String(at);
+            }
+            v
+        }
         Ok(None) => serde_json::json!({"event": "host",
             "image": image.as_deref().unwrap_or(div_spec::DEFAULT_IMAGE)}),
         Err(e) if e.details.is_null() => serde_json::json!({"event": "error",

@@ -427,14 +427,17 @@ fn div_image_lists_the_cache_and_prunes_it() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stdout.starts_with("IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n"),
+        stdout.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
         "{stdout}"
     );
     let row = stdout.lines().nth(1).unwrap_or_default();
     let fields: Vec<&str> = row.split('\t').collect();
-    assert_eq!(fields.len(), 4, "{row}");
+    assert_eq!(fields.len(), 5, "{row}");
     assert_eq!(fields[0], image, "{row}");
     assert!(fields[1].starts_with("sha256:"), "{row}");
+    // Pulled by this cache: when the tag resolved, and what came down (all of it here).
+    assert!(fields[2].ends_with('Z'), "{row}");
+    assert!(fields[3].ends_with('B'), "{row}");
     assert!(stderr.contains("1 image cached in"), "{stderr}");
     assert!(stderr.contains(" on disk ("), "{stderr}");
 
@@ -1133,5 +1136,212 @@ fn a_working_dir_the_image_lacks_is_made_for_the_run_and_never_in_the_cache() {
     assert!(
         all.contains("the image's WorkingDir `/file/app` cannot be where the run starts: `/file` is a file in the image, not a directory"),
         "{all}"
+    );
+}
+
+/// The digest an image's first log line names (`div: image REF (sha256:…)`).
+fn first_line_digest(stdout: &str, image: &str) -> Option<String> {
+    let start = stdout.find(&format!("div: image {image} ("))? + image.len() + 13;
+    let end = start + stdout[start..].find(')')?;
+    Some(stdout[start..end].to_owned())
+}
+
+#[test]
+fn a_tag_that_moved_is_pulled_again_as_pull_says() {
+    let Some(layer) = busybox_layer() else {
+        return;
+    };
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let marked = |which: &str| {
+        build(
+            &[
+                layer.clone(),
+                vec![file("etc/which", &format!("image {which}\n"))],
+            ],
+            serde_json::json!({"Env": ["PATH=/bin"]}),
+        )
+    };
+    let (a, b) = (marked("A"), marked("B"));
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &a,
+        &Credentials::none(),
+    ));
+    rt.block_on(push(
+        &reg.addr,
+        "tools/other",
+        "1",
+        &a,
+        &Credentials::none(),
+    ));
+    let local = project();
+    let image = format!("{}/tools/moving:t", reg.addr);
+    let run = |pull: Option<&str>| {
+        let mut args = vec!["run", "--gpu", "cpu", "--image", &image];
+        if let Some(pull) = pull {
+            args.extend(["--pull", pull]);
+        }
+        args.extend(["--no-upload", "--", "cat /etc/which"]);
+        let out = local.div(&args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{pull:?}: {stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let (a_digest, b_digest) = (a.manifest_digest.to_string(), b.manifest_digest.to_string());
+
+    let (stdout, _) = run(None);
+    assert!(stdout.contains("\nimage A\n"), "{stdout}");
+    assert_eq!(
+        first_line_digest(&stdout, &image).as_deref(),
+        Some(a_digest.as_str())
+    );
+
+    // The tag moves to B at the registry.
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &b,
+        &Credentials::none(),
+    ));
+    for pull in [None, Some("missing")] {
+        let (stdout, stderr) = run(pull);
+        assert!(stdout.contains("\nimage A\n"), "{pull:?}: {stdout}");
+        assert_eq!(
+            first_line_digest(&stdout, &image).as_deref(),
+            Some(a_digest.as_str())
+        );
+        assert!(
+            stderr.contains(&format!(
+                "image {image}: {a_digest} from the cache, as the tag resolved at "
+            )) && stderr.contains("(--pull always looks for a newer one)"),
+            "{pull:?}: {stderr}"
+        );
+        assert!(!stderr.contains("pulling "), "{stderr}");
+    }
+    let (stdout, stderr) = run(Some("always"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    assert_eq!(
+        first_line_digest(&stdout, &image).as_deref(),
+        Some(b_digest.as_str())
+    );
+    assert!(
+        stderr.contains(&format!("pulling {image}: 2 layers, ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("image {image} ready ({b_digest})")),
+        "{stderr}"
+    );
+    // From now on the tag names B in the cache too; asking again finds it unchanged.
+    let (stdout, _) = run(Some("missing"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    let (stdout, stderr) = run(Some("always"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "image {image}: {b_digest}, as the registry has it now, already cached"
+        )),
+        "{stderr}"
+    );
+    let (stdout, _) = run(Some("never"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+
+    // `div image ls`: the tag's digest and when it resolved; what each pull downloaded (B's
+    // shared busybox layer came with A, so B downloaded less than its size).
+    let out = local.div(&["image", "ls"]);
+    let listed = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        listed.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
+        "{listed}"
+    );
+    let row = |first: &str| -> Vec<String> {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{first}\t")))
+            .unwrap_or_else(|| panic!("no row for {first}: {listed}"))
+            .split('\t')
+            .map(str::to_owned)
+            .collect()
+    };
+    let size = |built: &Built, skip: &[div_image::Digest]| -> u64 {
+        (built.manifest.len() + built.config.1.len()) as u64
+            + built
+                .blobs
+                .iter()
+                .filter(|(d, _)| !skip.contains(d))
+                .map(|(_, bytes)| bytes.len() as u64)
+                .sum::<u64>()
+    };
+    let tagged = row(&image);
+    assert_eq!(tagged[1], b_digest[..19], "{listed}");
+    assert!(
+        tagged[2].ends_with('Z') && tagged[2].contains('T'),
+        "{listed}"
+    );
+    let b_downloaded = size(&b, &a.layers);
+    assert_eq!(tagged[3], div_spec::format_bytes(b_downloaded), "{listed}");
+    assert!(b_downloaded < size(&b, &[]), "a shared layer");
+    // A keeps no tag (`<none>`) and what it downloaded: all of it.
+    let untagged = row("<none>");
+    assert_eq!(untagged[1], a_digest[..19], "{listed}");
+    assert_eq!(untagged[2], "-", "{listed}");
+    assert_eq!(
+        untagged[3],
+        div_spec::format_bytes(size(&a, &[])),
+        "{listed}"
+    );
+
+    // `--pull never` with nothing cached: refused before anything is created or shipped.
+    let runs_before = std::fs::read_dir(local.home().join("runs"))
+        .expect("runs")
+        .count();
+    let trees_before = local.rootfs();
+    let other = format!("{}/tools/other:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &other,
+        "--pull",
+        "never",
+        "train.py::main",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "`{other}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('→'), "nothing shipped: {stderr}");
+    let runs_after = std::fs::read_dir(local.home().join("runs"))
+        .expect("runs")
+        .count();
+    assert_eq!(runs_after, runs_before, "no run created");
+    assert_eq!(local.rootfs(), trees_before, "nothing pulled");
+    // A word `--pull` does not take is refused by the parser, with the ones it does.
+    let out = local.div(&[
+        "run",
+        "--image",
+        &other,
+        "--pull",
+        "sometimes",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[possible values: missing, always, never]"),
+        "{stderr}"
     );
 }
