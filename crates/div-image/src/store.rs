@@ -369,10 +369,12 @@ impl ImageStore {
         }
         record.last_used = unix_now();
         let source = match source {
+            // A digest reference never moves: when it "resolved" says nothing.
             ImageSource::Cached { .. } => ImageSource::Cached {
                 resolved_at: record
                     .resolved
                     .get(&name)
+                    .filter(|_| reference.digest().is_none())
                     .map(|t| UNIX_EPOCH + Duration::from_secs(*t)),
             },
             asked => {
@@ -430,6 +432,12 @@ impl ImageStore {
             .into_iter()
             .filter(|(_, r)| r.references.contains(&name) && platform.matches(&r.platform))
             .max_by_key(|(_, r)| r.last_used))
+    }
+
+    /// Whether the cache has an image for `reference` on `platform`, as `PullPolicy::Never`
+    /// would find it (reads the records; no network, no lock).
+    pub fn has(&self, reference: &ImageRef, platform: &Platform) -> bool {
+        self.cached(reference, platform).is_ok_and(|c| c.is_some())
     }
 
     /// Refuses a cached image built for another platform.

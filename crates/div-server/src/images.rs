@@ -138,6 +138,26 @@ impl Images {
         })
     }
 
+    /// `--pull never` for a run naming `requested` whose image is not cached: refused with
+    /// what to do instead, before anything is shipped or created (asked by the validation; a
+    /// pull would refuse it too, later).
+    pub(crate) fn refuse_uncached(
+        &self,
+        requested: Option<&str>,
+        pull: Option<div_api::PullPolicy>,
+    ) -> Result<(), HttpError> {
+        if pull != Some(div_api::PullPolicy::Never) {
+            return Ok(());
+        }
+        let Some(requested) = to_pull(requested, self.settings.default_image) else {
+            return Ok(());
+        };
+        if self.store.has(&reference(requested)?, &Platform::host()) {
+            return Ok(());
+        }
+        Err(not_cached(requested))
+    }
+
     /// What a pull may unpack now: `max_image_gib` from `home/settings.json`, read at each
     /// pull; the rest div-image's defaults (a million entries, 1 GiB or 5 % of the disk left
     /// free).
@@ -178,9 +198,7 @@ impl Images {
             .map_err(|e| {
                 let refused = refusal(&e, &self.home);
                 match &e {
-                    EnsureError::NotCached { .. } => HttpError::invalid(format!(
-                        "`{requested}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
-                    )),
+                    EnsureError::NotCached { .. } => not_cached(requested),
                     // What the client can say instead: where this machine's own system stands
                     // in for the default image, a run without `--image` needs no registry.
                     EnsureError::Unreachable { registry, .. } => {
@@ -311,6 +329,13 @@ fn images_in_use(runs: &Path) -> Vec<Digest> {
     keep.sort_by_key(ToString::to_string);
     keep.dedup();
     keep
+}
+
+/// The refusal of `--pull never` for an image the cache lacks.
+fn not_cached(requested: &str) -> HttpError {
+    HttpError::invalid(format!(
+        "`{requested}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+    ))
 }
 
 /// `requested` as an image reference, or the refusal that says how to write one (asked by
@@ -559,6 +584,44 @@ mod tests {
         );
         assert_eq!(e.code, ErrorCode::Invalid);
         assert!(e.message.contains("its diff_id is"), "{}", e.message);
+    }
+
+    #[test]
+    fn pull_never_refuses_an_image_the_cache_lacks_before_anything() {
+        let home = tempfile::tempdir().unwrap();
+        let never = Some(div_api::PullPolicy::Never);
+        let images = Images::open(home.path(), Default::default()).unwrap();
+        let e = images
+            .refuse_uncached(Some("127.0.0.1:5000/app:t"), never)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert_eq!(
+            e.message,
+            "`127.0.0.1:5000/app:t` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+        );
+        // Another policy, or this machine's own system standing in: nothing to refuse.
+        assert!(
+            images
+                .refuse_uncached(Some("127.0.0.1:5000/app:t"), None)
+                .is_ok()
+        );
+        assert!(images.refuse_uncached(None, never).is_ok());
+        // The default image, pulled by the server's setting, is asked about like any other.
+        let pulling = Images::open(
+            home.path(),
+            super::ImageSettings {
+                default_image: DefaultImage::Pull,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let e = pulling.refuse_uncached(None, never).unwrap_err();
+        assert!(
+            e.message
+                .starts_with(&format!("`{}` is not", div_spec::DEFAULT_IMAGE)),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
