@@ -1036,6 +1036,24 @@ fn a_py_entrypoint_runs_with_python3_where_the_image_has_no_python() {
             .unwrap_or_else(|| panic!("ran: {stdout}"));
         assert!(said_at < ran_at, "said in the first lines: {stdout}");
     }
+    // A command the user wrote is never rewritten: its last line says what the image has.
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &only,
+        "--",
+        "python train.py",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains(&format!(
+            "div: the image {only} has no `python` on its PATH, and the entrypoint python train.py is Python: it has `python3`: write that in the command"
+        )),
+        "{all}"
+    );
     // Where `python` is there, it is what runs, and nothing is said.
     let both = format!("{}/tools/py:both", reg.addr);
     let out = local.div(&["run", "--gpu", "cpu", "--image", &both, "train.py"]);
