@@ -35,6 +35,8 @@ pub enum NotADir {
     File(PathBuf),
     /// More than [`MAX_LINKS`] symlinks, or a loop.
     Loop,
+    /// A component could not be looked at (its folder unreadable to this server).
+    Unreadable(PathBuf),
 }
 
 /// The tree's file for `inside` (an absolute path in it).
@@ -76,7 +78,7 @@ pub fn resolve(root: &Path, path: &str, want_dir: bool) -> Result<Resolved, NotA
                     missing: rest,
                 });
             }
-            Err(_) => return Err(NotADir::File(next)),
+            Err(_) => return Err(NotADir::Unreadable(next)),
         };
         if meta.file_type().is_symlink() {
             links += 1;
@@ -84,7 +86,7 @@ pub fn resolve(root: &Path, path: &str, want_dir: bool) -> Result<Resolved, NotA
                 return Err(NotADir::Loop);
             }
             let Ok(target) = std::fs::read_link(host(root, &next)) else {
-                return Err(NotADir::File(next));
+                return Err(NotADir::Unreadable(next));
             };
             if target.is_absolute() {
                 current = PathBuf::from("/");
@@ -167,6 +169,10 @@ pub fn working_dir_args(rootfs: &Path, dir: &str) -> Result<WorkingDirArgs, Stri
                 format!("`{}` is a file in the image, not a directory", p.display())
             }
             NotADir::Loop => "its links go round in a loop".to_owned(),
+            NotADir::Unreadable(p) => format!(
+                "`{}` in the image cannot be read by the control plane",
+                p.display()
+            ),
         })
     })?;
     let full = match &resolved {
