@@ -44,20 +44,14 @@ impl ControlPlane for HttpControlPlane {
             .await
     }
 
-    async fn pull_image(
+    async fn pull_image_with(
         &self,
-        image: &str,
+        body: &PullImage,
         progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
     ) -> Result<(), ApiError> {
         use http_body_util::BodyExt;
-        let body = PullImage {
-            image: image.to_owned(),
-        };
-        let call = Call::with_json(
-            routes::Route::PullImage,
-            routes::PULL_IMAGE.path(&[]),
-            &body,
-        );
+        let image = body.image.as_str();
+        let call = Call::with_json(routes::Route::PullImage, routes::PULL_IMAGE.path(&[]), body);
         let resp = match self.stream(call, self.deadline()).await {
             // A control plane without images.
             Err(e) if e.is_not_found() => return Ok(()),

@@ -191,7 +191,22 @@ pub trait ControlPlane: Send + Sync {
         image: &str,
         progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
     ) -> Result<(), ApiError> {
-        let _ = (image, progress);
+        let request = PullImage {
+            image: image.to_owned(),
+            pull: None,
+        };
+        self.pull_image_with(&request, progress).await
+    }
+
+    /// [`pull_image`](ControlPlane::pull_image) with everything `POST /v1/images/pull`
+    /// takes: when to ask the registry (`request.pull`). A control plane without images
+    /// pulls nothing, as does this default.
+    async fn pull_image_with(
+        &self,
+        request: &PullImage,
+        progress: &(dyn for<'e> Fn(&'e PullEvent) + Send + Sync),
+    ) -> Result<(), ApiError> {
+        let _ = (request, progress);
         Ok(())
     }
 

@@ -317,6 +317,9 @@ pub struct CreateRun {
     pub max_spend_cents: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// When to ask the registry for the image (`--pull`); absent: `missing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullPolicy>,
     /// `--env` pairs, in the order given; a later one of the same key wins.
     #[serde(default)]
     pub env: Vec<EnvVar>,

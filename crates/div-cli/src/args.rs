@@ -133,6 +133,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "REF")]
     pub(crate) image: Option<String>,
 
+    /// When the control plane asks the registry for the image: `missing` (the default: only
+    /// what its cache lacks, so a tag stays where it last resolved), `always` (resolve the tag
+    /// each time, and pull it where it moved), `never` (the cache alone; a reference not in
+    /// it is refused)
+    #[arg(long, value_name = "WHEN", value_enum)]
+    pub(crate) pull: Option<Pull>,
+
     /// An environment variable for the run; repeatable. Kept with the run and shown back: put
     /// credentials in a secret
     #[arg(long, value_name = "KEY=value")]
@@ -394,9 +401,28 @@ pub(crate) enum Generate {
     Man,
 }
 
+/// `div run --pull`, docker's words (`div_api::PullPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Pull {
+    Missing,
+    Always,
+    Never,
+}
+
+impl From<Pull> for div_api::PullPolicy {
+    fn from(pull: Pull) -> div_api::PullPolicy {
+        match pull {
+            Pull::Missing => div_api::PullPolicy::Missing,
+            Pull::Always => div_api::PullPolicy::Always,
+            Pull::Never => div_api::PullPolicy::Never,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum ImageCommand {
-    /// List the images the local control plane has pulled, and the disk they take
+    /// List the images the local control plane has pulled (each reference, its digest, when it
+    /// last resolved, what was downloaded for it) and the disk they take
     Ls,
     /// Remove every cached image no queued or running run uses, and the blobs only they needed
     Prune,

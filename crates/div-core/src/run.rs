@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// default image (`DEFAULT_IMAGE`, or what its settings let stand in for it). A named
     /// image, the default one included, is pulled and never replaced.
     pub image: Option<String>,
+    /// `--pull`: when the control plane asks the registry for the image; `None` leaves it
+    /// to the control plane (`missing`).
+    pub pull: Option<div_api::PullPolicy>,
     pub env: Vec<EnvPair>,
     pub checks: Vec<Check>,
     /// `--telemetry`: a layout file, read before anything is created.
@@ -88,6 +91,7 @@ impl RunOptions {
             project_env: None,
             name: None,
             image: None,
+            pull: None,
             env: Vec::new(),
             checks: Vec::new(),
             telemetry: None,
@@ -226,7 +230,19 @@ pub async fn run(
         let progress = move |event: &div_api::PullEvent| {
             let _ = tx.send(event.clone());
         };
-        let pull = cp.pull_image(&image, &progress);
+        let asked = div_api::PullImage {
+            image: image.clone(),
+            pull: options.pull,
+        };
+        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen_ready = std::sync::Arc::clone(&ready);
+        let progress = move |event: &div_api::PullEvent| {
+            if matches!(event, div_api::PullEvent::Ready { .. }) {
+                seen_ready.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            progress(event);
+        };
+        let pull = cp.pull_image_with(&asked, &progress);
         tokio::pin!(pull);
         let pulled = loop {
             tokio::select! {
@@ -241,6 +257,14 @@ pub async fn run(
             });
         }
         pulled.map_err(|e| RunError::api("pull the image", e))?;
+        // The run gets the image this pull just found: where it asked the registry
+        // (`always`), the run is created from the cache, which its tag now names, so a tag
+        // that moves meanwhile does not give the run another image than the one shown.
+        if ready.load(std::sync::atomic::Ordering::Relaxed)
+            && options.pull == Some(div_api::PullPolicy::Always)
+        {
+            request.pull = Some(div_api::PullPolicy::Missing);
+        }
     }
     // What will be shipped is said once nothing can be refused before the upload: an image
     // that cannot be used is refused without a line that reads as if code had gone.
@@ -478,6 +502,7 @@ async fn prepare(
         memory_gib: options.memory.map(|m| m.gib()),
         max_spend_cents: options.max_spend.map(|m| m.cents()),
         image: options.image.clone(),
+        pull: options.pull,
         env: options
             .env
             .iter()

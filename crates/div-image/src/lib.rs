@@ -45,7 +45,8 @@ pub use push::{PushError, Pusher};
 pub use reference::{Algorithm, DOCKER_HUB, Digest, ImageRef, RefError};
 pub use registry::RegistryOptions;
 pub use store::{
-    DiskUsage, Image, ImageInfo, ImageStore, PruneOptions, PruneReport, PullPolicy, StoreOptions,
+    DiskUsage, Image, ImageInfo, ImageSource, ImageStore, PruneOptions, PruneReport, PullPolicy,
+    StoreOptions,
 };
 pub use unpack::{LayerStats, Limit, UnpackError, UnpackLimits, Unpacker};
 pub use user::{UserError, UserIds};

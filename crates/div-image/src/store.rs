@@ -79,6 +79,22 @@ pub struct Image {
     pub rootfs: PathBuf,
     /// What the image's config says about running it.
     pub config: ImageConfig,
+    /// Where it came from this time: pulled, checked at the registry, or the cache alone.
+    pub source: ImageSource,
+}
+
+/// How [`ImageStore::ensure`] found an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource {
+    /// Pulled now: its reference resolved at the registry to a digest the cache lacked.
+    Pulled,
+    /// Its reference resolved at the registry now, to a digest already cached.
+    Checked,
+    /// Taken from the cache without asking the registry (`PullPolicy::Missing` or `Never`,
+    /// or a digest reference). `resolved_at`: when its reference last resolved at the
+    /// registry to this digest (`None` for a digest reference, or a record older than this
+    /// field).
+    Cached { resolved_at: Option<SystemTime> },
 }
 
 impl Image {
@@ -99,8 +115,16 @@ impl Image {
 pub struct ImageInfo {
     /// The manifest's digest.
     pub digest: Digest,
-    /// Every reference it was pulled as (`docker.io/library/busybox:latest`).
+    /// Every reference it was pulled as (`docker.io/library/busybox:latest`). A tag is the
+    /// reference of one image only: the one it last resolved to at the registry.
     pub references: Vec<String>,
+    /// When each reference last resolved at the registry to this image (pulled, or checked
+    /// with `PullPolicy::Always`); a reference of a record older than this is left out.
+    pub resolved: Vec<(String, SystemTime)>,
+    /// What this cache downloaded for it: the blobs its pull fetched that the cache did not
+    /// already have (a layer another image brought counts there). `None`: pulled by a store
+    /// older than this count.
+    pub downloaded_bytes: Option<u64>,
     /// Its platform.
     pub platform: Platform,
     /// The root filesystem.
@@ -165,6 +189,12 @@ struct Record {
     last_used: u64,
     /// Empty mount points the store added (`proc`, `dev`, `sys`, `tmp`).
     added: Vec<String>,
+    /// Unix seconds at which each reference last resolved at the registry to this image.
+    #[serde(default)]
+    resolved: std::collections::BTreeMap<String, u64>,
+    /// The bytes the pull that made it downloaded.
+    #[serde(default)]
+    downloaded_bytes: Option<u64>,
 }
 
 impl Record {
@@ -260,6 +290,14 @@ impl ImageStore {
         store
     }
 
+    /// The same cache, asking the registry as `policy` says (a caller whose runs each say
+    /// when to pull sets it per pull).
+    pub fn with_pull_policy(&self, policy: PullPolicy) -> ImageStore {
+        let mut store = self.clone();
+        store.options.pull_policy = policy;
+        store
+    }
+
     fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -314,18 +352,39 @@ impl ImageStore {
         Ok(out)
     }
 
-    /// Updates a record's references and last use; returns the image.
+    /// Updates a record's references and last use; returns the image. `source` says how it
+    /// was found: where the registry was asked (`Pulled`, `Checked`), the reference is
+    /// recorded as resolved now, and a tag is taken from every other image that had it (a
+    /// tag that moved names the new image only).
     fn use_record(
         &self,
         dir: &Path,
         mut record: Record,
         reference: &ImageRef,
+        source: ImageSource,
     ) -> Result<Image, EnsureError> {
         let name = reference.to_string();
         if !record.references.contains(&name) {
-            record.references.push(name);
+            record.references.push(name.clone());
         }
         record.last_used = unix_now();
+        let source = match source {
+            // A digest reference never moves: when it "resolved" says nothing.
+            ImageSource::Cached { .. } => ImageSource::Cached {
+                resolved_at: record
+                    .resolved
+                    .get(&name)
+                    .filter(|_| reference.digest().is_none())
+                    .map(|t| UNIX_EPOCH + Duration::from_secs(*t)),
+            },
+            asked => {
+                record.resolved.insert(name.clone(), unix_now());
+                if reference.digest().is_none() {
+                    self.untag_others(&record.manifest, &name)?;
+                }
+                asked
+            }
+        };
         let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
         write_atomic(&dir.join("image.json"), &self.tmp(), &json).map_err(io_at(dir))?;
         Ok(Image {
@@ -333,7 +392,24 @@ impl ImageStore {
             digest: record.manifest,
             rootfs: dir.join("rootfs"),
             config: record.config,
+            source,
         })
+    }
+
+    /// Takes the tag `name` from every image but `keep`: it resolved to `keep` at the
+    /// registry, so it names that image alone from now on.
+    fn untag_others(&self, keep: &Digest, name: &str) -> Result<(), EnsureError> {
+        let records = self.records().map_err(io_at(self.root.join("images")))?;
+        for (dir, mut other) in records {
+            if &other.manifest == keep || !other.references.iter().any(|r| r == name) {
+                continue;
+            }
+            other.references.retain(|r| r != name);
+            other.resolved.remove(name);
+            let json = serde_json::to_vec_pretty(&other).expect("a record serialises");
+            write_atomic(&dir.join("image.json"), &self.tmp(), &json).map_err(io_at(&dir))?;
+        }
+        Ok(())
     }
 
     /// The cached image for `reference` on `platform`, if any.
@@ -356,6 +432,12 @@ impl ImageStore {
             .into_iter()
             .filter(|(_, r)| r.references.contains(&name) && platform.matches(&r.platform))
             .max_by_key(|(_, r)| r.last_used))
+    }
+
+    /// Whether the cache has an image for `reference` on `platform`, as `PullPolicy::Never`
+    /// would find it (reads the records; no network, no lock).
+    pub fn has(&self, reference: &ImageRef, platform: &Platform) -> bool {
+        self.cached(reference, platform).is_ok_and(|c| c.is_some())
     }
 
     /// Refuses a cached image built for another platform.
@@ -397,7 +479,12 @@ impl ImageStore {
             progress.event(&Progress::Cached {
                 manifest: record.manifest.clone(),
             });
-            return self.use_record(&dir, record, reference);
+            return self.use_record(
+                &dir,
+                record,
+                reference,
+                ImageSource::Cached { resolved_at: None },
+            );
         }
         if policy == PullPolicy::Never {
             return Err(EnsureError::NotCached {
@@ -412,7 +499,7 @@ impl ImageStore {
             progress.event(&Progress::Cached {
                 manifest: record.manifest.clone(),
             });
-            return self.use_record(&dir, record, reference);
+            return self.use_record(&dir, record, reference, ImageSource::Checked);
         }
         progress.event(&Progress::Resolved {
             manifest: digest.clone(),
@@ -420,8 +507,10 @@ impl ImageStore {
             bytes: manifest.layers.iter().map(|l| l.size).sum(),
         });
         let mpath = blob_path(&self.root, &digest);
+        let mut downloaded = 0u64;
         if !mpath.exists() {
             write_atomic(&mpath, &self.tmp(), &manifest_bytes).map_err(io_at(&mpath))?;
+            downloaded += manifest_bytes.len() as u64;
         }
 
         // The config first (small, and it must be valid), then the layers, a few at once.
@@ -435,7 +524,8 @@ impl ImageStore {
                 ),
             });
         }
-        self.fetch(&registry, &manifest.config, config_idx, progress)
+        downloaded += self
+            .fetch(&registry, &manifest.config, config_idx, progress)
             .await?;
         let cpath = blob_path(&self.root, &manifest.config.digest);
         let config_bytes = fs::read(&cpath).map_err(io_at(&cpath))?;
@@ -470,11 +560,13 @@ impl ImageStore {
                 }
             })?);
         }
-        futures_util::stream::iter(manifest.layers.iter().enumerate())
+        downloaded += futures_util::stream::iter(manifest.layers.iter().enumerate())
             .map(|(i, l)| self.fetch(&registry, l, i, progress))
             .buffer_unordered(PARALLEL_BLOBS)
-            .try_collect::<Vec<()>>()
-            .await?;
+            .try_collect::<Vec<u64>>()
+            .await?
+            .into_iter()
+            .sum::<u64>();
 
         // Unpack into a private directory, then rename it into place whole. Whatever goes
         // wrong, the directory goes: nothing half unpacked is left in the cache.
@@ -524,6 +616,8 @@ impl ImageStore {
             unpacked_at: now,
             last_used: now,
             added,
+            resolved: [(reference.to_string(), now)].into_iter().collect(),
+            downloaded_bytes: Some(downloaded),
         };
         let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
         if let Err(e) = fs::write(work.join("image.json"), json) {
@@ -536,12 +630,15 @@ impl ImageStore {
                 // Another pull of the same image won the race; use its tree.
                 let _ = unpack::remove_tree(&work);
                 let record = self.read_record(&dir).expect("checked just above");
-                return self.use_record(&dir, record, reference);
+                return self.use_record(&dir, record, reference, ImageSource::Checked);
             }
             Err(e) => {
                 let _ = unpack::remove_tree(&work);
                 return Err(io_at(&dir)(e));
             }
+        }
+        if reference.digest().is_none() {
+            self.untag_others(&digest, &reference.to_string())?;
         }
         let rootfs = dir.join("rootfs");
         progress.event(&Progress::Ready {
@@ -553,6 +650,7 @@ impl ImageStore {
             digest,
             rootfs,
             config,
+            source: ImageSource::Pulled,
         })
     }
 
@@ -655,7 +753,7 @@ impl ImageStore {
         desc: &Descriptor,
         index: usize,
         progress: &dyn ProgressSink,
-    ) -> Result<(), EnsureError> {
+    ) -> Result<u64, EnsureError> {
         let dest = blob_path(&self.root, &desc.digest);
         if fs::metadata(&dest).is_ok_and(|m| m.len() == desc.size) {
             progress.event(&Progress::LayerDone {
@@ -663,7 +761,7 @@ impl ImageStore {
                 digest: desc.digest.clone(),
                 cached: true,
             });
-            return Ok(());
+            return Ok(0);
         }
         progress.event(&Progress::LayerStarted {
             index,
@@ -681,7 +779,7 @@ impl ImageStore {
             digest: desc.digest.clone(),
             cached: false,
         });
-        Ok(())
+        Ok(desc.size)
     }
 
     /// The cached images, by digest. Blocking file I/O: call it from `spawn_blocking` in
@@ -693,6 +791,12 @@ impl ImageStore {
             .map(|(dir, r)| ImageInfo {
                 digest: r.manifest.clone(),
                 references: r.references.clone(),
+                resolved: r
+                    .resolved
+                    .iter()
+                    .map(|(name, t)| (name.clone(), UNIX_EPOCH + Duration::from_secs(*t)))
+                    .collect(),
+                downloaded_bytes: r.downloaded_bytes,
                 platform: r.platform.clone(),
                 rootfs: dir.join("rootfs"),
                 compressed_bytes: r.layers.iter().map(|l| l.size).sum(),

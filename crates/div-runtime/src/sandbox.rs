@@ -1,6 +1,6 @@
 //! How a run's command is started: inside bubblewrap, or (degraded) directly.
 //!
-//! Why over 700 lines: some 160 are its tests; the rest builds one bubblewrap command line in
+//! Why over 850 lines: some 200 are its tests; the rest builds one bubblewrap command line in
 //! order (namespaces, the root, the driver's files, `/proc`, the run's folders), with the
 //! checks that keep each part safe beside it.
 
@@ -42,6 +42,73 @@ const PROC_COVERS: [&str; 5] = [
 
 /// Where `python` is looked for on the PATH `sh -lc` sets from `/etc/profile`.
 const PROFILE_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// The first line of every run's `sh -lc` command: it sets again every variable div gave the
+/// run, from copies the profile does not touch ([`profile_proof`]), so what `/etc/profile` did
+/// to them (Debian's and Alpine's set `PATH` for everyone, dropping an image's
+/// `/opt/venv/bin`) is undone, and what it added beside them stays. Names only: no value is
+/// ever on a command line.
+pub const RESTORE_ENV: &str = "eval \"${__div_restore-}\"; unset __div_restore\n";
+
+/// Names a shell will not take back from the environment (it sets them itself, or holds
+/// them read-only: bash as `sh` exits at an assignment to one).
+const NOT_RESTORED: [&str; 12] = [
+    "IFS",
+    "PWD",
+    "OLDPWD",
+    "PPID",
+    "SHLVL",
+    "OPTIND",
+    "UID",
+    "EUID",
+    "BASHOPTS",
+    "SHELLOPTS",
+    "BASH_VERSINFO",
+    "_",
+];
+
+/// How many bytes of copies [`profile_proof`] adds at most (the kernel takes about 2 MiB of
+/// arguments and environment together; the code that restores them must stay under one
+/// variable's 128 KiB).
+const SAVED_MAX: usize = 256 << 10;
+const RESTORE_MAX: usize = 120 << 10;
+
+/// The variables to add to a run's environment for [`RESTORE_ENV`]: a copy of each of `env`
+/// (`__div_env_NAME`) and `__div_restore`, the code that sets each again from its copy and
+/// drops the copies. Names a shell cannot assign, and copies past a few hundred KiB, are
+/// left out (those variables are then as the profile leaves them).
+pub fn profile_proof(env: &[(String, String)]) -> Vec<(String, String)> {
+    let shell_name = |k: &str| {
+        let mut chars = k.chars();
+        chars
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+            && !k.starts_with("__div_")
+            && !NOT_RESTORED.contains(&k)
+    };
+    let mut last: Vec<(&str, &str)> = Vec::new();
+    for (k, v) in env {
+        match last.iter_mut().find(|(n, _)| n == k) {
+            Some(entry) => entry.1 = v,
+            None => last.push((k, v)),
+        }
+    }
+    let (mut saved, mut code, mut bytes) = (Vec::new(), String::new(), 0usize);
+    for (k, v) in last.into_iter().filter(|(k, _)| shell_name(k)) {
+        let line = format!("export {k}=\"$__div_env_{k}\"; unset __div_env_{k}\n");
+        if bytes + k.len() + v.len() + 12 > SAVED_MAX || code.len() + line.len() > RESTORE_MAX {
+            continue;
+        }
+        bytes += k.len() + v.len() + 12;
+        code.push_str(&line);
+        saved.push((format!("__div_env_{k}"), v.to_owned()));
+    }
+    if !saved.is_empty() {
+        saved.push(("__div_restore".to_owned(), code));
+    }
+    saved
+}
 
 /// Where the shared download cache is inside the sandbox.
 pub const CACHE_MOUNT: &str = "/cache";
@@ -261,6 +328,15 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         ]);
     }
     argv.extend(root_argv(input));
+    // A `WorkingDir` the image lacks is made for the run, as docker does, never in the
+    // cached tree (`image_tree::working_dir_args`; the launcher refused one that cannot be).
+    let working_dir = input
+        .image
+        .map(|image| {
+            crate::image_tree::working_dir_args(&image.rootfs, input.chdir).unwrap_or_default()
+        })
+        .unwrap_or_default();
+    argv.extend(working_dir.early);
     argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
     // Without capabilities a run under a root server is still uid 0, and the kernel lets
     // uid 0 write root's files in /proc with no capability check (`/proc/sys/vm/drop_caches`
@@ -319,6 +395,7 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             crate::init::IN_SANDBOX.to_owned(),
         ]);
     }
+    argv.extend(working_dir.late);
     if input.image.is_some() {
         // The root (a tmpfs holding the mount points) read-only too, once they are made.
         argv.extend(["--remount-ro", "/"].map(str::to_owned));
@@ -332,11 +409,11 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
     if input.image.is_some() && !input.devices.is_empty() {
         // Found after the image's own and the run's: appended, never set over them.
         argv.push(format!(
-            "export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\n{}",
+            "{RESTORE_ENV}export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\n{}",
             input.command
         ));
     } else {
-        argv.push(input.command.to_owned());
+        argv.push(format!("{RESTORE_ENV}{}", input.command));
     }
     argv
 }
@@ -559,7 +636,7 @@ fn host_root_argv(input: &SandboxInput<'_>) -> Vec<String> {
 /// `python` is added at the end of the PATH (from a link in `bin`) when the host has only
 /// `python3`.
 pub fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec<String> {
-    let mut text = String::new();
+    let mut text = RESTORE_ENV.to_owned();
     if let Some(python3) = python_shim()
         && std::fs::create_dir_all(bin).is_ok()
     {
@@ -599,8 +676,8 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::{
-        DriverFiles, GPU_DRIVER_DIR, ImageRoot, SandboxInput, bwrap_argv, driver_binds,
-        driver_libraries, driver_programs,
+        DriverFiles, GPU_DRIVER_DIR, ImageRoot, RESTORE_ENV, SandboxInput, bwrap_argv,
+        driver_binds, driver_libraries, driver_programs, profile_proof,
     };
 
     /// A fake driver: libraries as the NVIDIA installer leaves them (a versioned file, its
@@ -686,6 +763,50 @@ mod tests {
         assert_eq!(driver_libraries(&hostile, "x86-64"), vec![]);
     }
 
+    /// A profile that sets `PATH` and `LANG` for everyone, as Debian's and Alpine's do, and
+    /// unsets another: after [`RESTORE_ENV`] the command sees what div gave it, and what the
+    /// profile added beside.
+    #[test]
+    fn what_a_profile_does_to_the_run_s_variables_is_undone() {
+        let env: Vec<(String, String)> = [
+            ("PATH", "/opt/venv/bin:/usr/bin:/bin"),
+            ("LANG", "de_DE.UTF-8"),
+            ("QUOTED", "it's \"$HOME\" `x` \\ \n two lines"),
+            ("PATH", "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"),
+            ("IFS", "x"),
+            ("not-a-name", "v"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .to_vec();
+        let saved = profile_proof(&env);
+        let profile = "PATH=/usr/bin:/bin; export LANG=C.UTF-8; unset QUOTED; export PS1='# '\n";
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "{profile}{RESTORE_ENV}printf '%s|' \"$PATH\" \"$LANG\" \"$QUOTED\" \"$PS1\"; env | grep -c __div_ || true"
+            ))
+            .env_clear()
+            .envs(env.iter().filter(|(k, _)| k != "not-a-name").map(|(k, v)| (k, v)))
+            .envs(saved.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin|de_DE.UTF-8|it's \"$HOME\" `x` \\ \n two lines|# |0\n"
+        );
+        // One copy a name (the last value), and no name a shell would not take back.
+        assert_eq!(
+            saved.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            [
+                "__div_env_PATH",
+                "__div_env_LANG",
+                "__div_env_QUOTED",
+                "__div_restore"
+            ]
+        );
+        assert!(profile_proof(&[]).is_empty());
+    }
+
     #[test]
     fn a_gpu_run_in_an_image_finds_the_driver_after_its_own_paths() {
         let tmp = tempfile::tempdir().unwrap();
@@ -718,7 +839,7 @@ mod tests {
         assert_eq!(
             gpu.last().unwrap(),
             &format!(
-                "export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\nnvidia-smi"
+                "{RESTORE_ENV}export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\nnvidia-smi"
             )
         );
         assert!(
@@ -740,13 +861,13 @@ mod tests {
         );
         // No GPU, or this machine's own system (the driver is already there): unchanged.
         let cpu = bwrap_argv(&input(Some(&image), &[]));
-        assert_eq!(cpu.last().unwrap(), "nvidia-smi");
+        assert_eq!(cpu.last().unwrap(), &format!("{RESTORE_ENV}nvidia-smi"));
         assert!(
             !cpu.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
             "{cpu:?}"
         );
         let host = bwrap_argv(&input(None, &devices));
-        assert_eq!(host.last().unwrap(), "nvidia-smi");
+        assert_eq!(host.last().unwrap(), &format!("{RESTORE_ENV}nvidia-smi"));
         assert!(
             !host.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
             "{host:?}"

@@ -76,6 +76,26 @@ pub(crate) struct RunImage {
     pub(crate) user: Option<(u32, u32)>,
     /// Whether `/etc/resolv.conf` and `/etc/hosts` of the tree can take the host's files.
     pub(crate) name_resolution: bool,
+    /// How the pull found it (not kept in the run's record).
+    #[serde(skip)]
+    pub(crate) source: Option<div_image::ImageSource>,
+}
+
+/// The pull policy div-image follows for a request's `pull` (absent: `missing`).
+fn store_policy(pull: Option<div_api::PullPolicy>) -> PullPolicy {
+    match pull.unwrap_or_default() {
+        div_api::PullPolicy::Missing => PullPolicy::Missing,
+        div_api::PullPolicy::Always => PullPolicy::Always,
+        div_api::PullPolicy::Never => PullPolicy::Never,
+    }
+}
+
+/// `t` as RFC 3339, to the second.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    div_runtime::clock::rfc3339(ms)
 }
 
 impl RunImage {
@@ -105,8 +125,8 @@ impl Images {
                     insecure_registries: settings.insecure_registries.clone(),
                     ..RegistryOptions::default()
                 },
-                // A tag pulled once is used from the cache (no network per run); `div image
-                // prune` forgets it.
+                // A tag pulled once is used from the cache (no network per run) unless the
+                // run says otherwise (`--pull`, set per pull); `div image prune` forgets it.
                 pull_policy: PullPolicy::Missing,
                 unpack: UnpackLimits::default(),
             },
@@ -116,6 +136,26 @@ impl Images {
             settings,
             home: home.to_path_buf(),
         })
+    }
+
+    /// `--pull never` for a run naming `requested` whose image is not cached: refused with
+    /// what to do instead, before anything is shipped or created (asked by the validation; a
+    /// pull would refuse it too, later).
+    pub(crate) fn refuse_uncached(
+        &self,
+        requested: Option<&str>,
+        pull: Option<div_api::PullPolicy>,
+    ) -> Result<(), HttpError> {
+        if pull != Some(div_api::PullPolicy::Never) {
+            return Ok(());
+        }
+        let Some(requested) = to_pull(requested, self.settings.default_image) else {
+            return Ok(());
+        };
+        if self.store.has(&reference(requested)?, &Platform::host()) {
+            return Ok(());
+        }
+        Err(not_cached(requested))
     }
 
     /// What a pull may unpack now: `max_image_gib` from `home/settings.json`, read at each
@@ -130,11 +170,13 @@ impl Images {
     }
 
     /// The image a run naming `requested` runs in: `None` for this machine's own system (a
-    /// run that names no image, when the setting says so), else the image, pulled if it is
-    /// not cached. A named image is never replaced, even when it is the default one.
+    /// run that names no image, when the setting says so), else the image, asking the
+    /// registry as `pull` says (`missing` when absent: pulled if it is not cached). A named
+    /// image is never replaced, even when it is the default one.
     pub(crate) async fn resolve(
         &self,
         requested: Option<&str>,
+        pull: Option<div_api::PullPolicy>,
         progress: &dyn ProgressSink,
     ) -> Result<Option<RunImage>, HttpError> {
         let Some(requested) = to_pull(requested, self.settings.default_image) else {
@@ -150,11 +192,13 @@ impl Images {
         let image = self
             .store
             .with_unpack_limits(self.unpack_limits()?)
+            .with_pull_policy(store_policy(pull))
             .ensure(&reference, &Platform::host(), &credentials, progress)
             .await
             .map_err(|e| {
                 let refused = refusal(&e, &self.home);
                 match &e {
+                    EnsureError::NotCached { .. } => not_cached(requested),
                     // What the client can say instead: where this machine's own system stands
                     // in for the default image, a run without `--image` needs no registry.
                     EnsureError::Unreachable { registry, .. } => {
@@ -184,6 +228,7 @@ impl Images {
             user,
             rootfs: image.rootfs,
             name_resolution,
+            source: Some(image.source),
         }))
     }
 }
@@ -210,6 +255,15 @@ impl Images {
                 .map(|i| CachedImage {
                     digest: i.digest.to_string(),
                     references: i.references,
+                    resolved: i
+                        .resolved
+                        .into_iter()
+                        .map(|(reference, t)| div_api::ResolvedReference {
+                            reference,
+                            resolved_at: rfc3339(t),
+                        })
+                        .collect(),
+                    downloaded_bytes: i.downloaded_bytes,
                     compressed_bytes: i.compressed_bytes,
                     unpacked_bytes: i.unpacked_bytes,
                     extra: Default::default(),
@@ -275,6 +329,13 @@ fn images_in_use(runs: &Path) -> Vec<Digest> {
     keep.sort_by_key(ToString::to_string);
     keep.dedup();
     keep
+}
+
+/// The refusal of `--pull never` for an image the cache lacks.
+fn not_cached(requested: &str) -> HttpError {
+    HttpError::invalid(format!(
+        "`{requested}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+    ))
 }
 
 /// `requested` as an image reference, or the refusal that says how to write one (asked by
@@ -348,6 +409,7 @@ pub(crate) fn host_stands_in_line(image: &str) -> String {
 pub(crate) async fn pull_stream(
     images: &Images,
     image: Option<String>,
+    pull: Option<div_api::PullPolicy>,
     tx: tokio::sync::mpsc::Sender<bytes::Bytes>,
 ) {
     let line = |v: serde_json::Value| {
@@ -379,9 +441,22 @@ pub(crate) async fn pull_stream(
         // Progress is best effort: a line the client is too slow for is dropped.
         let _ = tx.try_send(line(v));
     };
-    let last = match images.resolve(image.as_deref(), &sink).await {
-        Ok(Some(run_image)) => serde_json::json!({"event": "ready",
-            "image": run_image.reference, "digest": run_image.digest}),
+    let last = match images.resolve(image.as_deref(), pull, &sink).await {
+        Ok(Some(run_image)) => {
+            use div_image::ImageSource as S;
+            let (source, resolved_at) = match run_image.source {
+                Some(S::Pulled) => ("pulled", None),
+                Some(S::Checked) => ("checked", None),
+                Some(S::Cached { resolved_at }) => ("cached", resolved_at.map(rfc3339)),
+                None => ("cached", None),
+            };
+            let mut v = serde_json::json!({"event": "ready",
+                "image": run_image.reference, "digest": run_image.digest, "source": source});
+            if let Some(at) = resolved_at {
+                v["resolved_at"] = serde_json::Value::String(at);
+            }
+            v
+        }
         Ok(None) => serde_json::json!({"event": "host",
             "image": image.as_deref().unwrap_or(div_spec::DEFAULT_IMAGE)}),
         Err(e) if e.details.is_null() => serde_json::json!({"event": "error",
@@ -509,6 +584,44 @@ mod tests {
         );
         assert_eq!(e.code, ErrorCode::Invalid);
         assert!(e.message.contains("its diff_id is"), "{}", e.message);
+    }
+
+    #[test]
+    fn pull_never_refuses_an_image_the_cache_lacks_before_anything() {
+        let home = tempfile::tempdir().unwrap();
+        let never = Some(div_api::PullPolicy::Never);
+        let images = Images::open(home.path(), Default::default()).unwrap();
+        let e = images
+            .refuse_uncached(Some("127.0.0.1:5000/app:t"), never)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert_eq!(
+            e.message,
+            "`127.0.0.1:5000/app:t` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+        );
+        // Another policy, or this machine's own system standing in: nothing to refuse.
+        assert!(
+            images
+                .refuse_uncached(Some("127.0.0.1:5000/app:t"), None)
+                .is_ok()
+        );
+        assert!(images.refuse_uncached(None, never).is_ok());
+        // The default image, pulled by the server's setting, is asked about like any other.
+        let pulling = Images::open(
+            home.path(),
+            super::ImageSettings {
+                default_image: DefaultImage::Pull,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let e = pulling.refuse_uncached(None, never).unwrap_err();
+        assert!(
+            e.message
+                .starts_with(&format!("`{}` is not", div_spec::DEFAULT_IMAGE)),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -195,6 +195,7 @@ pub fn quick_run(ctx: &ConformanceContext, name: Option<String>) -> CreateRun {
         memory_gib: None,
         max_spend_cents: None,
         image: None,
+        pull: None,
         env: Vec::new(),
         checks: Vec::new(),
         code: None,

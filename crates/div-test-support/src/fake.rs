@@ -225,12 +225,19 @@ impl FakeControlPlane {
     }
 
     /// The image cache holds `reference` (unpacked from `compressed_bytes` into
-    /// `unpacked_bytes`), as if a pull had put it there; its digest is made of its name.
+    /// `unpacked_bytes`), as if a pull had put it there (all of it downloaded, its tag
+    /// resolved at the fake's time); its digest is made of its name. The fake pulls
+    /// nothing: `pull_image` is the trait's default.
     pub fn add_image(&self, reference: &str, compressed_bytes: u64, unpacked_bytes: u64) {
         let digest = format!("sha256:{}", blake3::hash(reference.as_bytes()).to_hex());
         self.state().images.push(CachedImage {
             digest,
             references: vec![reference.to_owned()],
+            resolved: vec![div_api::ResolvedReference {
+                reference: reference.to_owned(),
+                resolved_at: FAKE_TIME.to_owned(),
+            }],
+            downloaded_bytes: Some(compressed_bytes),
             compressed_bytes,
             unpacked_bytes,
             extra: Default::default(),

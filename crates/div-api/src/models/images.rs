@@ -9,6 +9,73 @@ use super::Extra;
 pub struct PullImage {
     /// A reference, as docker writes one: `busybox`, `host:port/name:tag`, `name@sha256:…`.
     pub image: String,
+    /// When to ask the registry; absent: [`PullPolicy::Missing`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullPolicy>,
+}
+
+/// When the control plane asks the registry for a run's image (`div run --pull`, docker's
+/// words).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullPolicy {
+    /// A reference already in the cache is used as it is, without the network (what its tag
+    /// last resolved to); one that is not is pulled.
+    #[default]
+    Missing,
+    /// A tag is resolved at the registry each time, and pulled when it moved (a digest
+    /// reference already cached needs no network).
+    Always,
+    /// The network is never used: a reference not in the cache is refused.
+    Never,
+}
+
+impl PullPolicy {
+    /// Its name, as `--pull` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Missing => "missing",
+            PullPolicy::Always => "always",
+            PullPolicy::Never => "never",
+        }
+    }
+}
+
+impl std::fmt::Display for PullPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PullPolicy {
+    type Err = String;
+
+    fn from_str(typed: &str) -> Result<PullPolicy, String> {
+        match typed {
+            "missing" => Ok(PullPolicy::Missing),
+            "always" => Ok(PullPolicy::Always),
+            "never" => Ok(PullPolicy::Never),
+            _ => Err(format!(
+                "`{}` is not a pull policy; write `missing` (the default: pull only what is not cached), `always` (ask the registry each time) or `never` (use the cache alone)",
+                typed.escape_debug()
+            )),
+        }
+    }
+}
+
+/// How the image a pull ended with was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageSourceKind {
+    /// Pulled now.
+    Pulled,
+    /// Its tag resolved at the registry now, to an image already cached.
+    Checked,
+    /// Taken from the cache without asking the registry.
+    Cached,
+    /// A source of a newer control plane.
+    #[serde(other)]
+    Other,
 }
 
 /// One line of `POST /v1/images/pull`'s answer (`application/x-ndjson`), in order; the last
@@ -23,8 +90,17 @@ pub enum PullEvent {
     Progress { done: u64, total: u64 },
     /// Layer `layer` (from 1) of `layers` is being unpacked.
     Unpacking { layer: u64, layers: u64 },
-    /// The image is cached and unpacked.
-    Ready { image: String, digest: String },
+    /// The image is cached and unpacked. `source` (absent from an older control plane):
+    /// pulled now, checked at the registry, or taken from the cache; `resolved_at` (RFC
+    /// 3339): when its tag last resolved at the registry to this digest, where known.
+    Ready {
+        image: String,
+        digest: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<ImageSourceKind>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolved_at: Option<String>,
+    },
     /// Nothing was pulled: the control plane's own system stands in for this (default) image.
     Host { image: String },
     /// The image cannot be used: the error `POST /v1/runs` would give.
@@ -65,12 +141,30 @@ pub struct CachedImage {
     pub digest: String,
     /// Every reference it was pulled as (`docker.io/library/busybox:latest`).
     pub references: Vec<String>,
-    /// Its layers' size as downloaded (compressed).
+    /// Its layers' size as the registry serves them (compressed).
     pub compressed_bytes: u64,
+    /// What this cache downloaded for it (blobs it did not already have; a layer shared
+    /// with an image pulled before counts there). Absent: unknown (pulled by an older
+    /// control plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downloaded_bytes: Option<u64>,
+    /// When each of its references last resolved at the registry to this image (pulled, or
+    /// checked by `--pull always`).
+    #[serde(default)]
+    pub resolved: Vec<ResolvedReference>,
     /// Its unpacked tree's size.
     pub unpacked_bytes: u64,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// A reference and when it resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedReference {
+    /// `127.0.0.1:5000/tools/busybox:1`.
+    pub reference: String,
+    /// RFC 3339, UTC.
+    pub resolved_at: String,
 }
 
 /// The disk an image cache takes.

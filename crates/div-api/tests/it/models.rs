@@ -99,6 +99,7 @@ pub(crate) mod examples {
             memory_gib: Some(64),
             max_spend_cents: Some(500),
             image: Some("img".into()),
+            pull: Some(div_api::PullPolicy::Always),
             env: vec![EnvVar {
                 key: "A".into(),
                 value: "1".into(),
@@ -172,6 +173,11 @@ pub(crate) mod examples {
                 digest: format!("sha256:{}", "ab".repeat(32)),
                 references: vec!["docker.io/library/busybox:latest".into()],
                 compressed_bytes: 2_000_000,
+                downloaded_bytes: Some(1_500_000),
+                resolved: vec![div_api::ResolvedReference {
+                    reference: "docker.io/library/busybox:latest".into(),
+                    resolved_at: "2026-12-02T00:31:07Z".into(),
+                }],
                 unpacked_bytes: 4_000_000,
                 extra: Extra::new(),
             }],

@@ -260,6 +260,7 @@ fn models_match_their_schemas() {
         "PullImage",
         &div_api::PullImage {
             image: "busybox".into(),
+            pull: Some(div_api::PullPolicy::Never),
         },
     ));
     errors.extend(check_model("ImageCache", &ex::image_cache()));

@@ -17,21 +17,44 @@ pub(crate) async fn image(
     match command {
         ImageCommand::Ls => {
             let cache = div_core::image_list(&*cp).await.map_err(super::failure)?;
-            let mut images = cache.images;
-            images.sort_by(|a, b| a.references.cmp(&b.references));
-            let mut out = String::new();
-            if !images.is_empty() {
-                out.push_str("IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n");
-            }
+            let images = cache.images;
+            // One row a reference (a tag names one image: the one it last resolved to), and
+            // one for an image no reference names any more (`<none>`, as docker writes it).
+            let mut rows: Vec<[String; 5]> = Vec::new();
             for image in &images {
-                let digest = &image.digest;
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{}\n",
-                    image.references.join(", "),
-                    digest.get(..19).unwrap_or(digest),
-                    div_spec::format_bytes(image.compressed_bytes),
-                    div_spec::format_bytes(image.unpacked_bytes),
-                ));
+                let digest = image.digest.get(..19).unwrap_or(&image.digest).to_owned();
+                let downloaded = image
+                    .downloaded_bytes
+                    .map_or_else(|| "-".to_owned(), div_spec::format_bytes);
+                let unpacked = div_spec::format_bytes(image.unpacked_bytes);
+                let references: Vec<&str> = if image.references.is_empty() {
+                    vec!["<none>"]
+                } else {
+                    image.references.iter().map(String::as_str).collect()
+                };
+                for reference in references {
+                    let resolved = image
+                        .resolved
+                        .iter()
+                        .find(|r| r.reference == reference)
+                        .map_or_else(|| "-".to_owned(), |r| r.resolved_at.clone());
+                    rows.push([
+                        reference.to_owned(),
+                        digest.clone(),
+                        resolved,
+                        downloaded.clone(),
+                        unpacked.clone(),
+                    ]);
+                }
+            }
+            rows.sort();
+            let mut out = String::new();
+            if !rows.is_empty() {
+                out.push_str("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n");
+            }
+            for row in &rows {
+                out.push_str(&row.join("\t"));
+                out.push('\n');
             }
             printer
                 .data_escaped(&out)

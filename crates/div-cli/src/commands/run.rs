@@ -153,6 +153,7 @@ pub(crate) async fn run(
         project_env: settings.project.clone(),
         name: args.name,
         image: args.image,
+        pull: args.pull.map(Into::into),
         env: args.env,
         checks: args.check,
         telemetry: args.telemetry.map(|t| settings.cwd.join(t)),
@@ -303,7 +304,7 @@ pub(crate) async fn run(
 /// What `div run` says while the control plane pulls the image: the layers and bytes, each
 /// quarter of them as it arrives, the unpacking, then the digest.
 fn pull_line(seen: &Mutex<Seen>, image: &str, event: &div_api::PullEvent) -> Option<String> {
-    use div_api::PullEvent as P;
+    use div_api::{ImageSourceKind, PullEvent as P};
     match event {
         P::Resolved { layers, bytes } => {
             seen.lock().unwrap_or_else(|e| e.into_inner()).pulling = true;
@@ -334,6 +335,25 @@ fn pull_line(seen: &Mutex<Seen>, image: &str, event: &div_api::PullEvent) -> Opt
         P::Ready { digest, .. } if seen.lock().unwrap_or_else(|e| e.into_inner()).pulling => {
             Some(format!("image {image} ready ({digest})"))
         }
+        // Not pulled: which image the run gets, and why it may not be the registry's latest.
+        P::Ready {
+            digest,
+            source: Some(ImageSourceKind::Cached),
+            resolved_at,
+            ..
+        } => Some(match resolved_at {
+            Some(at) => format!(
+                "image {image}: {digest} from the cache, as the tag resolved at {at} (--pull always looks for a newer one)"
+            ),
+            None => format!("image {image}: {digest} from the cache"),
+        }),
+        P::Ready {
+            digest,
+            source: Some(ImageSourceKind::Checked),
+            ..
+        } => Some(format!(
+            "image {image}: {digest}, as the registry has it now, already cached"
+        )),
         _ => None,
     }
 }

@@ -579,8 +579,19 @@ async fn image_ls_and_prune_go_through_the_control_plane() {
                     "images": [{
                         "digest": digest,
                         "references": ["127.0.0.1:5000/tools/busybox:1"],
+                        "resolved": [{
+                            "reference": "127.0.0.1:5000/tools/busybox:1",
+                            "resolved_at": "2026-12-02T00:31:07Z",
+                        }],
                         "compressed_bytes": 1_200_000,
+                        "downloaded_bytes": 300_000,
                         "unpacked_bytes": 2_400_000,
+                    }, {
+                        // An older control plane's, or one no tag names any more.
+                        "digest": format!("sha256:{}", "cd".repeat(32)),
+                        "references": [],
+                        "compressed_bytes": 900_000,
+                        "unpacked_bytes": 1_000,
                     }],
                     "disk": {"blobs": 1_200_000, "images": 2_400_000, "tmp": 0},
                 }),
@@ -601,10 +612,11 @@ async fn image_ls_and_prune_go_through_the_control_plane() {
     assert_eq!(ls.code, 0, "{}", ls.stderr);
     assert_eq!(
         ls.stdout,
-        "IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n\
-         127.0.0.1:5000/tools/busybox:1\tsha256:abababababab\t1.2 MB\t2.4 MB\n"
+        "IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n\
+         127.0.0.1:5000/tools/busybox:1\tsha256:abababababab\t2026-12-02T00:31:07Z\t300.0 KB\t2.4 MB\n\
+         <none>\tsha256:cdcdcdcdcdcd\t-\t-\t1.0 KB\n"
     );
-    assert_snapshot!(ls.stderr, @"1 image cached in /srv/div/images: 3.6 MB on disk (1.2 MB of blobs, 2.4 MB unpacked, 0 B in progress)");
+    assert_snapshot!(ls.stderr, @"2 images cached in /srv/div/images: 3.6 MB on disk (1.2 MB of blobs, 2.4 MB unpacked, 0 B in progress)");
     let prune = world.div(&["image", "prune"]).await;
     assert_eq!(prune.code, 0, "{}", prune.stderr);
     assert_snapshot!(prune.stderr, @"removed 1 image and 3 blobs, 3.6 MB freed; kept 0 that queued or running runs use");

@@ -427,14 +427,17 @@ fn div_image_lists_the_cache_and_prunes_it() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stdout.starts_with("IMAGE\tDIGEST\tDOWNLOADED\tUNPACKED\n"),
+        stdout.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
         "{stdout}"
     );
     let row = stdout.lines().nth(1).unwrap_or_default();
     let fields: Vec<&str> = row.split('\t').collect();
-    assert_eq!(fields.len(), 4, "{row}");
+    assert_eq!(fields.len(), 5, "{row}");
     assert_eq!(fields[0], image, "{row}");
     assert!(fields[1].starts_with("sha256:"), "{row}");
+    // Pulled by this cache: when the tag resolved, and what came down (all of it here).
+    assert!(fields[2].ends_with('Z'), "{row}");
+    assert!(fields[3].ends_with('B'), "{row}");
     assert!(stderr.contains("1 image cached in"), "{stderr}");
     assert!(stderr.contains(" on disk ("), "{stderr}");
 
@@ -902,5 +905,461 @@ fn a_decompression_bomb_and_a_wrong_diff_id_are_refused_while_a_run_beside_them_
         text(&out.stdout).contains("after\n"),
         "{}",
         text(&out.stdout)
+    );
+}
+
+/// Pushes each `(repository, tag, layers, config)` to a fresh loopback registry; `None`
+/// (skipped loudly) without `docker-registry` or busybox.
+fn registry_with(images: Vec<(&str, &str, Vec<Vec<E>>, serde_json::Value)>) -> Option<Registry> {
+    let reg = Registry::start(None)?;
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        for (repo, tag, layers, config) in images {
+            push(
+                &reg.addr,
+                repo,
+                tag,
+                &build(&layers, config),
+                &Credentials::none(),
+            )
+            .await;
+        }
+    });
+    Some(reg)
+}
+
+/// A shell script at `path` (mode 0755).
+fn script(path: &'static str, body: &str) -> E {
+    E::File(path, 0o755, format!("#!/bin/sh\n{body}\n").into_bytes())
+}
+
+/// Debian's `/etc/profile`, in what it does to `PATH` (and a variable of the image's that a
+/// profile also sets, and one only the profile sets, to see it ran).
+const DEBIAN_LIKE_PROFILE: &str = "if [ \"$(id -u)\" -eq 0 ]; then\n  PATH=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\nelse\n  PATH=\"/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\"\nfi\nexport PATH\nexport GREETING='from the profile'\nexport PROFILE_RAN=yes\n";
+
+#[test]
+fn the_image_s_path_and_env_survive_a_profile_that_resets_them() {
+    let Some(mut layer) = busybox_layer() else {
+        return;
+    };
+    layer.extend([
+        E::Symlink("bin/which", "busybox"),
+        file("etc/profile", DEBIAN_LIKE_PROFILE),
+        E::Dir("opt", 0o755),
+        E::Dir("opt/venv", 0o755),
+        E::Dir("opt/venv/bin", 0o755),
+        script("opt/venv/bin/marker", "echo \"marker from the venv\""),
+    ]);
+    let path = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let Some(reg) = registry_with(vec![(
+        "tools/venv",
+        "1",
+        vec![layer],
+        serde_json::json!({"Env": [format!("PATH={path}"), "GREETING=from the image"]}),
+    )]) else {
+        return;
+    };
+    let local = project();
+    let image = format!("{}/tools/venv:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--env",
+        "MINE=from --env",
+        "--no-upload",
+        "--",
+        "echo \"path=$PATH\"; which marker; marker; echo \"greeting=$GREETING mine=$MINE profile=$PROFILE_RAN\"; env | grep -c __div_ || true",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // The image's PATH, whatever the profile set; the profile still ran (`sh -lc`).
+    assert!(stdout.contains(&format!("\npath={path}\n")), "{stdout}");
+    assert!(
+        stdout.contains("\n/opt/venv/bin/marker\nmarker from the venv\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\ngreeting=from the image mine=from --env profile=yes\n"),
+        "{stdout}"
+    );
+    // div's copies are gone before the command starts.
+    assert!(stdout.contains("\n0\n"), "{stdout}");
+}
+
+#[test]
+fn a_py_entrypoint_runs_with_python3_where_the_image_has_no_python() {
+    let Some(layer) = busybox_layer() else {
+        return;
+    };
+    let python3 = vec![
+        E::Dir("usr", 0o755),
+        E::Dir("usr/bin", 0o755),
+        script("usr/bin/python3", "echo \"fake python3 got: $*\""),
+    ];
+    let mut both = python3.clone();
+    both.push(script("usr/bin/python", "echo \"fake python got: $*\""));
+    let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
+    let Some(reg) = registry_with(vec![
+        (
+            "tools/py",
+            "3only",
+            vec![layer.clone(), python3],
+            config.clone(),
+        ),
+        ("tools/py", "both", vec![layer, both], config),
+    ]) else {
+        return;
+    };
+    let local = project();
+    let only = format!("{}/tools/py:3only", reg.addr);
+    for (entrypoint, command) in [
+        ("train.py::main", "-u -c 'from train import main; main()'"),
+        ("train.py", "-u train.py"),
+    ] {
+        let out = local.div(&["run", "--gpu", "cpu", "--image", &only, entrypoint]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let said = format!(
+            "div: the image {only} has no `python` on its PATH, only `python3`: the entrypoint {entrypoint} runs as `python3 {command}`"
+        );
+        let said_at = stdout
+            .find(&said)
+            .unwrap_or_else(|| panic!("said: {stdout}"));
+        let ran_at = stdout
+            .find(&format!(
+                "fake python3 got: {}\n",
+                command.replace('\'', "")
+            ))
+            .unwrap_or_else(|| panic!("ran: {stdout}"));
+        assert!(said_at < ran_at, "said in the first lines: {stdout}");
+    }
+    // A command the user wrote is never rewritten: its last line says what the image has.
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &only,
+        "--",
+        "python train.py",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains(&format!(
+            "div: the image {only} has no `python` on its PATH, and the entrypoint python train.py is Python: it has `python3`: write that in the command"
+        )),
+        "{all}"
+    );
+    // Where `python` is there, it is what runs, and nothing is said.
+    let both = format!("{}/tools/py:both", reg.addr);
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &both, "train.py"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("fake python got: -u train.py\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("python3"), "{stdout}");
+}
+
+#[test]
+fn a_working_dir_the_image_lacks_is_made_for_the_run_and_never_in_the_cache() {
+    let Some(mut layer) = busybox_layer() else {
+        return;
+    };
+    layer.extend([
+        E::Dir("usr", 0o755),
+        E::Dir("usr/src", 0o755),
+        file("usr/src/kept", "the image's\n"),
+        file("file", "not a directory\n"),
+    ]);
+    let Some(reg) = registry_with(vec![
+        (
+            "tools/wd",
+            "top",
+            vec![layer.clone()],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/app/sub"}),
+        ),
+        (
+            "tools/wd",
+            "deep",
+            vec![layer.clone()],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/usr/src/app"}),
+        ),
+        (
+            "tools/wd",
+            "file",
+            vec![layer],
+            serde_json::json!({"Env": ["PATH=/bin"], "WorkingDir": "/file/app"}),
+        ),
+    ]) else {
+        return;
+    };
+    let local = project();
+    for (tag, dir) in [("top", "/app/sub"), ("deep", "/usr/src/app")] {
+        let image = format!("{}/tools/wd:{tag}", reg.addr);
+        let out = local.div(&[
+            "run",
+            "--gpu",
+            "cpu",
+            "--image",
+            &image,
+            "--no-upload",
+            "--",
+            "pwd; touch here && echo wrote; ls; cat /usr/src/kept; (echo x > /usr/src/new) 2>/dev/null && echo WROTE THE IMAGE; ls /usr/src",
+        ]);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{tag}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!(
+                "div: the image has no {dir}, its WorkingDir: made for this run"
+            )),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("\n{dir}\nwrote\nhere\nthe image's\n")),
+            "{tag}: {stdout}"
+        );
+        assert!(!stdout.contains("WROTE THE IMAGE"), "{tag}: {stdout}");
+        // The rest of the image as it was: `/usr/src` keeps its entries.
+        assert!(stdout.contains("kept"), "{tag}: {stdout}");
+    }
+    // Nothing was made in the cached trees.
+    for tree in local.rootfs() {
+        assert!(!tree.join("app").exists(), "{tree:?}");
+        assert!(!tree.join("usr/src/app").exists(), "{tree:?}");
+    }
+    // A WorkingDir that cannot be a directory: the run fails, saying why.
+    let image = format!("{}/tools/wd:file", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &image,
+        "--no-upload",
+        "--",
+        "pwd",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains("the image's WorkingDir `/file/app` cannot be where the run starts: `/file` is a file in the image, not a directory"),
+        "{all}"
+    );
+}
+
+/// The digest an image's first log line names (`div: image REF (sha256:…)`).
+fn first_line_digest(stdout: &str, image: &str) -> Option<String> {
+    let start = stdout.find(&format!("div: image {image} ("))? + image.len() + 13;
+    let end = start + stdout[start..].find(')')?;
+    Some(stdout[start..end].to_owned())
+}
+
+#[test]
+fn a_tag_that_moved_is_pulled_again_as_pull_says() {
+    let Some(layer) = busybox_layer() else {
+        return;
+    };
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let marked = |which: &str| {
+        build(
+            &[
+                layer.clone(),
+                vec![file("etc/which", &format!("image {which}\n"))],
+            ],
+            serde_json::json!({"Env": ["PATH=/bin"]}),
+        )
+    };
+    let (a, b) = (marked("A"), marked("B"));
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &a,
+        &Credentials::none(),
+    ));
+    rt.block_on(push(
+        &reg.addr,
+        "tools/other",
+        "1",
+        &a,
+        &Credentials::none(),
+    ));
+    let local = project();
+    let image = format!("{}/tools/moving:t", reg.addr);
+    let run = |pull: Option<&str>| {
+        let mut args = vec!["run", "--gpu", "cpu", "--image", &image];
+        if let Some(pull) = pull {
+            args.extend(["--pull", pull]);
+        }
+        args.extend(["--no-upload", "--", "cat /etc/which"]);
+        let out = local.div(&args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{pull:?}: {stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let (a_digest, b_digest) = (a.manifest_digest.to_string(), b.manifest_digest.to_string());
+
+    let (stdout, _) = run(None);
+    assert!(stdout.contains("\nimage A\n"), "{stdout}");
+    assert_eq!(
+        first_line_digest(&stdout, &image).as_deref(),
+        Some(a_digest.as_str())
+    );
+
+    // The tag moves to B at the registry.
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &b,
+        &Credentials::none(),
+    ));
+    for pull in [None, Some("missing")] {
+        let (stdout, stderr) = run(pull);
+        assert!(stdout.contains("\nimage A\n"), "{pull:?}: {stdout}");
+        assert_eq!(
+            first_line_digest(&stdout, &image).as_deref(),
+            Some(a_digest.as_str())
+        );
+        assert!(
+            stderr.contains(&format!(
+                "image {image}: {a_digest} from the cache, as the tag resolved at "
+            )) && stderr.contains("(--pull always looks for a newer one)"),
+            "{pull:?}: {stderr}"
+        );
+        assert!(!stderr.contains("pulling "), "{stderr}");
+    }
+    let (stdout, stderr) = run(Some("always"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    assert_eq!(
+        first_line_digest(&stdout, &image).as_deref(),
+        Some(b_digest.as_str())
+    );
+    assert!(
+        stderr.contains(&format!("pulling {image}: 2 layers, ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("image {image} ready ({b_digest})")),
+        "{stderr}"
+    );
+    // From now on the tag names B in the cache too; asking again finds it unchanged.
+    let (stdout, _) = run(Some("missing"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    let (stdout, stderr) = run(Some("always"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "image {image}: {b_digest}, as the registry has it now, already cached"
+        )),
+        "{stderr}"
+    );
+    let (stdout, _) = run(Some("never"));
+    assert!(stdout.contains("\nimage B\n"), "{stdout}");
+
+    // `div image ls`: the tag's digest and when it resolved; what each pull downloaded (B's
+    // shared busybox layer came with A, so B downloaded less than its size).
+    let out = local.div(&["image", "ls"]);
+    let listed = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        listed.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
+        "{listed}"
+    );
+    let row = |first: &str| -> Vec<String> {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{first}\t")))
+            .unwrap_or_else(|| panic!("no row for {first}: {listed}"))
+            .split('\t')
+            .map(str::to_owned)
+            .collect()
+    };
+    let size = |built: &Built, skip: &[div_image::Digest]| -> u64 {
+        (built.manifest.len() + built.config.1.len()) as u64
+            + built
+                .blobs
+                .iter()
+                .filter(|(d, _)| !skip.contains(d))
+                .map(|(_, bytes)| bytes.len() as u64)
+                .sum::<u64>()
+    };
+    let tagged = row(&image);
+    assert_eq!(tagged[1], b_digest[..19], "{listed}");
+    assert!(
+        tagged[2].ends_with('Z') && tagged[2].contains('T'),
+        "{listed}"
+    );
+    let b_downloaded = size(&b, &a.layers);
+    assert_eq!(tagged[3], div_spec::format_bytes(b_downloaded), "{listed}");
+    assert!(b_downloaded < size(&b, &[]), "a shared layer");
+    // A keeps no tag (`<none>`) and what it downloaded: all of it.
+    let untagged = row("<none>");
+    assert_eq!(untagged[1], a_digest[..19], "{listed}");
+    assert_eq!(untagged[2], "-", "{listed}");
+    assert_eq!(
+        untagged[3],
+        div_spec::format_bytes(size(&a, &[])),
+        "{listed}"
+    );
+
+    // `--pull never` with nothing cached: refused before anything is created or shipped.
+    let runs_before = std::fs::read_dir(local.home().join("runs"))
+        .expect("runs")
+        .count();
+    let trees_before = local.rootfs();
+    let other = format!("{}/tools/other:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &other,
+        "--pull",
+        "never",
+        "train.py::main",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "`{other}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('→'), "nothing shipped: {stderr}");
+    let runs_after = std::fs::read_dir(local.home().join("runs"))
+        .expect("runs")
+        .count();
+    assert_eq!(runs_after, runs_before, "no run created");
+    assert_eq!(local.rootfs(), trees_before, "nothing pulled");
+    // A word `--pull` does not take is refused by the parser, with the ones it does.
+    let out = local.div(&[
+        "run",
+        "--image",
+        &other,
+        "--pull",
+        "sometimes",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[possible values: missing, always, never]"),
+        "{stderr}"
     );
 }

@@ -75,7 +75,7 @@ pub(super) fn launch(spec: &RunSpec, room: &mut Room) -> Result<Launched, EndRec
         }
         // Written from a thread: bwrap reads it whole at its start, but a pipe holds only
         // 64 KiB, and a bwrap that failed first never reads it (the write then fails).
-        let args = env_args(&spec.env);
+        let args = env_args(&run_env(spec));
         std::thread::spawn(move || {
             let _ = pipe.write_all(&args);
         });
@@ -102,7 +102,7 @@ fn argv(spec: &RunSpec, room: &Room) -> Vec<String> {
     } else {
         let mut argv = launch_prefix(&room.cgroups.dirs());
         argv.extend(["/usr/bin/env".to_owned(), "-i".to_owned()]);
-        argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.extend(run_env(spec).iter().map(|(k, v)| format!("{k}={v}")));
         argv.extend(spec.argv.iter().cloned());
         argv
     }
@@ -185,6 +185,20 @@ fn launch_prefix(dirs: &[PathBuf]) -> Vec<String> {
     );
     argv.push("--".to_owned());
     argv
+}
+
+/// The run's variables, and, when its command begins with the line that sets them again after
+/// the login shell's profile ([`crate::sandbox::RESTORE_ENV`]), the copies that line reads.
+fn run_env(spec: &RunSpec) -> Vec<(String, String)> {
+    let mut env = spec.env.clone();
+    if spec
+        .argv
+        .last()
+        .is_some_and(|c| c.starts_with(crate::sandbox::RESTORE_ENV))
+    {
+        env.extend(crate::sandbox::profile_proof(&spec.env));
+    }
+    env
 }
 
 /// bwrap's `--args` input: `--clearenv`, then `--setenv KEY VALUE` for each variable, each

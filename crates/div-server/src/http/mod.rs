@@ -238,6 +238,8 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             #[derive(serde::Deserialize)]
             struct Pull {
                 image: Option<String>,
+                #[serde(default)]
+                pull: Option<div_api::PullPolicy>,
             }
             let body: Pull = read_json(req).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -245,7 +247,12 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let server = Arc::clone(server);
             // On a blocking thread, as for `POST /v1/runs` (the pull's future is not `Send`).
             tokio::task::spawn_blocking(move || {
-                handle.block_on(crate::images::pull_stream(&server.images, body.image, tx));
+                handle.block_on(crate::images::pull_stream(
+                    &server.images,
+                    body.image,
+                    body.pull,
+                    tx,
+                ));
             });
             Ok(wire::stream("application/x-ndjson", rx))
         }
@@ -264,12 +271,15 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             // The image is pulled (or found in the cache) before the run exists: one that
             // cannot be used is refused with the registry's answer, and nothing is created.
             let (k, b) = (key.clone(), body.clone());
-            let image = blocking(server, move |s| runs::precheck(s, &k, &b)).await?;
+            let (image, pull) = blocking(server, move |s| runs::precheck(s, &k, &b)).await?;
             // On a blocking thread: the pull's future is not `Send` in the way hyper's
             // connection task needs (a higher-ranked lifetime inside div-image's streams).
             let handle = tokio::runtime::Handle::current();
             let image = blocking(server, move |s| {
-                handle.block_on(s.images.resolve(image.as_deref(), &div_image::NoProgress))
+                handle.block_on(
+                    s.images
+                        .resolve(image.as_deref(), pull, &div_image::NoProgress),
+                )
             })
             .await?;
             let (status, run) =

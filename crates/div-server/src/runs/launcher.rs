@@ -125,6 +125,29 @@ fn prepare(
         &mut first_lines,
     )?;
     let secrets = server.store.secret_values().map_err(|e| e.to_string())?;
+    let command = match image.as_ref() {
+        Some(image) => {
+            let path = env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map_or("", |(_, v)| v.as_str());
+            image_command(image, &run.entrypoint, &run.command, path, &mut first_lines)
+        }
+        None => run.command.clone(),
+    };
+    // A run that shipped nothing starts in the image's `WorkingDir`; one the image lacks is
+    // made for the run (docs/runtime.md), one that cannot be a directory refuses the start.
+    if let Some(image) = image.as_ref().filter(|_| run.code.is_none()) {
+        let dir = image.working_dir.as_deref().unwrap_or("/");
+        let made = div_runtime::image_tree::working_dir_args(&image.rootfs, dir)?;
+        if made != div_runtime::image_tree::WorkingDirArgs::default() {
+            first_lines.push(format!(
+                "div: the image has no {}, its WorkingDir: made for this run (empty, writable, gone when it ends), as docker does",
+                dir.escape_debug()
+            ));
+        }
+    }
     // Where a root server can mount for runs (the overlay `/workspace`), the supervisor also
     // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system
     // (an unprivileged server's runs get it from bubblewrap's arguments).
@@ -139,6 +162,7 @@ fn prepare(
         run,
         dir,
         &Sandboxed {
+            command: &command,
             workspace: &workspace,
             places: &places,
             image: image.as_ref(),
@@ -411,6 +435,8 @@ fn environment(
 
 /// What a sandboxed run's command line is built from, beside the run.
 struct Sandboxed<'a> {
+    /// The command as the run's system runs it (`image_command`).
+    command: &'a str,
     workspace: &'a Path,
     places: &'a Places,
     image: Option<&'a RunImage>,
@@ -433,10 +459,7 @@ fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> V
         _ if shipped => "/workspace".to_owned(),
         _ => "/".to_owned(),
     };
-    let command = match s.image {
-        Some(image) => image_command(image, &run.entrypoint, &run.command),
-        None => run.command.clone(),
-    };
+    let command = s.command;
     let devices = if s.gpus.is_empty() {
         Vec::new()
     } else {
@@ -450,7 +473,7 @@ fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> V
         volumes: &s.places.volumes,
         cache: &s.places.cache,
         devices: &devices,
-        command: &command,
+        command,
         chdir: &start_dir,
         image: s.image.map(RunImage::root).as_ref(),
         shim_by_supervisor: s.shim_by_supervisor,
@@ -509,9 +532,18 @@ pub(crate) fn refill_pool(pool: std::path::PathBuf, bytes: u64) {
     });
 }
 
-/// The command as an image runs it: a `.py` entrypoint in an image with no `python` on its
-/// `PATH` ends with a last line that says so, rather than the shell's bare `not found`.
-fn image_command(image: &RunImage, entrypoint: &str, command: &str) -> String {
+/// The command as an image runs it, `path` the run's `PATH` (the image's, under div's rows),
+/// looked up in the image's tree: a `.py` entrypoint runs with `python -u …` where the image
+/// has `python`; where it has only `python3`, with `python3 -u …`, said in `first_lines`; where
+/// it has neither (or the command is the user's own), the command ends with a last line that
+/// says so, rather than the shell's bare `not found`.
+fn image_command(
+    image: &RunImage,
+    entrypoint: &str,
+    command: &str,
+    path: &str,
+    first_lines: &mut Vec<String>,
+) -> String {
     let python = entrypoint
         .split("::")
         .next()
@@ -519,8 +551,32 @@ fn image_command(image: &RunImage, entrypoint: &str, command: &str) -> String {
     if !python {
         return command.to_owned();
     }
+    let has = |name| div_runtime::image_tree::has_program(&image.rootfs, path, name);
+    if has("python") {
+        return command.to_owned();
+    }
+    // What div made of a `.py` entrypoint (div_spec::Entrypoint::command), never a command
+    // the user wrote, is what is given `python3` instead.
+    let made_by_div = !entrypoint.contains(char::is_whitespace);
+    if made_by_div
+        && let Some(rest) = command.strip_prefix("python -u ")
+        && has("python3")
+    {
+        first_lines.push(format!(
+            "div: the image {} has no `python` on its PATH, only `python3`: the entrypoint {} runs as `python3 -u {}`",
+            image.reference.escape_debug(),
+            entrypoint.escape_debug(),
+            rest.replace('\n', " ")
+        ));
+        return format!("python3 -u {rest}");
+    }
+    let hint = if has("python3") {
+        "it has `python3`: write that in the command"
+    } else {
+        "name an image with Python (e.g. --image python:3.12-slim)"
+    };
     format!(
-        "if ! command -v python >/dev/null 2>&1; then echo 'div: the image {} has no `python` on its PATH, and the entrypoint {} is Python: name an image with Python (e.g. --image python:3.12-slim)' >&2; exit 127; fi\n{command}",
+        "if ! command -v python >/dev/null 2>&1; then echo 'div: the image {} has no `python` on its PATH, and the entrypoint {} is Python: {hint}' >&2; exit 127; fi\n{command}",
         image.reference.replace('\'', ""),
         entrypoint.replace('\'', "")
     )

@@ -84,7 +84,7 @@ pub(crate) fn precheck(
     server: &Server,
     key: &str,
     body: &[u8],
-) -> Result<Option<String>, HttpError> {
+) -> Result<(Option<String>, Option<div_api::PullPolicy>), HttpError> {
     if key.is_empty() {
         return Err(HttpError::malformed(
             "the `Idempotency-Key` header is required",
@@ -92,7 +92,7 @@ pub(crate) fn precheck(
     }
     let request = parse_request(body)?;
     validation::validate(server, &request)?;
-    Ok(request.image)
+    Ok((request.image, request.pull))
 }
 
 /// `POST /v1/runs`: 201 and the new run, 200 and the same run for a retry. `image` is the

@@ -72,6 +72,10 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
     if let Some(image) = &request.image {
         crate::images::reference(image)?;
     }
+    // `--pull never` with the image not cached is known now, before anything is shipped.
+    server
+        .images
+        .refuse_uncached(request.image.as_deref(), request.pull)?;
     if let Some(cents) = request.max_spend_cents
         && cents <= 0
     {

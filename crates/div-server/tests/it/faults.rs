@@ -67,6 +67,7 @@ fn run(command: &str) -> CreateRun {
         memory_gib: None,
         max_spend_cents: None,
         image: None,
+        pull: None,
         env: Vec::new(),
         checks: Vec::new(),
         code: None,
