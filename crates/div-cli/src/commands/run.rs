@@ -499,6 +499,9 @@ fn placed_with(args: &RunArgs, cwd: &std::path::Path) -> div_core::PlacedWith {
     if let Some(image) = &args.image {
         flag("image", image.clone());
     }
+    if let Some(pull) = args.pull {
+        flag("pull", div_api::PullPolicy::from(pull).to_string());
+    }
     for env in &args.env {
         flag("env", format!("{}={}", env.key, env.value));
     }
