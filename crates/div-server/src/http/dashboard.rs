@@ -691,6 +691,7 @@ mod tests {
             working_dir: None,
             user: None,
             name_resolution: false,
+            source: None,
         };
         std::fs::write(
             dir.path().join(crate::images::RUN_IMAGE_FILE),
