@@ -140,10 +140,44 @@ pub(crate) enum Liveness {
     Gone,
 }
 
+/// Why an executor can never place a run as it is sized ([`Executor::check`], and
+/// [`Executor::start`] for one that got past the check): a refusal for the person who asked,
+/// saying what was asked and what would be placed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Unplaceable(pub(crate) String);
+
+/// Why an executor could not start a run's supervisor ([`Executor::start`]). Nothing of the
+/// run was started; the launcher puts it back in the queue.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// The run is one this executor can never place.
+    #[error(transparent)]
+    Unplaceable(#[from] Unplaceable),
+    /// The supervisor's program could not be started.
+    #[error("the supervisor `{program}` could not start: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    /// A file the run's start needs could not be read or written.
+    #[error("{file}: {source}")]
+    File {
+        file: String,
+        source: std::io::Error,
+    },
+    /// The run's places on the nodes could not be made ready.
+    #[error("{0}")]
+    Nodes(String),
+    /// The scheduler it submits to (`sbatch`) refused the job or answered otherwise.
+    #[error("{0}")]
+    Submit(String),
+}
+
 /// Where runs run. See the module's invariant.
 pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     /// Starts the supervisor of the run prepared in `launch.run_dir`.
-    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String>;
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, StartError>;
     /// Asks the run's supervisor to stop the run. It ends the run itself (with its grace
     /// for the command, then a kill of its whole tree) and writes its end as usual.
     fn stop(&self, run_dir: &Path, handle: Option<&Handle>) -> std::io::Result<()>;
@@ -156,7 +190,7 @@ pub(crate) trait Executor: std::fmt::Debug + Send + Sync {
     fn describe(&self) -> String;
     /// Refuses, before anything is created, a run this executor can never place (the local
     /// executor has nothing to add to the server's own checks).
-    fn check(&self, _placement: &Placement<'_>) -> Result<(), String> {
+    fn check(&self, _placement: &Placement<'_>) -> Result<(), Unplaceable> {
         Ok(())
     }
     /// Whether a run started here first waits in another scheduler's queue (Slurm's): it is

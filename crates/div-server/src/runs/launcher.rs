@@ -87,7 +87,7 @@ pub(crate) fn launch(
             record.internal = RunInternal::default();
             record.run.status = RunStatus::Queued;
             record.run.started_at = None;
-            Err(e)
+            Err(e.to_string())
         }
     }
 }

@@ -559,10 +559,12 @@ mod tests {
     }
 
     impl Executor for Fake {
-        fn start(&self, launch: &Launch<'_>) -> Result<Handle, String> {
+        fn start(&self, launch: &Launch<'_>) -> Result<Handle, crate::executor::StartError> {
             let mut seen = self.seen();
             if seen.refuse {
-                return Err("no room on the fake".to_owned());
+                return Err(crate::executor::StartError::Submit(
+                    "no room on the fake".to_owned(),
+                ));
             }
             assert!(launch.run_dir.join("spec.json").is_file());
             seen.started.push(launch.run_dir.to_owned());

@@ -141,7 +141,7 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
             cores: sizing.cores,
             memory_gib: sizing.memory_gib,
         })
-        .map_err(HttpError::invalid)?;
+        .map_err(|e| HttpError::invalid(e.to_string()))?;
     Ok(Valid {
         sku,
         sizing,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use super::{Executor, Handle, Launch, Liveness};
+use super::{Executor, Handle, Launch, Liveness, StartError};
 use crate::SupervisorCommand;
 use div_runtime::cgroup::{self, RunCgroups};
 use div_runtime::{supervisor, sys};
@@ -30,7 +30,7 @@ impl LocalExecutor {
 }
 
 impl Executor for LocalExecutor {
-    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String> {
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, StartError> {
         let mut child = Command::new(&self.supervisor.program)
             .args(&self.supervisor.args)
             .arg(launch.run_dir)
@@ -38,11 +38,9 @@ impl Executor for LocalExecutor {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| {
-                format!(
-                    "the supervisor `{}` could not start: {e}",
-                    self.supervisor.program.display()
-                )
+            .map_err(|source| StartError::Spawn {
+                program: self.supervisor.program.display().to_string(),
+                source,
             })?;
         let pid = child.id();
         // The secrets go down the supervisor's stdin, closed after them; from a thread, so a
@@ -302,8 +300,10 @@ mod tests {
                 exited: &Default::default(),
             })
             .unwrap_err();
+        assert!(matches!(err, super::StartError::Spawn { .. }), "{err:?}");
         assert!(
-            err.starts_with("the supervisor `/nonexistent/div` could not start: "),
+            err.to_string()
+                .starts_with("the supervisor `/nonexistent/div` could not start: "),
             "{err}"
         );
         assert_eq!(

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Executor, Handle, Launch, Liveness, Placement};
+use super::{Executor, Handle, Launch, Liveness, Placement, StartError, Unplaceable};
 use crate::SupervisorCommand;
 use crate::inventory::{GpuGroup, Inventory};
 use crate::rules;
@@ -272,7 +272,7 @@ impl SlurmExecutor {
 }
 
 impl Executor for SlurmExecutor {
-    fn start(&self, launch: &Launch<'_>) -> Result<Handle, String> {
+    fn start(&self, launch: &Launch<'_>) -> Result<Handle, StartError> {
         let run = launch.run;
         let shape = shape(
             &self.config,
@@ -282,14 +282,20 @@ impl Executor for SlurmExecutor {
                 cores: run.cores,
                 memory_gib: run.memory_gib,
             },
-        )?;
-        self.prepare_nodes(launch, &shape)?;
+        )
+        .map_err(Unplaceable)?;
+        self.prepare_nodes(launch, &shape)
+            .map_err(StartError::Nodes)?;
+        let file = |file: &str| {
+            let file = file.to_owned();
+            move |source| StartError::File { file, source }
+        };
         let dir = launch.run_dir;
         // The nodes' supervisors are started by Slurm, not by us: no pipe reaches them, so
         // the secrets cross in a file only the server's user reads (mode 0600), deleted when
         // the run's end is gathered. docs/slurm.md says so.
         supervisor::write_json_atomic(&dir.join(SECRETS_FILE), &launch.secrets)
-            .map_err(|e| format!("{SECRETS_FILE}: {e}"))?;
+            .map_err(file(SECRETS_FILE))?;
         let job_file = dir.join("slurm.json");
         supervisor::write_json_atomic(
             &job_file,
@@ -298,13 +304,13 @@ impl Executor for SlurmExecutor {
                 job: None,
             },
         )
-        .map_err(|e| format!("slurm.json: {e}"))?;
+        .map_err(file("slurm.json"))?;
         let supervise: Vec<String> = self.supervise.iter().map(|a| quote(a)).collect();
         let script = BATCH_TEMPLATE
             .replace("@RUN_DIR@", &quote(&dir.display().to_string()))
             .replace("@SUPERVISE@", &supervise.join(" "));
         let script_path = dir.join("slurm.sh");
-        fs::write(&script_path, script).map_err(|e| format!("slurm.sh: {e}"))?;
+        fs::write(&script_path, script).map_err(file("slurm.sh"))?;
         let mut args = resource_args(&self.config, &shape);
         args.extend([
             "--parsable".to_owned(),
@@ -324,13 +330,15 @@ impl Executor for SlurmExecutor {
             "--no-requeue".to_owned(),
             script_path.display().to_string(),
         ]);
-        let out = slurm("sbatch", &args)?;
+        let out = slurm("sbatch", &args).map_err(StartError::Submit)?;
         let job: u32 = out
             .trim()
             .split(';')
             .next()
             .and_then(|j| j.parse().ok())
-            .ok_or_else(|| format!("sbatch answered `{}`, not a job id", out.trim()))?;
+            .ok_or_else(|| {
+                StartError::Submit(format!("sbatch answered `{}`, not a job id", out.trim()))
+            })?;
         let _ = supervisor::write_json_atomic(
             &job_file,
             &JobFile {
@@ -565,8 +573,8 @@ impl Executor for SlurmExecutor {
         )
     }
 
-    fn check(&self, placement: &Placement<'_>) -> Result<(), String> {
-        let shape = shape(&self.config, placement)?;
+    fn check(&self, placement: &Placement<'_>) -> Result<(), Unplaceable> {
+        let shape = shape(&self.config, placement).map_err(Unplaceable)?;
         let mut args = resource_args(&self.config, &shape);
         args.extend([
             "--test-only".to_owned(),
@@ -587,14 +595,14 @@ impl Executor for SlurmExecutor {
                 ),
                 _ => String::new(),
             };
-            format!(
+            Unplaceable(format!(
                 "the Slurm cluster can never place this run ({} node(s) × {} GPU(s), {} cores and {} GiB a node, partition {}): {e}{memory_why}",
                 shape.nodes,
                 shape.gpus_per_node,
                 shape.cpus_per_node,
                 shape.memory_gib_per_node,
                 shape.partition
-            )
+            ))
         })
     }
 }
