@@ -1,9 +1,11 @@
 //! Project tasks: `cargo xtask ci`, `cargo xtask bench [NAME]`, `cargo xtask fuzz [SECONDS]`,
-//! `cargo xtask schemathesis [SECONDS]`, `cargo xtask deny`, `cargo xtask advisory-db [CLONE]`.
+//! `cargo xtask schemathesis [SECONDS]`, `cargo xtask deny`, `cargo xtask advisory-db [CLONE]`,
+//! `cargo xtask arch` (the shape rules of ARCHITECTURE.md, `arch.rs`).
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 use std::process::Command;
 
+mod arch;
 mod bench_cache;
 mod bench_dashboard;
 mod bench_image;
@@ -20,7 +22,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(task) = args.first() else {
         bail!(
-            "usage: cargo xtask <ci|bench [NAME]|fuzz [SECONDS]|schemathesis [SECONDS]|deny|advisory-db [CLONE]>"
+            "usage: cargo xtask <ci|arch|bench [NAME]|fuzz [SECONDS]|schemathesis [SECONDS]|deny|advisory-db [CLONE]>"
         );
     };
     let rest = &args[1..];
@@ -30,9 +32,14 @@ fn main() -> Result<()> {
         "fuzz" => fuzz(rest),
         "schemathesis" => schemathesis::run(rest),
         "deny" => deny::deny(),
+        "arch" => match rest {
+            [flag, krate] if flag == "--map" => arch::print_map(&workspace_root().join(krate)),
+            [] => arch::run(&workspace_root()),
+            _ => bail!("usage: cargo xtask arch [--map CRATE_DIR]"),
+        },
         "advisory-db" => deny::refresh(rest),
         other => bail!(
-            "unknown task `{other}`; expected ci, bench, fuzz, schemathesis, deny or advisory-db"
+            "unknown task `{other}`; expected ci, arch, bench, fuzz, schemathesis, deny or advisory-db"
         ),
     }
 }
@@ -180,4 +187,12 @@ fn fuzz(rest: &[String]) -> Result<()> {
         bail!("a fuzz target crashed");
     }
     Ok(())
+}
+
+/// The workspace's root: the folder above xtask's own.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default()
 }
