@@ -147,16 +147,26 @@ pub struct WorkingDirArgs {
     pub late: Vec<String>,
 }
 
+/// The error returned by [`working_dir_args`]: the image's `WorkingDir` cannot be a directory,
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the image's WorkingDir `{}` cannot be where the run starts: {why}",
+    .dir.escape_debug()
+)]
+pub struct WorkingDirError {
+    pub dir: String,
+    pub why: String,
+}
+
 /// How a run that shipped nothing is started in `dir` in the image at `rootfs`: nothing to
 /// do where the tree has it; the arguments that make it where it does not; a sentence that
 /// says what is wrong when it cannot be a directory (a file of the image is in its way, a
 /// loop of links, a place the sandbox keeps for itself).
-pub fn working_dir_args(rootfs: &Path, dir: &str) -> Result<WorkingDirArgs, String> {
-    let wrong = |why: String| {
-        format!(
-            "the image's WorkingDir `{}` cannot be where the run starts: {why}",
-            dir.escape_debug()
-        )
+pub fn working_dir_args(rootfs: &Path, dir: &str) -> Result<WorkingDirArgs, WorkingDirError> {
+    let wrong = |why: String| WorkingDirError {
+        dir: dir.to_owned(),
+        why,
     };
     if !dir.starts_with('/') {
         return Err(wrong(
@@ -355,7 +365,7 @@ mod tests {
         );
         assert_eq!(working_dir_args(r, "/workspace"), Ok(Default::default()));
         // What cannot be: said.
-        let e = working_dir_args(r, "/file/app").unwrap_err();
+        let e = working_dir_args(r, "/file/app").unwrap_err().to_string();
         assert_eq!(
             e,
             "the image's WorkingDir `/file/app` cannot be where the run starts: `/file` is a file in the image, not a directory"
@@ -363,13 +373,20 @@ mod tests {
         assert!(
             working_dir_args(r, "/proc/self")
                 .unwrap_err()
+                .to_string()
                 .contains("which the sandbox mounts for itself")
         );
         assert!(
             working_dir_args(r, "app")
                 .unwrap_err()
+                .to_string()
                 .contains("not an absolute path")
         );
-        assert!(working_dir_args(r, "/loop1").unwrap_err().contains("loop"));
+        assert!(
+            working_dir_args(r, "/loop1")
+                .unwrap_err()
+                .to_string()
+                .contains("loop")
+        );
     }
 }

@@ -25,8 +25,58 @@ use div_image::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ErrorCode, HttpError, io_full};
-use crate::settings::{SETTINGS_FILE, Settings};
+use crate::fault::{StateError, io_full};
+use crate::settings::{SETTINGS_FILE, Settings, SettingsError};
+
+/// The error of resolving a run's image ([`Images::resolve`], [`Images::refuse_uncached`],
+/// [`reference`]): each says what the client can do about it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResolveError {
+    #[error(
+        "`{requested}` is not an image reference ({why}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`"
+    )]
+    NotAReference { requested: String, why: String },
+    #[error(
+        "`{0}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
+    )]
+    NotCached(String),
+    #[error("the registry logins could not be read: {0}")]
+    Logins(String),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The image cannot be used: the registry's answer, a bad image, one past a bound (the
+    /// message names the setting where there is one).
+    #[error("{0}")]
+    Unusable(String),
+    /// The registry could not be reached; whether this machine's own system stands in for
+    /// an unnamed default image (then a run without `--image` needs no registry).
+    #[error("{message}")]
+    Unreachable {
+        message: String,
+        registry: String,
+        host_stands_in: bool,
+    },
+    /// Unpacking it would take the last free space of the cache's disk.
+    #[error("{0}")]
+    NoRoom(String),
+    #[error("the image `{requested}` names a user this control plane cannot run as: {why}")]
+    User { requested: String, why: String },
+    /// The cache itself failed, or the disk is full.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The cache failed otherwise (its own words).
+    #[error("{0}")]
+    Cache(String),
+}
+
+/// The error of listing or pruning the image cache.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheError {
+    #[error("cannot {what}: {why}")]
+    Failed { what: &'static str, why: String },
+    #[error("a task failed: {0}")]
+    Task(String),
+}
 
 /// What stands in for the default image (`pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,7 +141,7 @@ fn store_policy(pull: Option<div_api::PullPolicy>) -> PullPolicy {
 }
 
 /// `t` as RFC 3339, to the second.
-fn rfc3339(t: std::time::SystemTime) -> String {
+pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
     let ms = t
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -145,7 +195,7 @@ impl Images {
         &self,
         requested: Option<&str>,
         pull: Option<div_api::PullPolicy>,
-    ) -> Result<(), HttpError> {
+    ) -> Result<(), ResolveError> {
         if pull != Some(div_api::PullPolicy::Never) {
             return Ok(());
         }
@@ -155,14 +205,14 @@ impl Images {
         if self.store.has(&reference(requested)?, &Platform::host()) {
             return Ok(());
         }
-        Err(not_cached(requested))
+        Err(ResolveError::NotCached(requested.to_owned()))
     }
 
     /// What a pull may unpack now: `max_image_gib` from `home/settings.json`, read at each
     /// pull; the rest div-image's defaults (a million entries, 1 GiB or 5 % of the disk left
     /// free).
-    fn unpack_limits(&self) -> Result<UnpackLimits, HttpError> {
-        let settings = Settings::read(&self.home).map_err(HttpError::internal)?;
+    fn unpack_limits(&self) -> Result<UnpackLimits, SettingsError> {
+        let settings = Settings::read(&self.home)?;
         Ok(UnpackLimits {
             max_bytes: settings.max_image_bytes(),
             ..UnpackLimits::default()
@@ -178,45 +228,35 @@ impl Images {
         requested: Option<&str>,
         pull: Option<div_api::PullPolicy>,
         progress: &dyn ProgressSink,
-    ) -> Result<Option<RunImage>, HttpError> {
+    ) -> Result<Option<RunImage>, ResolveError> {
         let Some(requested) = to_pull(requested, self.settings.default_image) else {
             return Ok(None);
         };
         let reference = reference(requested)?;
-        let credentials = Credentials::load(&self.settings.credentials).map_err(|e| {
-            HttpError::invalid(format!(
-                "the registry logins could not be read: {}",
-                div_api::error_chain(&e)
-            ))
-        })?;
+        let credentials = Credentials::load(&self.settings.credentials)
+            .map_err(|e| ResolveError::Logins(div_api::error_chain(&e)))?;
         let image = self
             .store
             .with_unpack_limits(self.unpack_limits()?)
             .with_pull_policy(store_policy(pull))
             .ensure(&reference, &Platform::host(), &credentials, progress)
             .await
-            .map_err(|e| {
-                let refused = refusal(&e, &self.home);
-                match &e {
-                    EnsureError::NotCached { .. } => not_cached(requested),
-                    // What the client can say instead: where this machine's own system stands
-                    // in for the default image, a run without `--image` needs no registry.
-                    EnsureError::Unreachable { registry, .. } => {
-                        refused.with_details(serde_json::json!({
-                            "registry_unreachable": registry,
-                            "host_stands_in": self.settings.default_image == DefaultImage::Host,
-                        }))
-                    }
-                    _ => refused,
-                }
+            .map_err(|e| match &e {
+                EnsureError::NotCached { .. } => ResolveError::NotCached(requested.to_owned()),
+                // What the client can say instead: where this machine's own system stands
+                // in for the default image, a run without `--image` needs no registry.
+                EnsureError::Unreachable { registry, .. } => ResolveError::Unreachable {
+                    message: format!("the image cannot be used: {}", div_api::error_chain(&e)),
+                    registry: registry.clone(),
+                    host_stands_in: self.settings.default_image == DefaultImage::Host,
+                },
+                _ => refusal(&e, &self.home),
             })?;
         let user = image
             .user()
-            .map_err(|e| {
-                HttpError::invalid(format!(
-                    "the image `{requested}` names a user this control plane cannot run as: {}",
-                    div_api::error_chain(&e)
-                ))
+            .map_err(|e| ResolveError::User {
+                requested: requested.to_owned(),
+                why: div_api::error_chain(&e),
             })?
             .map(|ids| (ids.uid, ids.gid));
         let name_resolution = name_resolution_mount_points(&image.rootfs);
@@ -236,9 +276,10 @@ impl Images {
 impl Images {
     /// `GET /v1/images`: every image of the cache, and the disk the cache takes (`div image
     /// ls`). Blocking: it walks the cache.
-    pub(crate) fn listing(&self) -> Result<ImageCache, HttpError> {
-        let cannot = |what: &str, e: div_image::StoreError| {
-            HttpError::internal(format!("cannot {what}: {}", div_api::error_chain(&e)))
+    pub(crate) fn listing(&self) -> Result<ImageCache, CacheError> {
+        let cannot = |what: &'static str, e: div_image::StoreError| CacheError::Failed {
+            what,
+            why: div_api::error_chain(&e),
         };
         let images = self
             .store
@@ -282,10 +323,10 @@ impl Images {
     /// directory's run folders) uses while it has not ended, the blobs only they needed and
     /// unfinished work (`div image prune`). The cache's lock makes it wait for pulls under
     /// way, and a pull wait for it.
-    pub(crate) async fn prune_unused(&self, runs: PathBuf) -> Result<PrunedImages, HttpError> {
+    pub(crate) async fn prune_unused(&self, runs: PathBuf) -> Result<PrunedImages, CacheError> {
         let keep = tokio::task::spawn_blocking(move || images_in_use(&runs))
             .await
-            .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?;
+            .map_err(|e| CacheError::Task(e.to_string()))?;
         let report = self
             .store
             .prune(&PruneOptions {
@@ -293,11 +334,9 @@ impl Images {
                 unused_since: None,
             })
             .await
-            .map_err(|e| {
-                HttpError::internal(format!(
-                    "cannot prune the image cache: {}",
-                    div_api::error_chain(&e)
-                ))
+            .map_err(|e| CacheError::Failed {
+                what: "prune the image cache",
+                why: div_api::error_chain(&e),
             })?;
         Ok(PrunedImages {
             images: report.images.iter().map(ToString::to_string).collect(),
@@ -331,52 +370,42 @@ fn images_in_use(runs: &Path) -> Vec<Digest> {
     keep
 }
 
-/// The refusal of `--pull never` for an image the cache lacks.
-fn not_cached(requested: &str) -> HttpError {
-    HttpError::invalid(format!(
-        "`{requested}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
-    ))
-}
-
 /// `requested` as an image reference, or the refusal that says how to write one (asked by
 /// the validation before anything is shipped, and again before a pull).
-pub(crate) fn reference(requested: &str) -> Result<ImageRef, HttpError> {
-    requested.parse().map_err(|e| {
-        HttpError::invalid(format!(
-            "`{requested}` is not an image reference ({}); write it as docker does: `busybox`, `python:3.12-slim`, `ghcr.io/org/img:tag`, `host:port/name:tag` or `name@sha256:…`",
-            div_api::error_chain(&e)
-        ))
+pub(crate) fn reference(requested: &str) -> Result<ImageRef, ResolveError> {
+    requested.parse().map_err(|e| ResolveError::NotAReference {
+        requested: requested.to_owned(),
+        why: div_api::error_chain(&e),
     })
 }
 
-/// What a pull that failed with `e` answers: 422 for an image that cannot be used (the
-/// registry's answer, a bad image, one past `max_image_gib`, with the setting named), 507
-/// when it would take the disk's last free space or the disk is full, 500 for the cache's
-/// own failures.
-fn refusal(e: &EnsureError, home: &Path) -> HttpError {
+/// What a pull that failed with `e` says: an image that cannot be used (the registry's
+/// answer, a bad image, one past `max_image_gib`, with the setting named), one that would take
+/// the disk's last free space, the disk full, or the cache's own failure.
+fn refusal(e: &EnsureError, home: &Path) -> ResolveError {
     let text = div_api::error_chain(e);
     let cannot = format!("the image cannot be used: {text}");
     match e {
         EnsureError::Io { source, .. } if io_full(source) => {
-            HttpError::disk_full("pulling the image")
+            StateError::DiskFull("pulling the image").into()
         }
         EnsureError::Unpack {
             source: UnpackError::Write { source, .. },
             ..
-        } if io_full(source) => HttpError::disk_full("unpacking the image"),
-        EnsureError::Io { .. } => HttpError::internal(text),
+        } if io_full(source) => StateError::DiskFull("unpacking the image").into(),
+        EnsureError::Io { .. } => ResolveError::Cache(text),
         EnsureError::TooLarge {
             limit: Limit::FreeSpace { .. },
             ..
-        } => HttpError::new(ErrorCode::InsufficientStorage, cannot),
+        } => ResolveError::NoRoom(cannot),
         EnsureError::TooLarge {
             limit: Limit::Size { .. },
             ..
-        } => HttpError::invalid(format!(
+        } => ResolveError::Unusable(format!(
             "{cannot}; `max_image_gib` in `{}` sets that limit",
             home.join(SETTINGS_FILE).display()
         )),
-        _ => HttpError::invalid(cannot),
+        _ => ResolveError::Unusable(cannot),
     }
 }
 
@@ -397,74 +426,6 @@ pub(crate) fn host_stands_in_line(image: &str) -> String {
         "div: no image pulled: this machine's own system stands in for {} (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)",
         image.escape_debug()
     )
-}
-
-/// `POST /v1/images/pull`'s body, `application/x-ndjson`: one JSON object a line, in order:
-/// `{"event":"resolved","layers":N,"bytes":B}`, `{"event":"progress","done":D,"total":B}`
-/// (bytes verified, all layers together; some may be left out when the client reads slowly),
-/// `{"event":"unpacking","layer":I,"layers":N}`, then the last line:
-/// `{"event":"ready","image":REF,"digest":D}`, `{"event":"host","image":REF}` (this machine's
-/// system stands in for the default image: nothing pulled), or
-/// `{"event":"error","error":{"code","message"}}` with the error `POST /v1/runs` would give.
-pub(crate) async fn pull_stream(
-    images: &Images,
-    image: Option<String>,
-    pull: Option<div_api::PullPolicy>,
-    tx: tokio::sync::mpsc::Sender<bytes::Bytes>,
-) {
-    let line = |v: serde_json::Value| {
-        let mut b = serde_json::to_vec(&v).unwrap_or_default();
-        b.push(b'\n');
-        bytes::Bytes::from(b)
-    };
-    let state = std::sync::Mutex::new(std::collections::BTreeMap::<usize, u64>::new());
-    let total = std::sync::atomic::AtomicU64::new(0);
-    let sink = |event: &div_image::Progress| {
-        use div_image::Progress as P;
-        let v = match event {
-            P::Resolved { layers, bytes, .. } => {
-                total.store(*bytes, std::sync::atomic::Ordering::Relaxed);
-                serde_json::json!({"event": "resolved", "layers": layers, "bytes": bytes})
-            }
-            P::Bytes { index, done, .. } => {
-                let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-                s.insert(*index, *done);
-                let done: u64 = s.values().sum();
-                serde_json::json!({"event": "progress", "done": done,
-                    "total": total.load(std::sync::atomic::Ordering::Relaxed)})
-            }
-            P::Unpacking { index, layers } => {
-                serde_json::json!({"event": "unpacking", "layer": index + 1, "layers": layers})
-            }
-            _ => return,
-        };
-        // Progress is best effort: a line the client is too slow for is dropped.
-        let _ = tx.try_send(line(v));
-    };
-    let last = match images.resolve(image.as_deref(), pull, &sink).await {
-        Ok(Some(run_image)) => {
-            use div_image::ImageSource as S;
-            let (source, resolved_at) = match run_image.source {
-                Some(S::Pulled) => ("pulled", None),
-                Some(S::Checked) => ("checked", None),
-                Some(S::Cached { resolved_at }) => ("cached", resolved_at.map(rfc3339)),
-                None => ("cached", None),
-            };
-            let mut v = serde_json::json!({"event": "ready",
-                "image": run_image.reference, "digest": run_image.digest, "source": source});
-            if let Some(at) = resolved_at {
-                v["resolved_at"] = serde_json::Value::String(at);
-            }
-            v
-        }
-        Ok(None) => serde_json::json!({"event": "host",
-            "image": image.as_deref().unwrap_or(div_spec::DEFAULT_IMAGE)}),
-        Err(e) if e.details.is_null() => serde_json::json!({"event": "error",
-            "error": {"code": e.code.as_str(), "message": e.message}}),
-        Err(e) => serde_json::json!({"event": "error",
-            "error": {"code": e.code.as_str(), "message": e.message, "details": e.details}}),
-    };
-    let _ = tx.send(line(last)).await;
 }
 
 /// Makes sure the tree has `/etc/resolv.conf` and `/etc/hosts` as plain files, so the host's
@@ -500,15 +461,20 @@ fn name_resolution_mount_points(rootfs: &Path) -> bool {
 }
 
 /// Reads a run's image from its directory; `None` when it runs on this machine's system.
-pub(crate) fn read_run_image(run_dir: &Path) -> Result<Option<RunImage>, String> {
+pub(crate) fn read_run_image(run_dir: &Path) -> Result<Option<RunImage>, RunImageError> {
     match fs::read(run_dir.join(RUN_IMAGE_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| format!("the run's image record is unreadable: {e}")),
+            .map_err(|e| RunImageError(e.to_string())),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("the run's image record is unreadable: {e}")),
+        Err(e) => Err(RunImageError(e.to_string())),
     }
 }
+
+/// The error returned by [`read_run_image`].
+#[derive(Debug, thiserror::Error)]
+#[error("the run's image record is unreadable: {0}")]
+pub(crate) struct RunImageError(String);
 
 #[cfg(test)]
 mod tests {
@@ -517,9 +483,9 @@ mod tests {
     use div_image::{Digest, EnsureError, Limit};
 
     use super::{
-        DefaultImage, Images, host_stands_in_line, name_resolution_mount_points, refusal, to_pull,
+        DefaultImage, Images, ResolveError, host_stands_in_line, name_resolution_mount_points,
+        refusal, to_pull,
     };
-    use crate::error::ErrorCode;
 
     #[test]
     fn each_pull_is_bounded_by_max_image_gib_as_the_settings_say_then() {
@@ -533,8 +499,8 @@ mod tests {
         assert_eq!(limits.max_entries, 1_000_000);
         assert_eq!(limits.keep_free, None);
         std::fs::write(&settings, r#"{"max_image_gib": 0}"#).unwrap();
-        let err = images.unpack_limits().unwrap_err();
-        assert!(err.message.contains("`max_image_gib`"), "{}", err.message);
+        let err = images.unpack_limits().unwrap_err().to_string();
+        assert!(err.contains("`max_image_gib`"), "{err}");
     }
 
     #[test]
@@ -549,9 +515,9 @@ mod tests {
             limit,
         };
         let e = refusal(&too_large(Limit::Size { max: 64 << 30 }), home);
-        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(matches!(e, ResolveError::Unusable(_)), "{e:?}");
         assert_eq!(
-            e.message,
+            e.to_string(),
             format!(
                 "the image cannot be used: layer 2 of 3 (`{digest}`) of `127.0.0.1:5000/bomb:1` unpacks past the limit of 64 GiB on an image's unpacked size: refused, nothing of the image kept; `max_image_gib` in `/home/div/settings.json` sets that limit"
             )
@@ -563,14 +529,13 @@ mod tests {
             }),
             home,
         );
-        assert_eq!(e.code, ErrorCode::InsufficientStorage);
+        assert!(matches!(e, ResolveError::NoRoom(_)), "{e:?}");
         assert!(
-            e.message.ends_with("unpacks past the free space of the image cache's filesystem (3 GiB free) less the 1 GiB kept free for everything else there: refused, nothing of the image kept"),
-            "{}",
-            e.message
+            e.to_string().ends_with("unpacks past the free space of the image cache's filesystem (3 GiB free) less the 1 GiB kept free for everything else there: refused, nothing of the image kept"),
+            "{e}"
         );
         let e = refusal(&too_large(Limit::Entries { max: 10 }), home);
-        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(matches!(e, ResolveError::Unusable(_)), "{e:?}");
         let e = refusal(
             &EnsureError::DiffIdMismatch {
                 reference: "r".to_owned(),
@@ -582,8 +547,8 @@ mod tests {
             },
             home,
         );
-        assert_eq!(e.code, ErrorCode::Invalid);
-        assert!(e.message.contains("its diff_id is"), "{}", e.message);
+        assert!(matches!(e, ResolveError::Unusable(_)), "{e:?}");
+        assert!(e.to_string().contains("its diff_id is"), "{e}");
     }
 
     #[test]
@@ -594,9 +559,9 @@ mod tests {
         let e = images
             .refuse_uncached(Some("127.0.0.1:5000/app:t"), never)
             .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(matches!(e, ResolveError::NotCached(_)), "{e:?}");
         assert_eq!(
-            e.message,
+            e.to_string(),
             "`127.0.0.1:5000/app:t` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always; `div image ls` lists what is cached"
         );
         // Another policy, or this machine's own system standing in: nothing to refuse.
@@ -617,10 +582,9 @@ mod tests {
         .unwrap();
         let e = pulling.refuse_uncached(None, never).unwrap_err();
         assert!(
-            e.message
+            e.to_string()
                 .starts_with(&format!("`{}` is not", div_spec::DEFAULT_IMAGE)),
-            "{}",
-            e.message
+            "{e}"
         );
     }
 

@@ -28,8 +28,9 @@
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
 // The module map and which module may use which: ARCHITECTURE.md, "div-server".
-mod error;
 mod executor;
+mod fault;
+mod home;
 mod http;
 mod inventory;
 mod org;

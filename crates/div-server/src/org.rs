@@ -15,9 +15,8 @@ use div_spec::Money;
 use serde::Serialize;
 
 use crate::rules;
-use crate::server::Server;
-use crate::settings::{SETTINGS_FILE, Settings};
-use crate::store::StoreError;
+use crate::settings::{SETTINGS_FILE, Settings, SettingsError};
+use crate::store::{Store, StoreError};
 use div_runtime::clock::{self, now_ms};
 
 /// The month's spend against the limit: the catalogue's `org_usage`.
@@ -53,28 +52,32 @@ impl Usage {
 
 /// The limit in `home/settings.json`: `Ok(None)` when none is set; an error says what is wrong
 /// with the file.
-pub(crate) fn limit(home: &Path) -> Result<Option<i64>, String> {
+pub(crate) fn limit(home: &Path) -> Result<Option<i64>, SettingsError> {
     Settings::read(home).map(|s| s.org_usage_limit_cents)
 }
 
-/// The month's usage, when a limit is set. A settings file that cannot be read is said once
-/// on the server's log and taken as no limit.
-pub(crate) fn usage(server: &Server) -> Result<Option<Usage>, StoreError> {
-    let limit_cents = match limit(&server.home) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            server.warn_once(&e);
-            return Ok(None);
-        }
+/// The error returned by [`usage`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UsageError {
+    /// The settings file cannot be read: the caller says so and takes it as no limit.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The month's usage, when a limit is set in `home`'s settings.
+pub(crate) fn usage(home: &Path, store: &Store) -> Result<Option<Usage>, UsageError> {
+    let Some(limit_cents) = limit(home)? else {
+        return Ok(None);
     };
     let now = clock::now_rfc3339();
     let month = now.get(..7).unwrap_or_default().to_owned();
     let from = format!("{month}-01T00:00:00Z");
-    let ended = server.store.spent_in_ended_runs_since(&from)?;
+    let ended = store.spent_in_ended_runs_since(&from)?;
     let mut running = 0i64;
     let now_ms = now_ms();
-    for record in server.store.runs_with_status(RunStatus::Running)? {
+    for record in store.runs_with_status(RunStatus::Running)? {
         if record.run.created_at.as_str() < from.as_str() {
             continue;
         }

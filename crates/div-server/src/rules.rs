@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use div_api::TreeEntry;
 use div_pricing::{Catalogue, SizeRequest};
-use div_ship::ManifestEntry;
 use div_spec::{Check, MemoryGib, Sku, VolumeName};
 
 pub(crate) use div_spec::MAX_RUN_SECONDS;
@@ -64,21 +63,19 @@ pub(crate) fn size(
     gpus: u32,
     cpu: Option<u32>,
     memory: Option<u32>,
-) -> Result<Sizing, String> {
+) -> Result<Sizing, div_pricing::SizingError> {
     // The price is the one given (the catalogue's, or the control plane's own, e.g. Slurm's
     // `[prices]`).
     let mut priced = catalogue();
     if let Some(p) = priced.skus.iter_mut().find(|p| p.sku == sku.sku) {
         p.cents_per_hour = sku.cents_per_hour;
     }
-    let sizing = priced
-        .size(&SizeRequest {
-            sku: sku.sku,
-            gpus,
-            cpu,
-            memory: memory.map(MemoryGib::new),
-        })
-        .map_err(|e| e.to_string())?;
+    let sizing = priced.size(&SizeRequest {
+        sku: sku.sku,
+        gpus,
+        cpu,
+        memory: memory.map(MemoryGib::new),
+    })?;
     Ok(Sizing {
         cores: sizing.cores,
         memory_gib: sizing.memory_gib,
@@ -92,34 +89,29 @@ pub(crate) use div_spec::{DEFAULT_STOP_GRACE_SECONDS, MAX_STOP_GRACE_SECONDS, ST
 
 /// A run's `DIVERGENT_STOP_GRACE`, or why it is not one (div-spec's, which the client checks
 /// too).
-pub(crate) fn parse_stop_grace(value: &str) -> Result<u64, String> {
-    div_spec::parse_stop_grace(value).map_err(|e| e.to_string())
+pub(crate) fn parse_stop_grace(value: &str) -> Result<u64, div_spec::EnvError> {
+    div_spec::parse_stop_grace(value)
 }
 
 /// A check in its canonical form, or why it is not one.
-pub(crate) fn parse_check(typed: &str) -> Result<String, String> {
-    typed
-        .parse::<Check>()
-        .map(|c| c.to_string())
-        .map_err(|e| e.to_string())
+pub(crate) fn parse_check(typed: &str) -> Result<String, div_spec::CheckError> {
+    typed.parse::<Check>().map(|c| c.to_string())
 }
 
 /// A volume's name, or div-spec's rule for one (what was wrong and what would be right).
-pub(crate) fn check_volume_name(name: &str) -> Result<(), String> {
-    name.parse::<VolumeName>()
-        .map(drop)
-        .map_err(|e| e.to_string())
+pub(crate) fn check_volume_name(name: &str) -> Result<(), div_spec::VolumeNameError> {
+    name.parse::<VolumeName>().map(drop)
 }
 
 /// A project's name as a client gives it (div-spec's rule: a slug exactly, as `div` sends),
 /// or the rule, with the slug that would be one.
-pub(crate) fn check_project_name(name: &str) -> Result<(), String> {
-    div_spec::check_project_name(name).map_err(|e| e.to_string())
+pub(crate) fn check_project_name(name: &str) -> Result<(), div_spec::ProjectNameError> {
+    div_spec::check_project_name(name)
 }
 
 /// A run's name (div-spec's rule, which `div --name` checks too), or the rule.
-pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
-    div_spec::check_run_name(name).map_err(|e| e.to_string())
+pub(crate) fn check_run_name(name: &str) -> Result<(), div_spec::RunNameError> {
+    div_spec::check_run_name(name)
 }
 
 /// Every `/mnt/<name>` literally in `command` or in the value of one of `env`
@@ -136,28 +128,9 @@ pub(crate) fn volumes_named(command: &str, env: &[div_api::EnvVar]) -> Vec<Strin
     found
 }
 
-/// The API's entries as div-ship's (the same fields, field by field: a big tree's 57,000
-/// entries went through JSON here before, which took longer than checking them).
-fn manifest_entries(entries: &[TreeEntry]) -> Result<Vec<ManifestEntry>, String> {
-    Ok(entries
-        .iter()
-        .map(|e| ManifestEntry {
-            path: e.path.clone(),
-            kind: match e.kind {
-                div_api::EntryKind::File => div_ship::EntryKind::File,
-                div_api::EntryKind::Symlink => div_ship::EntryKind::Symlink,
-            },
-            executable: e.executable,
-            size: e.size,
-            hash: e.hash.clone(),
-            target: e.target.clone(),
-        })
-        .collect())
-}
-
 /// Refuses a tree whose paths would write outside it (div-ship's rules).
-pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), String> {
-    div_ship::validate_entries(&manifest_entries(entries)?).map_err(|e| div_api::error_chain(&e))
+pub(crate) fn validate_entries(entries: &[TreeEntry]) -> Result<(), div_ship::MaterialiseError> {
+    div_ship::validate_entries(entries)
 }
 
 /// Writes a committed code tree's `entries` into `dir`, which exists, each file a hard link
@@ -168,9 +141,8 @@ pub(crate) fn link_into(
     blob_path: impl Fn(&str) -> PathBuf + Sync,
     twin_path: impl Fn(&str) -> PathBuf + Sync,
     dir: &Path,
-) -> Result<(), String> {
-    div_ship::link_into(&manifest_entries(entries)?, blob_path, twin_path, dir)
-        .map_err(|e| div_api::error_chain(&e))
+) -> Result<(), div_ship::MaterialiseError> {
+    div_ship::link_into(entries, blob_path, twin_path, dir)
 }
 
 /// Writes the tree into `dest`, all or nothing (div-ship's `materialise`).
@@ -178,7 +150,6 @@ pub(crate) fn materialise(
     entries: &[TreeEntry],
     blob_path: impl Fn(&str) -> PathBuf + Sync,
     dest: &Path,
-) -> Result<(), String> {
-    div_ship::materialise(&manifest_entries(entries)?, blob_path, dest)
-        .map_err(|e| div_api::error_chain(&e))
+) -> Result<(), div_ship::MaterialiseError> {
+    div_ship::materialise(entries, blob_path, dest)
 }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use div_api::RunQueue;
 
-use crate::error::HttpError;
 use crate::executor::Executor;
+use crate::home::Home;
 use crate::images::Images;
 use crate::inventory::Inventory;
 use crate::store::Store;
@@ -20,7 +20,7 @@ use div_runtime::{cgroup, sandbox};
 /// Everything the server shares between requests and the scheduler.
 #[derive(Debug)]
 pub(crate) struct Server {
-    pub(crate) home: PathBuf,
+    pub(crate) home: Home,
     pub(crate) store: Store,
     pub(crate) inventory: Inventory,
     pub(crate) sandboxed: bool,
@@ -151,7 +151,7 @@ impl Server {
         images: Images,
     ) -> Server {
         Server {
-            home,
+            home: Home::new(home),
             store,
             inventory,
             sandboxed,
@@ -197,22 +197,31 @@ impl Server {
     pub(crate) fn queue(&self) -> MutexGuard<'_, HashMap<String, RunQueue>> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
-    pub(crate) fn run_dir(&self, id: &str) -> PathBuf {
-        self.home.join("runs").join(id)
+    /// Held while a run's status changes (and while the secrets are checked together).
+    pub(crate) fn status_lock(&self) -> &Mutex<()> {
+        &self.lock
     }
-    pub(crate) fn volume_dir(&self, name: &str) -> PathBuf {
-        self.home.join("volumes").join(name)
+    /// The org's usage this month, when a limit is set. A settings file that cannot be read is
+    /// said once on the server's log and taken as no limit.
+    pub(crate) fn org_usage(&self) -> Result<Option<crate::org::Usage>, crate::store::StoreError> {
+        match crate::org::usage(&self.home, &self.store) {
+            Ok(usage) => Ok(usage),
+            Err(crate::org::UsageError::Settings(e)) => {
+                self.warn_once(&e.to_string());
+                Ok(None)
+            }
+            Err(crate::org::UsageError::Store(e)) => Err(e),
+        }
     }
-}
 
-/// Runs blocking work (SQLite, files) off the async threads.
-pub(crate) async fn blocking<T: Send + 'static>(
-    server: &Arc<Server>,
-    f: impl FnOnce(&Server) -> Result<T, HttpError> + Send + 'static,
-) -> Result<T, HttpError> {
-    spawn_work(server, f)
-        .await
-        .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?
+    /// The volume operations, with what they need of the server.
+    pub(crate) fn volumes(&self) -> crate::volumes::Volumes<'_> {
+        crate::volumes::Volumes {
+            home: &self.home,
+            store: &self.store,
+            stages: &self.stages,
+        }
+    }
 }
 
 /// Starts `f` on a blocking thread, counted in [`Server::busy`] from now until it ends,

@@ -49,27 +49,53 @@ pub(crate) const MAX_KEEP_CODE_SNAPSHOTS: u64 = 100_000;
 /// How many code snapshots a project keeps when the settings do not say.
 pub(crate) const DEFAULT_KEEP_CODE_SNAPSHOTS: u64 = 10;
 
+/// The error returned by [`Settings::read`]: what is wrong with the file and how to write it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SettingsError {
+    #[error("could not read `{}`: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "`{}` is not valid settings ({source}); write it like {{\"org_usage_limit_cents\": 50000, \"stop_grace_seconds\": 10, \"max_run_seconds\": 86400}}",
+        path.display()
+    )]
+    NotSettings {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    /// A key's value out of its range: `want` says what it is.
+    #[error("`{key}` in `{}` is {value}; it is {want}", path.display())]
+    OutOfRange {
+        key: &'static str,
+        path: std::path::PathBuf,
+        value: String,
+        want: String,
+    },
+}
+
 impl Settings {
     /// The settings in `home/settings.json`; an error says what is wrong with the file and
     /// how to write it.
-    pub(crate) fn read(home: &Path) -> Result<Settings, String> {
+    pub(crate) fn read(home: &Path) -> Result<Settings, SettingsError> {
         let path = home.join(SETTINGS_FILE);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
-            Err(e) => return Err(format!("could not read `{}`: {e}", path.display())),
+            Err(source) => return Err(SettingsError::Read { path, source }),
         };
-        let settings: Settings = serde_json::from_slice(&bytes).map_err(|e| {
-            format!(
-                "`{}` is not valid settings ({e}); write it like {{\"org_usage_limit_cents\": 50000, \"stop_grace_seconds\": 10, \"max_run_seconds\": 86400}}",
-                path.display()
-            )
-        })?;
-        let bad = |key: &str, value: String, want: String| {
-            Err(format!(
-                "`{key}` in `{}` is {value}; it is {want}",
-                path.display()
-            ))
+        let settings: Settings = match serde_json::from_slice(&bytes) {
+            Ok(settings) => settings,
+            Err(source) => return Err(SettingsError::NotSettings { path, source }),
+        };
+        let bad = |key: &'static str, value: String, want: String| {
+            Err(SettingsError::OutOfRange {
+                key,
+                path: path.clone(),
+                value,
+                want,
+            })
         };
         if let Some(c) = settings.org_usage_limit_cents
             && c < 0
@@ -162,7 +188,7 @@ mod tests {
     fn with(text: &str) -> Result<Settings, String> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("settings.json"), text).unwrap();
-        Settings::read(dir.path())
+        Settings::read(dir.path()).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -80,6 +80,19 @@ fn a_facade_s_re_export_is_followed_and_not_a_dependency_of_its_own() {
 }
 
 #[test]
+fn a_visibility_is_no_dependency() {
+    let found = findings(&[
+        ("lib.rs", "mod a;\n"),
+        ("a.rs", "mod child;\npub(crate) fn f() { child::g(); }\n"),
+        (
+            "a/child.rs",
+            "pub(super) fn g() {}\npub(in crate::a) fn h() {}\n",
+        ),
+    ]);
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
 fn test_code_is_no_dependency() {
     let found = findings(&[
         ("lib.rs", "mod a;\nmod b;\n"),
@@ -130,6 +143,12 @@ fn long_functions_files_string_errors_and_http_errors_are_found() {
     );
     let why = format!("//! The demo.\n//! {LONG_REASON} one subject.\n{many}");
     assert!(findings(&[("lib.rs", &why)]).is_empty());
+    for said in ["Why over 700 lines: tests.", "Why one long file: one model."] {
+        let why = format!("//! The demo.\n//!\n//! {said}\n{many}");
+        assert!(findings(&[("lib.rs", &why)]).is_empty(), "{said}");
+    }
+    let not_why = format!("//! The demo.\n//! Why vendored: no reason of length.\n{many}");
+    assert_eq!(findings(&[("lib.rs", &not_why)]).len(), 1);
 }
 
 /// The rules hold of this workspace, but for the findings `xtask/arch-known.txt` lists

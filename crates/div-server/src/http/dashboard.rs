@@ -33,10 +33,11 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
+use super::error::{ErrorCode, HttpError};
+use super::wire::blocking;
 use super::wire::{self, Resp, decode_segment, fail, header, param, query};
-use crate::error::{ErrorCode, HttpError};
 use crate::runs;
-use crate::server::{Server, blocking};
+use crate::server::Server;
 
 mod assets;
 mod replay;
@@ -392,9 +393,9 @@ async fn route(
                 let (r, _) = runs::get_run(s, &run)?;
                 let result = runs::result(s, &r.id)?;
                 let replay = replay::command(&r);
-                let signalled = signalled_at(&s.run_dir(&r.id));
-                let ran_in = ran_in(&s.run_dir(&r.id), &r.image);
-                Ok(json!({
+                let signalled = signalled_at(&s.home.run_dir(&r.id));
+                let ran_in = ran_in(&s.home.run_dir(&r.id), &r.image);
+                Ok::<_, runs::RunError>(json!({
                     "run": r,
                     "result": result,
                     "replay": replay,
@@ -411,8 +412,8 @@ async fn route(
         }
         DashboardRoute::Log => {
             let run = found.param("run").to_owned();
-            let id = blocking(server, move |s| Ok(runs::get_run(s, &run)?.0.id)).await?;
-            let file = server.run_dir(&id).join("log");
+            let id = blocking(server, move |s| runs::get_run(s, &run).map(|(r, _)| r.id)).await?;
+            let file = server.home.run_dir(&id).join("log");
             if param(q, "download").is_some() {
                 return download(&file, &id).await;
             }
@@ -450,7 +451,7 @@ fn ran_in(run_dir: &std::path::Path, image: &str) -> serde_json::Value {
     match crate::images::read_run_image(run_dir) {
         Ok(Some(i)) => json!({"image": i.reference, "digest": i.digest}),
         Ok(None) => json!({"host": true, "stands_in_for": image}),
-        Err(problem) => json!({"problem": problem}),
+        Err(problem) => json!({"problem": problem.to_string()}),
     }
 }
 

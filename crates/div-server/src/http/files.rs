@@ -9,9 +9,9 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
-use crate::error::{ErrorCode, HttpError};
-use crate::http::wire::{ChannelBody, Resp, fail, header, param};
-use crate::server::{Server, blocking};
+use super::error::{ErrorCode, HttpError};
+use super::wire::{ChannelBody, Resp, blocking, fail, header, param};
+use crate::server::Server;
 use crate::volumes;
 
 /// The response to `GET /v1/volumes/{volume}/file?path=P`, honouring `range` and `if-range`
@@ -23,7 +23,10 @@ pub(crate) async fn respond(
     req: &Request<Incoming>,
 ) -> Result<Resp, HttpError> {
     let path = param(q, "path").unwrap_or_default();
-    let file = blocking(server, move |s| volumes::open_file(s, &volume, &path)).await?;
+    let file = blocking(server, move |s| {
+        volumes::open_file(&s.volumes(), &volume, &path)
+    })
+    .await?;
     let range = header(req, "range");
     let if_range = header(req, "if-range");
     opened_file_response(

@@ -59,7 +59,7 @@ pub(crate) async fn serve(
     let leftovers = {
         let s = Arc::clone(&server);
         tokio::task::spawn_blocking(move || {
-            crate::volumes::leftovers::Leftovers::list(&s, std::time::SystemTime::now())
+            crate::volumes::leftovers::Leftovers::list(&s.home, std::time::SystemTime::now())
         })
         .await
         .unwrap_or_default()
@@ -82,7 +82,7 @@ pub(crate) async fn serve(
     })?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(
         |source| ServerError::Home {
-            path: home.clone(),
+            path: home.to_path_buf(),
             source,
         },
     )?;

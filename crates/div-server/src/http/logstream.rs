@@ -8,10 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::error::HttpError;
+use super::error::HttpError;
+use super::wire::blocking;
 use crate::http::wire::{Resp, param, stream};
 use crate::runs;
-use crate::server::{Server, blocking};
+use crate::server::Server;
 
 /// The response to `GET /v1/runs/{run}/log?offset=N&follow=true`: 404 for no such run, else
 /// a stream fed by [`log_stream`].
@@ -32,7 +33,7 @@ pub(crate) async fn respond(
         })?),
     };
     let (r, _) = blocking(server, move |s| runs::get_run(s, &run)).await?;
-    let run_dir = server.run_dir(&r.id);
+    let run_dir = server.home.run_dir(&r.id);
     let log = match node {
         None => Log::Run(run_dir.join("log")),
         Some(k) => {
@@ -163,7 +164,7 @@ async fn log_stream(
         }
         // The supervisor wrote the run's end: have the scheduler record it now rather than
         // at its next tick, so the end frame follows the last byte at once.
-        if tokio::fs::try_exists(server.run_dir(&id).join("end.json"))
+        if tokio::fs::try_exists(server.home.run_dir(&id).join("end.json"))
             .await
             .unwrap_or(false)
         {

@@ -4,9 +4,12 @@
 //! [`upload`]'s, and the listeners [`listen`]'s.
 
 pub(crate) mod dashboard;
+pub(crate) mod error;
 mod files;
 pub(crate) mod listen;
 mod logstream;
+mod pull;
+mod refusal;
 mod upload;
 mod wire;
 
@@ -19,9 +22,10 @@ use hyper::Request;
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::error::{ErrorCode, HttpError};
-use crate::server::{Server, blocking};
+use crate::server::Server;
 use crate::{runs, secrets, volumes};
+use error::{ErrorCode, HttpError};
+use wire::blocking;
 use wire::{
     Resp, answer, decode_segment, empty, fail, header, param, query, read_body, read_json, request,
 };
@@ -100,37 +104,39 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             // before it uploads anything while the limit is reached.
             let catalogue = blocking(server, |s| {
                 let mut catalogue = s.inventory.catalogue();
-                if let Some(usage) = crate::org::usage(s)? {
+                if let Some(usage) = s.org_usage()? {
                     catalogue.extra.insert(
                         "org_usage".to_owned(),
                         serde_json::to_value(&usage).unwrap_or_default(),
                     );
                 }
-                Ok(catalogue)
+                Ok::<_, HttpError>(catalogue)
             })
             .await?;
             Ok(answer(&routes::CATALOGUE, 200, &catalogue))
         }
         Route::ListVolumes => {
-            let volumes = blocking(server, volumes::list_volumes).await?;
+            let volumes = blocking(server, |s| volumes::list_volumes(&s.volumes())).await?;
             Ok(answer(&routes::LIST_VOLUMES, 200, &VolumeList { volumes }))
         }
         Route::CreateVolume => {
             let body = request(&routes::CREATE_VOLUME, req).await?;
-            let (status, v) =
-                blocking(server, move |s| volumes::create_volume(s, &body.name)).await?;
-            Ok(answer(&routes::CREATE_VOLUME, status, &v))
+            let (made, v) = blocking(server, move |s| {
+                volumes::create_volume(&s.volumes(), &body.name)
+            })
+            .await?;
+            Ok(answer(&routes::CREATE_VOLUME, made_or_found(made), &v))
         }
         Route::DeleteVolume => {
             let name = named_volume(found.param("name"))?;
-            blocking(server, move |s| volumes::delete_volume(s, &name)).await?;
+            blocking(server, move |s| volumes::delete_volume(&s.volumes(), &name)).await?;
             Ok(empty(204))
         }
         Route::MissingBlobs => {
             let name = named_volume(found.param("name"))?;
             let body = request(&routes::MISSING_BLOBS, req).await?;
             let m = blocking(server, move |s| {
-                volumes::missing_blobs(s, &name, &body.hashes)
+                volumes::missing_blobs(&s.volumes(), &name, &body.hashes)
             })
             .await?;
             Ok(answer(&routes::MISSING_BLOBS, 200, &m))
@@ -140,7 +146,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let body = read_body(req).await?;
             let stage = param(&q, "stage");
             let answer = blocking(server, move |s| {
-                volumes::store_pack(s, &name, &body, stage.as_deref())
+                volumes::store_pack(&s.volumes(), &name, &body, stage.as_deref())
             })
             .await?;
             Ok(wire::json(200, &answer))
@@ -156,23 +162,28 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let name = named_volume(found.param("name"))?;
             let body = request(&routes::COMMIT_TREE, req).await?;
             let volume = name.clone();
-            let (status, t) =
-                blocking(server, move |s| volumes::commit_tree(s, &name, &body)).await?;
+            let (made, t) = blocking(server, move |s| {
+                volumes::commit_tree(&s.volumes(), &name, &body)
+            })
+            .await?;
             // A new code snapshot: the volume's old ones are let go by the retention rule,
             // after the answer (removing a large tree takes a while).
-            if status == 201 && t.path.starts_with(volumes::retention::SNAPSHOTS) {
+            if made && t.path.starts_with(volumes::retention::SNAPSHOTS) {
                 crate::server::spawn_work(server, move |server| {
-                    if let Err(e) = volumes::retention::prune(server, &volume) {
+                    if let Err(e) = volumes::retention::prune(&server.volumes(), &volume) {
                         tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
                     }
                 });
             }
-            Ok(answer(&routes::COMMIT_TREE, status, &t))
+            Ok(answer(&routes::COMMIT_TREE, made_or_found(made), &t))
         }
         Route::StageTree => {
             let name = named_volume(found.param("name"))?;
             let body = request(&routes::STAGE_TREE, req).await?;
-            let staged = blocking(server, move |s| volumes::stage_tree(s, &name, &body)).await?;
+            let staged = blocking(server, move |s| {
+                volumes::stage_tree(&s.volumes(), &name, &body)
+            })
+            .await?;
             Ok(answer(&routes::STAGE_TREE, 201, &staged))
         }
         Route::CommitStage => {
@@ -181,38 +192,45 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 found.param("stage").to_owned(),
             );
             let volume = name.clone();
-            let (status, t, homes) =
-                blocking(server, move |s| volumes::commit_stage(s, &name, &stage)).await?;
+            let (made, t, homes) = blocking(server, move |s| {
+                volumes::commit_stage(&s.volumes(), &name, &stage)
+            })
+            .await?;
             // After the answer: the blobs written into the tree are recorded (where they live
             // now), then the retention rule is applied, as after any new snapshot.
-            if status == 201 {
+            if made {
                 let (path, digest) = (t.path.clone(), t.digest.clone().unwrap_or_default());
                 crate::server::spawn_work(server, move |server| {
+                    let vols = server.volumes();
                     if let Err(e) =
-                        volumes::stage::record_homes(server, &volume, &path, &digest, &homes)
+                        volumes::stage::record_homes(&vols, &volume, &path, &digest, &homes)
                     {
                         tracing::warn!(volume, "could not record a staged tree's blobs: {e:?}");
                     }
                     if path.starts_with(volumes::retention::SNAPSHOTS)
-                        && let Err(e) = volumes::retention::prune(server, &volume)
+                        && let Err(e) = volumes::retention::prune(&vols, &volume)
                     {
                         tracing::warn!(volume, "could not apply code snapshots' retention: {e:?}");
                     }
                 });
             }
-            Ok(answer(&routes::COMMIT_STAGE, status, &t))
+            Ok(answer(&routes::COMMIT_STAGE, made_or_found(made), &t))
         }
         Route::TreeHeld => {
             let name = named_volume(found.param("name"))?;
             let p = param(&q, "path").unwrap_or_default();
             let d = param(&q, "digest").unwrap_or_default();
-            let t = blocking(server, move |s| volumes::tree_held(s, &name, &p, &d)).await?;
+            let t = blocking(server, move |s| {
+                volumes::tree_held(&s.volumes(), &name, &p, &d)
+            })
+            .await?;
             Ok(wire::json(200, &t))
         }
         Route::ListTree => {
             let name = named_volume(found.param("name"))?;
             let p = param(&q, "path").unwrap_or_default();
-            let entries = blocking(server, move |s| volumes::list_tree(s, &name, &p)).await?;
+            let entries =
+                blocking(server, move |s| volumes::list_tree(&s.volumes(), &name, &p)).await?;
             Ok(answer(
                 &routes::LIST_TREE,
                 200,
@@ -229,7 +247,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         Route::PruneImages => {
             // No field yet; the body is read so that one that is not JSON is refused.
             let _prune = request(&routes::PRUNE_IMAGES, req).await?;
-            let pruned = server.images.prune_unused(server.home.join("runs")).await?;
+            let pruned = server.images.prune_unused(server.home.runs()).await?;
             Ok(answer(&routes::PRUNE_IMAGES, 200, &pruned))
         }
         Route::PullImage => {
@@ -247,12 +265,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
             let server = Arc::clone(server);
             // On a blocking thread, as for `POST /v1/runs` (the pull's future is not `Send`).
             tokio::task::spawn_blocking(move || {
-                handle.block_on(crate::images::pull_stream(
-                    &server.images,
-                    body.image,
-                    body.pull,
-                    tx,
-                ));
+                handle.block_on(pull::pull_stream(&server.images, body.image, body.pull, tx));
             });
             Ok(wire::stream("application/x-ndjson", rx))
         }
@@ -282,11 +295,11 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
                 )
             })
             .await?;
-            let (status, run) =
+            let (made, run) =
                 blocking(server, move |s| runs::create_run(s, &key, &body, image)).await?;
             // Start it now rather than at the next tick.
             server.kick.notify_one();
-            Ok(answer(&routes::CREATE_RUN, status, &run))
+            Ok(answer(&routes::CREATE_RUN, made_or_found(made), &run))
         }
         Route::ListRuns => {
             let query = list_query(&q)?;
@@ -317,22 +330,30 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         }
         Route::OpenDashboard => dashboard::open(&shared.dashboard, server).await,
         Route::ListSecrets => {
-            let secrets = blocking(server, secrets::list).await?;
+            let secrets = blocking(server, |s| secrets::list(&s.store)).await?;
             Ok(answer(&routes::LIST_SECRETS, 200, &SecretList { secrets }))
         }
         Route::SetSecret => {
             let name = found.param("name").to_owned();
             secrets::check_name(&name)?;
             let body = request(&routes::SET_SECRET, req).await?;
-            let info = blocking(server, move |s| secrets::set(s, &name, &body.value)).await?;
+            let info = blocking(server, move |s| {
+                secrets::set(&s.store, s.status_lock(), &name, &body.value)
+            })
+            .await?;
             Ok(answer(&routes::SET_SECRET, 200, &info))
         }
         Route::DeleteSecret => {
             let name = found.param("name").to_owned();
-            blocking(server, move |s| secrets::delete(s, &name)).await?;
+            blocking(server, move |s| secrets::delete(&s.store, &name)).await?;
             Ok(empty(204))
         }
     }
+}
+
+/// 201 for something made now, 200 for one found made.
+fn made_or_found(made: bool) -> u16 {
+    if made { 201 } else { 200 }
 }
 
 /// The volume a `/v1/volumes/{name}…` route names, held to the rule for volume names (422

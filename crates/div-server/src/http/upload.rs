@@ -9,9 +9,10 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::error::{ErrorCode, HttpError, io_full};
-use crate::http::wire::{Resp, empty, param, read_body};
-use crate::server::{Server, blocking};
+use super::error::{ErrorCode, HttpError};
+use super::wire::{Resp, blocking, empty, param, read_body};
+use crate::fault::io_full;
+use crate::server::Server;
 use crate::volumes;
 
 type UploadKey = (String, String);
@@ -100,12 +101,7 @@ pub(crate) async fn upload(
     let _turn = locks.lock(&volume, &hash).await;
     let (v2, h2) = (volume.clone(), hash.clone());
     let (have, partial) = blocking(&server, move |s| {
-        volumes::require_volume(s, &v2)?;
-        std::fs::create_dir_all(volumes::blob_dir(s, &v2).join("partial"))?;
-        Ok((
-            s.store.has_blob(&v2, &h2)?,
-            volumes::partial_path(s, &v2, &h2),
-        ))
+        volumes::begin_upload(&s.volumes(), &v2, &h2)
     })
     .await?;
     if have {
@@ -142,7 +138,7 @@ pub(crate) async fn upload(
     file.flush().await.map_err(full)?;
     drop(file);
     let status = blocking(&server, move |s| {
-        volumes::finish_upload(s, &volume, &hash, total)
+        volumes::finish_upload(&s.volumes(), &volume, &hash, total)
     })
     .await?;
     Ok(empty(status))

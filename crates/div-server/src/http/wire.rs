@@ -14,7 +14,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::error::{ErrorCode, HttpError};
+use super::error::{ErrorCode, HttpError};
+use crate::server::{Server, spawn_work};
 
 pub(crate) type Resp = Response<BoxBody<Bytes, Infallible>>;
 
@@ -182,6 +183,17 @@ pub(crate) async fn request<Req: serde::de::DeserializeOwned, Answer, T>(
     req: Request<Incoming>,
 ) -> Result<Req, HttpError> {
     read_json(req).await
+}
+
+/// Runs blocking work (SQLite, files) off the async threads; its error becomes the answer.
+pub(crate) async fn blocking<T: Send + 'static, E: Into<HttpError> + Send + 'static>(
+    server: &std::sync::Arc<Server>,
+    f: impl FnOnce(&Server) -> Result<T, E> + Send + 'static,
+) -> Result<T, HttpError> {
+    spawn_work(server, f)
+        .await
+        .map_err(|e| HttpError::internal(format!("a task failed: {e}")))?
+        .map_err(Into::into)
 }
 
 #[cfg(test)]

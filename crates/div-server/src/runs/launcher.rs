@@ -7,16 +7,40 @@ use std::path::{Path, PathBuf};
 
 use div_api::RunStatus;
 
-use crate::executor::Launch;
-use crate::images::{self, RunImage};
+use crate::executor::{Launch, StartError};
+use crate::images::{self, RunImage, RunImageError};
 use crate::rules;
 use crate::server::Server;
 use crate::settings::Settings;
-use crate::store::{RunInternal, RunRecord};
+use crate::store::{RunInternal, RunRecord, StoreError};
 use div_runtime::clock::{self, now_ms};
 use div_runtime::sandbox::{self, SandboxInput};
 use div_runtime::supervisor::{self, RunSpec};
 use div_runtime::workspace::Overlay;
+
+/// Why a run could not start: the words go into its reason (`the run could not start: …`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LaunchError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("unknown SKU")]
+    UnknownSku,
+    #[error(transparent)]
+    Image(#[from] RunImageError),
+    #[error("the image {0} needs the sandbox (bubblewrap), which is missing or turned off here")]
+    NeedsSandbox(String),
+    #[error(
+        "the image {reference} ({digest}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it"
+    )]
+    Pruned { reference: String, digest: String },
+    /// The image's `WorkingDir` cannot be made a directory (its own words).
+    #[error(transparent)]
+    WorkingDir(#[from] div_runtime::image_tree::WorkingDirError),
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
 
 /// Starts `record` on `cores` and `gpus`, with a disk of its own of `disk` bytes where it
 /// gets one (`scratch`), and records it as running; an error says why it could not start.
@@ -26,10 +50,10 @@ pub(crate) fn launch(
     cores: &[usize],
     gpus: &[u32],
     disk: Option<u64>,
-) -> Result<(), String> {
-    let dir = server.run_dir(&record.run.id);
+) -> Result<(), LaunchError> {
+    let dir = server.home.run_dir(&record.run.id);
     let (spec, secrets) = prepare(server, record, &dir, cores, gpus, disk)?;
-    supervisor::write_json_atomic(&dir.join("spec.json"), &spec).map_err(|e| e.to_string())?;
+    supervisor::write_json_atomic(&dir.join("spec.json"), &spec)?;
     for left in [
         "end.json",
         "stop",
@@ -69,7 +93,7 @@ pub(crate) fn launch(
         record.run.status = RunStatus::Running;
         record.run.started_at = Some(clock::rfc3339(spec.started_ms));
     }
-    server.store.update_run(record).map_err(|e| e.to_string())?;
+    server.store.update_run(record)?;
     let handle = server.executor.start(&Launch {
         run_dir: &dir,
         run: &record.run,
@@ -79,7 +103,7 @@ pub(crate) fn launch(
     match handle {
         Ok(handle) => {
             record.internal.handle = Some(handle);
-            server.store.update_run(record).map_err(|e| e.to_string())
+            Ok(server.store.update_run(record)?)
         }
         Err(e) => {
             // Nothing started: the record goes back to what the caller holds it as (not
@@ -87,7 +111,7 @@ pub(crate) fn launch(
             record.internal = RunInternal::default();
             record.run.status = RunStatus::Queued;
             record.run.started_at = None;
-            Err(e.to_string())
+            Err(e.into())
         }
     }
 }
@@ -101,15 +125,15 @@ fn prepare(
     cores: &[usize],
     gpus: &[u32],
     disk: Option<u64>,
-) -> Result<(RunSpec, Vec<(String, String)>), String> {
+) -> Result<(RunSpec, Vec<(String, String)>), LaunchError> {
     let run = &record.run;
-    fs::create_dir_all(dir).map_err(io)?;
+    fs::create_dir_all(dir)?;
     let (workspace, overlay) = workspace(server, run, dir)?;
     let places = places(server, dir)?;
-    let sku = rules::sku(&run.sku).ok_or("unknown SKU")?;
+    let sku = rules::sku(&run.sku).ok_or(LaunchError::UnknownSku)?;
     // A settings file that cannot be read is said on the server's log; the defaults hold.
     let settings = Settings::read(&server.home).unwrap_or_else(|e| {
-        server.warn_once(&e);
+        server.warn_once(&e.to_string());
         Settings::default()
     });
     let shared = server.inventory.shared(sku.gpu, run.cores, run.memory_gib);
@@ -124,7 +148,7 @@ fn prepare(
         real_gpus,
         &mut first_lines,
     )?;
-    let secrets = server.store.secret_values().map_err(|e| e.to_string())?;
+    let secrets = server.store.secret_values()?;
     let command = match image.as_ref() {
         Some(image) => {
             let path = env
@@ -217,10 +241,6 @@ fn prepare(
     Ok((spec, secrets))
 }
 
-fn io(e: std::io::Error) -> String {
-    e.to_string()
-}
-
 /// The run's `/workspace`: an overlay over its committed code (mounted by the supervisor, in
 /// the run's own mount namespace) where the server found that works, else a copy of it (see
 /// `workspace`), else (nothing shipped) an empty folder.
@@ -228,24 +248,24 @@ fn workspace(
     server: &Server,
     run: &div_api::Run,
     dir: &Path,
-) -> Result<(PathBuf, Option<Overlay>), String> {
+) -> Result<(PathBuf, Option<Overlay>), LaunchError> {
     let workspace = dir.join("workspace");
     let _ = fs::remove_dir_all(&workspace);
     let Some(code) = &run.code else {
-        fs::create_dir_all(&workspace).map_err(io)?;
+        fs::create_dir_all(&workspace)?;
         return Ok((workspace, None));
     };
-    let committed = server.volume_dir(&code.volume).join(&code.path);
+    let committed = server.home.volume_dir(&code.volume).join(&code.path);
     let overlay = server
         .overlay
         .then(|| Overlay::for_run(dir, &committed))
         .flatten();
     match &overlay {
         Some(layers) => {
-            layers.prepare().map_err(io)?;
-            fs::create_dir_all(&workspace).map_err(io)?;
+            layers.prepare()?;
+            fs::create_dir_all(&workspace)?;
         }
-        None => div_runtime::workspace::copy_tree(&committed, &workspace).map_err(io)?,
+        None => div_runtime::workspace::copy_tree(&committed, &workspace)?,
     }
     Ok((workspace, overlay))
 }
@@ -260,24 +280,23 @@ struct Places {
     cache: PathBuf,
 }
 
-fn places(server: &Server, dir: &Path) -> Result<Places, String> {
+fn places(server: &Server, dir: &Path) -> Result<Places, LaunchError> {
     let tmp = dir.join("tmp");
-    fs::create_dir_all(tmp.join("divergent")).map_err(io)?;
+    fs::create_dir_all(tmp.join("divergent"))?;
     let mnt = dir.join("mnt");
-    fs::create_dir_all(&mnt).map_err(io)?;
+    fs::create_dir_all(&mnt)?;
     let volumes: Vec<(String, PathBuf)> = server
         .store
-        .volumes()
-        .map_err(|e| e.to_string())?
+        .volumes()?
         .into_iter()
         .map(|v| {
-            let path = server.volume_dir(&v.name);
+            let path = server.home.volume_dir(&v.name);
             (v.name, path)
         })
         .collect();
     for (name, host) in &volumes {
-        fs::create_dir_all(mnt.join(name)).map_err(io)?;
-        fs::create_dir_all(host).map_err(io)?;
+        fs::create_dir_all(mnt.join(name))?;
+        fs::create_dir_all(host)?;
         // Each volume's `code/` (where code snapshots go) is made before the run starts, so
         // the sandbox binds it read-only: a run that made it itself could write every
         // snapshot a commit put there later, and, through their files, every later tree that
@@ -286,13 +305,13 @@ fn places(server: &Server, dir: &Path) -> Result<Places, String> {
         match fs::create_dir(host.join("code")) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     // The download cache every run shares (pip's and uv's): see docs/reliability.md.
     let cache = server.home.join("cache");
     for tool in ["pip", "uv"] {
-        fs::create_dir_all(cache.join(tool)).map_err(io)?;
+        fs::create_dir_all(cache.join(tool))?;
     }
     Ok(Places {
         tmp,
@@ -310,7 +329,7 @@ fn first_lines(
     sku: &rules::SkuPrice,
     shared: bool,
     image: Option<&RunImage>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, LaunchError> {
     let mut first_lines = Vec::new();
     let inventory = &server.inventory;
     if sku.gpu && inventory.emulated {
@@ -332,16 +351,13 @@ fn first_lines(
         None => first_lines.push(images::host_stands_in_line(&run.image)),
         Some(image) => {
             if !server.sandboxed {
-                return Err(format!(
-                    "the image {} needs the sandbox (bubblewrap), which is missing or turned off here",
-                    image.reference
-                ));
+                return Err(LaunchError::NeedsSandbox(image.reference.clone()));
             }
             if !image.rootfs.is_dir() {
-                return Err(format!(
-                    "the image {} ({}) is no longer in the image cache (pruned after the run was placed); place the run again to pull it",
-                    image.reference, image.digest
-                ));
+                return Err(LaunchError::Pruned {
+                    reference: image.reference.clone(),
+                    digest: image.digest.clone(),
+                });
             }
             first_lines.push(format!("div: image {} ({})", image.reference, image.digest));
         }
@@ -365,11 +381,11 @@ fn environment(
     gpus: &[u32],
     real_gpus: bool,
     first_lines: &mut Vec<String>,
-) -> Result<(Vec<(String, String)>, usize), String> {
+) -> Result<(Vec<(String, String)>, usize), LaunchError> {
     let (in_tmp, in_cache) = if server.sandboxed {
         (PathBuf::from("/tmp"), PathBuf::from(sandbox::CACHE_MOUNT))
     } else {
-        let dir = server.run_dir(&run.id);
+        let dir = server.home.run_dir(&run.id);
         (dir.join("tmp"), server.home.join("cache"))
     };
     let mut env: Vec<(String, String)> = vec![

@@ -2,9 +2,12 @@
 //! telemetry) and stopping one. The queue and the launch are [`scheduler`]'s and
 //! [`launcher`]'s; where a run runs is the [`crate::executor`]'s.
 
+mod error;
 pub(crate) mod launcher;
 pub(crate) mod scheduler;
 mod validation;
+
+pub(crate) use error::{CreateRunError, RunError};
 
 use std::fs;
 use std::sync::Arc;
@@ -12,10 +15,9 @@ use std::time::Duration;
 
 use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
 
-use crate::error::{ErrorCode, HttpError};
 use crate::images::{RUN_IMAGE_FILE, RunImage};
 use crate::rules;
-use crate::server::{Server, blocking};
+use crate::server::{Server, spawn_work};
 use crate::store::{Placed, RunInternal, RunRecord};
 use div_runtime::clock::{self, now_ms};
 use div_runtime::supervisor::{self, KeptResult, KeptTelemetry};
@@ -40,39 +42,31 @@ fn random_base36(n: usize) -> String {
 }
 
 /// The run a `POST /v1/runs` or `POST /v1/runs/validate` body asks for.
-fn parse_request(body: &[u8]) -> Result<CreateRun, HttpError> {
-    serde_json::from_slice(body)
-        .map_err(|e| HttpError::malformed(format!("the run is not valid JSON: {e}")))
+fn parse_request(body: &[u8]) -> Result<CreateRun, CreateRunError> {
+    serde_json::from_slice(body).map_err(|e| CreateRunError::NotJson(e.to_string()))
 }
 
 /// What `POST /v1/runs` refuses of a run before it places it: [`validation::validate`], then
 /// the org's usage limit.
-fn refuse(server: &Server, request: &CreateRun) -> Result<validation::Valid, HttpError> {
+fn refuse(server: &Server, request: &CreateRun) -> Result<validation::Valid, CreateRunError> {
     let valid = validation::validate(server, request)?;
-    if let Some(usage) = crate::org::usage(server)?.filter(|u| u.reached) {
-        return Err(
-            HttpError::new(ErrorCode::UsageLimitReached, usage.refusal(&server.home))
-                .with_details(serde_json::to_value(&usage).unwrap_or_default()),
-        );
+    if let Some(usage) = server.org_usage()?.filter(|u| u.reached) {
+        let message = usage.refusal(&server.home);
+        return Err(CreateRunError::UsageLimit { usage, message });
     }
     Ok(valid)
-}
-
-/// `POST /v1/runs`'s refusal of a run named like one that exists.
-fn name_taken(name: &str) -> HttpError {
-    HttpError::conflict(format!("a run named `{name}` already exists"))
 }
 
 /// `POST /v1/runs/validate`: refuses `body` exactly as `POST /v1/runs` would now (the same
 /// status and error), creating nothing: no run, no volume, no idempotency key. Its `code` may
 /// be absent (not sent yet); its image is not resolved (`POST /v1/images/pull` does that).
-pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), HttpError> {
+pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), CreateRunError> {
     let request = parse_request(body)?;
     refuse(server, &request)?;
     if let Some(name) = &request.name
         && server.store.name_taken(name)?
     {
-        return Err(name_taken(name));
+        return Err(CreateRunError::NameTaken(name.clone()));
     }
     Ok(())
 }
@@ -84,11 +78,9 @@ pub(crate) fn precheck(
     server: &Server,
     key: &str,
     body: &[u8],
-) -> Result<(Option<String>, Option<div_api::PullPolicy>), HttpError> {
+) -> Result<(Option<String>, Option<div_api::PullPolicy>), CreateRunError> {
     if key.is_empty() {
-        return Err(HttpError::malformed(
-            "the `Idempotency-Key` header is required",
-        ));
+        return Err(CreateRunError::NoKey);
     }
     let request = parse_request(body)?;
     validation::validate(server, &request)?;
@@ -103,14 +95,13 @@ pub(crate) fn create_run(
     key: &str,
     body: &[u8],
     image: Option<RunImage>,
-) -> Result<(u16, Run), HttpError> {
+) -> Result<(bool, Run), CreateRunError> {
     if key.is_empty() {
-        return Err(HttpError::malformed(
-            "the `Idempotency-Key` header is required",
-        ));
+        return Err(CreateRunError::NoKey);
     }
     let request = parse_request(body)?;
-    let canonical = serde_json::to_vec(&request).map_err(|e| HttpError::invalid(e.to_string()))?;
+    let canonical =
+        serde_json::to_vec(&request).map_err(|e| CreateRunError::Unreadable(e.to_string()))?;
     let body_hash = blake3::hash(&canonical).to_hex().to_string();
     // From the check that its code is there to its record, a run holds its code volume's
     // commit lock, which retention holds while it removes snapshots: a snapshot is never
@@ -173,7 +164,7 @@ pub(crate) fn create_run(
     };
     // The image goes into the run's directory before the run is queued, so the scheduler
     // never launches it without its image; a retry's directory is removed again.
-    let dir = server.run_dir(&record.run.id);
+    let dir = server.home.run_dir(&record.run.id);
     if let Some(image) = &image {
         fs::create_dir_all(&dir)?;
         supervisor::write_json_atomic(&dir.join(RUN_IMAGE_FILE), image)?;
@@ -184,7 +175,7 @@ pub(crate) fn create_run(
     }
     let placed = match placed {
         Ok(placed) => placed,
-        Err(e) if e.is_unique_violation() => return Err(name_taken(&name)),
+        Err(e) if e.is_unique_violation() => return Err(CreateRunError::NameTaken(name)),
         Err(e) => return Err(e.into()),
     };
     match placed {
@@ -193,23 +184,21 @@ pub(crate) fn create_run(
             // queued.
             for volume in rules::volumes_named(&record.run.command, &record.run.env) {
                 if server.store.create_volume(&volume, &clock::rfc3339(now))? {
-                    fs::create_dir_all(server.volume_dir(&volume))?;
+                    fs::create_dir_all(server.home.volume_dir(&volume))?;
                 }
             }
             scheduler::refresh_queue(server)?;
-            Ok((201, view(server, &record)))
+            Ok((true, view(server, &record)))
         }
-        Placed::Again(existing) => Ok((200, view(server, &existing))),
-        Placed::Conflict => Err(HttpError::conflict(format!(
-            "the idempotency key `{key}` was used for another run"
-        ))),
+        Placed::Again(existing) => Ok((false, view(server, &existing))),
+        Placed::Conflict => Err(CreateRunError::KeyReused(key.to_owned())),
     }
 }
 
 /// The run as the API shows it: spend and duration live while it runs, the log's size.
 pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
     let mut run = record.run.clone();
-    run.log_bytes = fs::metadata(server.run_dir(&run.id).join("log")).map_or(0, |m| m.len());
+    run.log_bytes = fs::metadata(server.home.run_dir(&run.id).join("log")).map_or(0, |m| m.len());
     if run.status == RunStatus::Running
         && let Some(started) = record.internal.started_ms
     {
@@ -227,20 +216,20 @@ pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
 }
 
 /// A run by id or name, as the API shows it.
-pub(crate) fn get_run(server: &Server, id_or_name: &str) -> Result<(Run, RunRecord), HttpError> {
+pub(crate) fn get_run(server: &Server, id_or_name: &str) -> Result<(Run, RunRecord), RunError> {
     let record = server
         .store
         .get_run(id_or_name)?
-        .ok_or_else(|| HttpError::not_found(format!("no run `{id_or_name}`")))?;
+        .ok_or_else(|| RunError::NoRun(id_or_name.to_owned()))?;
     Ok((view(server, &record), record))
 }
 
 /// `GET /v1/runs`: a page of runs, newest first, each as [`view`] shows it.
-pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, HttpError> {
+pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, RunError> {
     let cursor = match &query.cursor {
         Some(c) => Some(
             c.parse::<i64>()
-                .map_err(|_| HttpError::malformed(format!("`{c}` is not a cursor")))?,
+                .map_err(|_| RunError::BadCursor(c.clone()))?,
         ),
         None => None,
     };
@@ -255,7 +244,7 @@ pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, HttpErr
             .0
             .is_empty()
     {
-        return Err(HttpError::invalid(rule));
+        return Err(RunError::BadProject(rule.to_string()));
     }
     let (runs, next) =
         server
@@ -281,16 +270,16 @@ pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, HttpErr
 
 /// Asks a run to stop: a queued one is canceled at once; a running one's executor asks its
 /// supervisor, which kills its whole tree. Returns whether it was running.
-pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, HttpError> {
+pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, RunError> {
     let _guard = server.lock();
     let mut record = server
         .store
         .get_run(id_or_name)?
-        .ok_or_else(|| HttpError::not_found(format!("no run `{id_or_name}`")))?;
+        .ok_or_else(|| RunError::NoRun(id_or_name.to_owned()))?;
     match record.run.status {
         // Handed to an executor that queues it (Slurm): that one cancels it.
         RunStatus::Queued if record.launched() => {
-            let dir = server.run_dir(&record.run.id);
+            let dir = server.home.run_dir(&record.run.id);
             server
                 .executor
                 .stop(&dir, record.internal.handle.as_ref())?;
@@ -303,7 +292,7 @@ pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, Ht
             Ok(false)
         }
         RunStatus::Running => {
-            let dir = server.run_dir(&record.run.id);
+            let dir = server.home.run_dir(&record.run.id);
             server
                 .executor
                 .stop(&dir, record.internal.handle.as_ref())?;
@@ -318,37 +307,48 @@ pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, Ht
 pub(crate) async fn stop_and_wait(
     server: &Arc<Server>,
     id_or_name: String,
-) -> Result<Run, HttpError> {
+) -> Result<Run, RunError> {
     let id = id_or_name.clone();
-    let was_running = blocking(server, move |s| request_stop(s, &id)).await?;
+    let was_running = work(server, move |s| request_stop(s, &id)).await?;
     if was_running {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         while tokio::time::Instant::now() < deadline {
-            let _ = blocking(server, |s| scheduler::tick(s).map_err(HttpError::from)).await;
+            let _ = spawn_work(server, scheduler::tick).await;
             let id = id_or_name.clone();
-            let (r, _) = blocking(server, move |s| get_run(s, &id)).await?;
+            let (r, _) = work(server, move |s| get_run(s, &id)).await?;
             if r.status.is_terminal() {
                 return Ok(r);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let (r, _) = blocking(server, move |s| get_run(s, &id_or_name)).await?;
+    let (r, _) = work(server, move |s| get_run(s, &id_or_name)).await?;
     Ok(r)
+}
+
+/// `f` on a blocking thread ([`spawn_work`]); a task that ended without an answer is the
+/// state's failure.
+async fn work<T: Send + 'static>(
+    server: &Arc<Server>,
+    f: impl FnOnce(&Server) -> Result<T, RunError> + Send + 'static,
+) -> Result<T, RunError> {
+    spawn_work(server, f)
+        .await
+        .map_err(|e| RunError::State(crate::fault::StateError::Task(e.to_string())))?
 }
 
 /// `GET /v1/runs/{run}/result`: what the supervisor kept of the run's result, and its
 /// verdicts; a problem instead while there is none.
-pub(crate) fn result(server: &Server, id_or_name: &str) -> Result<RunResult, HttpError> {
+pub(crate) fn result(server: &Server, id_or_name: &str) -> Result<RunResult, RunError> {
     result_exact(server, id_or_name).map(|r| r.result)
 }
 
 /// [`result`], with the object's JSON text as the run wrote it, which the route sends in
 /// place of `result`: numbers as written (`0.30000000000000001`, never `f64`'s `0.3`), so a
 /// client judges checks exactly as the supervisor did.
-pub(crate) fn result_exact(server: &Server, id_or_name: &str) -> Result<ExactResult, HttpError> {
+pub(crate) fn result_exact(server: &Server, id_or_name: &str) -> Result<ExactResult, RunError> {
     let (r, _) = get_run(server, id_or_name)?;
-    let kept: Option<KeptResult> = fs::read(server.run_dir(&r.id).join("result.kept.json"))
+    let kept: Option<KeptResult> = fs::read(server.home.run_dir(&r.id).join("result.kept.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let (result, problem, text) = match kept {
@@ -417,9 +417,9 @@ pub(crate) fn telemetry(
     server: &Server,
     id_or_name: &str,
     after: u64,
-) -> Result<Telemetry, HttpError> {
+) -> Result<Telemetry, RunError> {
     let (r, _) = get_run(server, id_or_name)?;
-    let dir = server.run_dir(&r.id);
+    let dir = server.home.run_dir(&r.id);
     let kept: KeptTelemetry = fs::read(dir.join("telemetry.kept.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())

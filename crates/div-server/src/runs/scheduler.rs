@@ -52,7 +52,7 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
         }
     }
     crate::state_reserve::keep(&server.home);
-    if let Some(usage) = org::usage(server)?.filter(|u| u.reached) {
+    if let Some(usage) = server.org_usage()?.filter(|u| u.reached) {
         // The org's limit is reached: every running run is stopped, and the queue waits.
         let reason = usage.reason();
         for record in &running {
@@ -81,7 +81,7 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
 /// Why each run that waits in its executor's own queue waits, in that one's words.
 fn executor_waits(server: &Server, running: &[RunRecord], waiting: &mut HashMap<String, RunQueue>) {
     for record in running.iter().filter(|r| r.run.status == RunStatus::Queued) {
-        let dir = server.run_dir(&record.run.id);
+        let dir = server.home.run_dir(&record.run.id);
         let reason = server
             .executor
             .waiting(&dir, record.internal.handle.as_ref())
@@ -100,7 +100,7 @@ fn executor_waits(server: &Server, running: &[RunRecord], waiting: &mut HashMap<
 /// Tells a running run's supervisor it is stopped by the org, and why (`run-dir/stop-org`),
 /// then stops it the executor's way. Said again on each pass until its end is recorded.
 fn stop_by_org(server: &Server, record: &RunRecord, reason: &str) {
-    let dir = server.run_dir(&record.run.id);
+    let dir = server.home.run_dir(&record.run.id);
     let said = dir.join(org::STOP_FILE);
     // Written whole, then renamed into place: a supervisor reading it as it was being written
     // would have found it empty and said the org stopped the run for no reason.
@@ -160,7 +160,7 @@ fn admit(
             .iter()
             .filter_map(|r| {
                 let given = r.internal.disk_bytes?;
-                let dir = server.run_dir(&r.run.id);
+                let dir = server.home.run_dir(&r.run.id);
                 Some(given.saturating_sub(div_runtime::scratch::allocated(&dir)))
             })
             .sum()
@@ -308,7 +308,7 @@ fn wait_reason(sku: &str, cores: Option<usize>, gpus: Option<usize>, ahead: u32)
 
 /// Records the end of a running run when it has one; `Some` while it goes on.
 fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRecord>, StoreError> {
-    let dir = server.run_dir(&record.run.id);
+    let dir = server.home.run_dir(&record.run.id);
     if server.executor.decides_limits() {
         watch_limits(server, &mut record, &dir)?;
     }
@@ -502,6 +502,7 @@ fn lost(server: &Server, record: &RunRecord) -> EndRecord {
     // Its own disk, let go with its supervisor's mounts: the space is free again.
     let _ = fs::remove_file(
         server
+            .home
             .run_dir(&record.run.id)
             .join(div_runtime::scratch::IMAGE),
     );
@@ -646,15 +647,16 @@ mod tests {
         assert_eq!(started.run.status, RunStatus::Running);
         assert_eq!(started.internal.handle, Some(Handle::Process(1001)));
         assert_eq!(started.internal.cores, [0, 1]);
-        let spec: RunSpec =
-            serde_json::from_slice(&std::fs::read(server.run_dir(&a).join("spec.json")).unwrap())
-                .unwrap();
+        let spec: RunSpec = serde_json::from_slice(
+            &std::fs::read(server.home.run_dir(&a).join("spec.json")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(spec.run_id, a);
         assert_eq!(spec.cores, [0, 1]);
         // `b` needs 3 of the 2 free cores; `c` would fit but waits behind it.
         assert_eq!(record(&server, &b).run.status, RunStatus::Queued);
         assert_eq!(record(&server, &c).run.status, RunStatus::Queued);
-        assert_eq!(fake.seen().started, [server.run_dir(&a)]);
+        assert_eq!(fake.seen().started, [server.home.run_dir(&a)]);
     }
 
     #[test]
@@ -736,7 +738,7 @@ mod tests {
             spent_cents: 7,
             verdicts: Vec::new(),
         };
-        div_runtime::supervisor::write_json_atomic(&server.run_dir(&a).join("end.json"), &end)
+        div_runtime::supervisor::write_json_atomic(&server.home.run_dir(&a).join("end.json"), &end)
             .unwrap();
         // The fake still says the supervisor is alive; the end on disk wins.
         assert!(tick(&server).unwrap());

@@ -2,9 +2,8 @@
 //! each with a message that says what was wrong and what would be right.
 
 use div_api::CreateRun;
-use serde_json::json;
 
-use crate::error::{ErrorCode, HttpError};
+use super::error::CreateRunError;
 use crate::rules::{self, Sizing, SkuPrice};
 use crate::server::Server;
 
@@ -19,33 +18,58 @@ pub(crate) struct Valid {
 }
 
 /// Checks `request` against this machine and div's rules.
-pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, HttpError> {
+pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, CreateRunError> {
     names(request)?;
+    let (sku, sizing, gpus) = machine(server, request)?;
+    rest(server, request)?;
+    let checks = request
+        .checks
+        .iter()
+        .map(|c| rules::parse_check(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CreateRunError::Check(e.to_string()))?;
+    server
+        .executor
+        .check(&crate::executor::Placement {
+            sku: sku.name,
+            gpus,
+            cores: sizing.cores,
+            memory_gib: sizing.memory_gib,
+        })
+        .map_err(|e| CreateRunError::Unplaceable(e.to_string()))?;
+    Ok(Valid {
+        sku,
+        sizing,
+        gpus,
+        checks,
+    })
+}
+
+/// The run against this machine: its SKU offered here, its size within the machine (or
+/// shared, as a CPU run on a GPU machine may be), its GPUs there.
+fn machine(
+    server: &Server,
+    request: &CreateRun,
+) -> Result<(SkuPrice, Sizing, u32), CreateRunError> {
     let accepted = server.inventory.accepted();
     let sku = rules::sku(&request.sku)
         .filter(|s| accepted.iter().any(|a| a == s.name))
-        .ok_or_else(|| {
-            HttpError::new(
-                ErrorCode::UnknownSku,
-                format!(
-                    "unknown SKU `{}`; this machine takes {}",
-                    request.sku,
-                    accepted.join(", ")
-                ),
-            )
-            .with_details(json!({ "accepted": accepted }))
+        .ok_or_else(|| CreateRunError::UnknownSku {
+            sku: request.sku.clone(),
+            accepted: accepted.iter().map(|a| (*a).to_owned()).collect(),
         })?;
     let sku = server.inventory.priced(sku);
     let sizing = rules::size(&sku, request.gpus, request.cpu, request.memory_gib)
-        .map_err(HttpError::invalid)?;
+        .map_err(|e| CreateRunError::Size(e.to_string()))?;
     let gpus = if sku.gpu { request.gpus } else { 0 };
     if let Some(group) = server.inventory.group(sku.name) {
         let have = group.indices.len() as u32;
         if gpus > have {
-            return Err(HttpError::invalid(format!(
-                "this machine has {have} {}; the run asks for {gpus}",
-                sku.label
-            )));
+            return Err(CreateRunError::TooManyGpus {
+                have,
+                label: sku.label.to_owned(),
+                asked: gpus,
+            });
         }
     }
     let host = server.inventory.host_cores;
@@ -53,20 +77,24 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         .inventory
         .shared(sku.gpu, sizing.cores, sizing.memory_gib);
     if sizing.cores > host && !shared {
-        return Err(HttpError::invalid(format!(
-            "this machine has {host} cores; the run asks for {}",
-            sizing.cores
-        ))
-        .with_details(json!({ "cores": host })));
+        return Err(CreateRunError::TooManyCores {
+            host,
+            asked: sizing.cores,
+        });
     }
     let memory = server.inventory.host_memory_gib;
     if sizing.memory_gib > memory && !shared {
-        return Err(HttpError::invalid(format!(
-            "this machine has {memory} GiB of memory; the run asks for {} GiB",
-            sizing.memory_gib
-        ))
-        .with_details(json!({ "memory_gib": memory })));
+        return Err(CreateRunError::TooMuchMemory {
+            host: memory,
+            asked: sizing.memory_gib,
+        });
     }
+    Ok((sku, sizing, gpus))
+}
+
+/// The rest of the run: its image's name (and, with `--pull never`, the cache), its ceiling,
+/// its environment with the secrets, its code.
+fn rest(server: &Server, request: &CreateRun) -> Result<(), CreateRunError> {
     // An image named in a form no registry takes is refused now, not after the code is
     // shipped (whether a registry has it is known only by pulling, which comes next).
     if let Some(image) = &request.image {
@@ -79,29 +107,19 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
     if let Some(cents) = request.max_spend_cents
         && cents <= 0
     {
-        return Err(HttpError::invalid(format!(
-            "`max_spend_cents` must be more than 0, not `{cents}`"
-        )));
+        return Err(CreateRunError::MaxSpend(cents));
     }
-    let checks = request
-        .checks
-        .iter()
-        .map(|c| rules::parse_check(c))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(HttpError::invalid)?;
     if let Some(e) = request
         .env
         .iter()
         .find_map(|e| div_spec::check_env_name(&e.key).err())
     {
-        return Err(HttpError::invalid(format!(
-            "an environment variable is refused: {e}"
-        )));
+        return Err(CreateRunError::EnvName(e.to_string()));
     }
     if let Some(problem) = request.env.iter().find_map(|e| {
         div_runtime::sandbox::env_value_problem("environment variable", &e.key, &e.value)
     }) {
-        return Err(HttpError::invalid(problem));
+        return Err(CreateRunError::Env(problem));
     }
     if let Some(e) = request
         .env
@@ -109,7 +127,7 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
         .rev()
         .find(|e| e.key == rules::STOP_GRACE_ENV)
     {
-        rules::parse_stop_grace(&e.value).map_err(HttpError::invalid)?;
+        rules::parse_stop_grace(&e.value).map_err(|e| CreateRunError::Env(e.to_string()))?;
     }
     // The run's own variables and every secret go into its environment together (an
     // `--env` of a secret's name replaces it).
@@ -123,31 +141,17 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
                 .map(|e| (e.key.as_str(), e.value.as_str())),
         ),
     )
-    .map_err(|e| HttpError::invalid(e.to_string()))?;
+    .map_err(|e| CreateRunError::Env(e.to_string()))?;
     if let Some(code) = &request.code {
-        let dir = server.volume_dir(&code.volume).join(&code.path);
+        let dir = server.home.volume_dir(&code.volume).join(&code.path);
         if server.store.volume(&code.volume)?.is_none() || !dir.is_dir() {
-            return Err(HttpError::invalid(format!(
-                "the code `{}/{}` is not in a volume",
-                code.volume, code.path
-            )));
+            return Err(CreateRunError::NoCode {
+                volume: code.volume.clone(),
+                path: code.path.clone(),
+            });
         }
     }
-    server
-        .executor
-        .check(&crate::executor::Placement {
-            sku: sku.name,
-            gpus,
-            cores: sizing.cores,
-            memory_gib: sizing.memory_gib,
-        })
-        .map_err(|e| HttpError::invalid(e.to_string()))?;
-    Ok(Valid {
-        sku,
-        sizing,
-        gpus,
-        checks,
-    })
+    Ok(())
 }
 
 /// The names a run gives, each held to its rule (div-spec's), first: the names `div` would
@@ -156,21 +160,18 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Ht
 /// with the rule before anything is looked up by it (a code volume named `../..` is never
 /// looked for on disk). Runs stored before this rule keep their names: they are read by id
 /// or name as ever (docs/api.md, "Names").
-fn names(request: &CreateRun) -> Result<(), HttpError> {
+fn names(request: &CreateRun) -> Result<(), CreateRunError> {
     if request.project.trim().is_empty() {
-        return Err(HttpError::invalid("the run has no project"));
+        return Err(CreateRunError::NoProject);
     }
-    rules::check_project_name(&request.project).map_err(HttpError::invalid)?;
+    rules::check_project_name(&request.project).map_err(|e| CreateRunError::Name(e.to_string()))?;
     if let Some(name) = &request.name {
-        rules::check_run_name(name).map_err(HttpError::invalid)?;
+        rules::check_run_name(name).map_err(|e| CreateRunError::Name(e.to_string()))?;
     }
     if let Some(code) = &request.code {
-        crate::volumes::check_name(&code.volume)?;
+        rules::check_volume_name(&code.volume).map_err(|e| CreateRunError::Name(e.to_string()))?;
         if !div_spec::is_volume_path(&code.path) {
-            return Err(HttpError::invalid(format!(
-                "the code's path `{}` is not a path inside a volume: relative, `/`-separated, with no empty, `.` or `..` part, like `code/9f31c2ab`",
-                code.path
-            )));
+            return Err(CreateRunError::CodePath(code.path.clone()));
         }
     }
     Ok(())

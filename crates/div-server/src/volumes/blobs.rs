@@ -1,25 +1,26 @@
-//! A volume's blobs: which of a shipment's the volume lacks, a resumable upload finished and
-//! checked, and packs of small whole blobs.
+//! A volume's blobs: which of a shipment's the volume holds and where, and a resumable
+//! upload finished and checked; [`write_new`] makes a blob under its name, whole or not at all.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use div_api::MissingBlobs;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use serde_json::json;
 
-use super::{blob_dir, blob_path, partial_path, require_volume};
-use crate::error::{ErrorCode, HttpError};
-use crate::server::Server;
+use super::error::{LookupError, PathRefused, UploadError};
+use super::paths::{Sources, commit_lock, on_disk, valid_hash};
+use super::{Volumes, require_volume};
 
+/// Which of `hashes` the volume lacks, and how much of each a partial upload holds.
 pub(crate) fn missing_blobs(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     hashes: &[String],
-) -> Result<MissingBlobs, HttpError> {
-    require_volume(server, volume)?;
+) -> Result<MissingBlobs, UploadError> {
+    require_volume(vols, volume)?;
     let mut missing = Vec::new();
     let mut seen = BTreeSet::new();
     let asked: Vec<&str> = hashes
@@ -27,13 +28,13 @@ pub(crate) fn missing_blobs(
         .filter(|h| seen.insert(h.as_str()))
         .map(String::as_str)
         .collect();
-    let held = super::held_blobs(server, volume, &asked)?;
+    let held = held_blobs(vols, volume, &asked)?;
     for hash in asked {
         if !held.contains(hash) {
             missing.push(hash.to_owned());
         }
     }
-    let partial = super::partial_sizes(server, volume, &missing);
+    let partial = partial_sizes(vols, volume, &missing);
     Ok(MissingBlobs {
         missing,
         partial,
@@ -41,21 +42,38 @@ pub(crate) fn missing_blobs(
     })
 }
 
+/// Before bytes are appended to the partial upload of `hash`: whether the volume holds the
+/// blob already, and where its partial upload is (its folder made).
+pub(crate) fn begin_upload(
+    vols: &Volumes<'_>,
+    volume: &str,
+    hash: &str,
+) -> Result<(bool, PathBuf), LookupError> {
+    require_volume(vols, volume)?;
+    fs::create_dir_all(vols.home.blob_dir(volume).join("partial"))?;
+    Ok((
+        vols.store.has_blob(volume, hash)?,
+        vols.home.partial_path(volume, hash),
+    ))
+}
+
 /// After bytes were appended to a partial upload: whole and right (201), whole and wrong
 /// (422, discarded), too long (422, discarded), or still partial (204).
 pub(crate) fn finish_upload(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     hash: &str,
     total: u64,
-) -> Result<u16, HttpError> {
-    let partial = partial_path(server, volume, hash);
+) -> Result<u16, UploadError> {
+    let partial = vols.home.partial_path(volume, hash);
     let size = fs::metadata(&partial).map_or(0, |m| m.len());
     if size > total {
         let _ = fs::remove_file(&partial);
-        return Err(HttpError::invalid(format!(
-            "the blob `{hash}` got {size} bytes, more than its total of {total}; the partial upload was discarded"
-        )));
+        return Err(UploadError::LongerThanItsTotal {
+            hash: hash.to_owned(),
+            size,
+            total,
+        });
     }
     if size < total {
         return Ok(204);
@@ -65,130 +83,131 @@ pub(crate) fn finish_upload(
     let got = hasher.finalize().to_hex().to_string();
     if got != hash {
         let _ = fs::remove_file(&partial);
-        return Err(HttpError::new(
-            ErrorCode::HashMismatch,
-            format!(
-                "the bytes sent for `{hash}` hash to `{got}`; the partial upload was discarded"
-            ),
-        )
-        .with_details(json!({ "expected": hash, "actual": got })));
+        return Err(UploadError::HashMismatch {
+            expected: hash.to_owned(),
+            actual: got,
+            kept: "the partial upload was discarded",
+        });
     }
     // In a turn of the commit lock, as a pack's write over a name is (`store_pack`).
-    let lock = super::commit_lock(volume);
+    let lock = commit_lock(volume);
     let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
-    fs::rename(&partial, blob_path(server, volume, hash))?;
-    server.store.add_blob(volume, hash, total)?;
+    fs::rename(&partial, vols.home.blob_path(volume, hash))?;
+    vols.store.add_blob(volume, hash, total)?;
     Ok(201)
 }
 
-/// `POST /v1/volumes/{name}/blobs/pack`: several small whole blobs in one body
-/// (`div_api::parse_pack`). Every blob is checked first (its form, its size, its bytes
-/// against its hash), so a pack with one bad blob stores none; then each is made under its
-/// name ([`write_new`]); where something is at the name already, one the volume holds is
-/// left as it is, and any other is written beside it and renamed into place. All that were
-/// written are recorded in one transaction. Answers how many were stored and how many the
-/// volume already held.
-pub(crate) fn store_pack(
-    server: &Server,
+/// Which of `hashes` the volume holds (one that is not a blob's hash never is).
+pub(super) fn held_blobs<'h>(
+    vols: &Volumes<'_>,
     volume: &str,
-    body: &[u8],
-    stage: Option<&str>,
-) -> Result<serde_json::Value, HttpError> {
-    require_volume(server, volume)?;
-    let blobs = div_api::parse_pack(body).map_err(HttpError::malformed)?;
-    for (hash, data) in &blobs {
-        if data.len() as u64 > div_api::PACK_BLOB_MAX_BYTES {
-            return Err(HttpError::invalid(format!(
-                "the blob `{hash}` is {} bytes; a pack carries blobs of at most {} bytes (send a larger one by itself)",
-                data.len(),
-                div_api::PACK_BLOB_MAX_BYTES
-            )));
-        }
-        let got = blake3::hash(data).to_hex().to_string();
-        if got != *hash {
-            return Err(HttpError::new(
-                ErrorCode::HashMismatch,
-                format!(
-                    "the bytes sent for `{hash}` hash to `{got}`; nothing of the pack was kept"
-                ),
-            )
-            .with_details(json!({ "expected": hash, "actual": got })));
+    hashes: &[&'h str],
+) -> Result<std::collections::HashSet<&'h str>, LookupError> {
+    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
+    let held = vols.store.has_blobs(volume, &valid)?;
+    Ok(valid
+        .into_iter()
+        .zip(held)
+        .filter_map(|(hash, held)| held.then_some(hash))
+        .collect())
+}
+
+/// Where the volume holds each of `hashes` ([`Sources`]), and the ones it lacks, each once,
+/// in the order asked (one that is not a blob's hash never is held).
+pub(super) fn locate_blobs(
+    vols: &Volumes<'_>,
+    volume: &str,
+    hashes: &[&str],
+) -> Result<(Sources, Vec<String>), Located> {
+    let valid: Vec<&str> = hashes.iter().copied().filter(|h| valid_hash(h)).collect();
+    // A volume that holds no blob (a project's first ship) is not asked about each.
+    let homes = if vols.store.holds_blobs(volume)? {
+        vols.store.blob_homes(volume, &valid)?
+    } else {
+        vec![None; valid.len()]
+    };
+    let mut sources = Sources::with_capacity(valid.len());
+    for (hash, home) in valid.into_iter().zip(homes) {
+        let at = match home {
+            None => continue,
+            Some(None) => vols.home.blob_path(volume, hash),
+            Some(Some(home)) => vols.home.volume_dir(volume).join(on_disk(&home)?),
+        };
+        sources.insert(hash.to_owned(), at);
+    }
+    let mut missing = Vec::new();
+    let mut named = std::collections::HashSet::new();
+    for hash in hashes {
+        if !sources.contains_key(*hash) && named.insert(*hash) {
+            missing.push((*hash).to_owned());
         }
     }
-    // For a staged tree, the blobs it wants are written straight into it; the rest are
-    // stored as any pack's.
-    let (blobs, staged) = match stage {
-        Some(id) => super::stage::write_into_stage(server, volume, id, &blobs)?,
-        None => (blobs.iter().collect(), 0),
-    };
-    let partial = blob_dir(server, volume).join("partial");
-    fs::create_dir_all(&partial)?;
-    let full = |e: std::io::Error| {
-        if crate::error::io_full(&e) {
-            HttpError::disk_full("storing a pack of blobs")
-        } else {
-            HttpError::from(e)
+    Ok((sources, missing))
+}
+
+/// The error of [`locate_blobs`]: the store failed, or a blob's home is a path that does not
+/// decode.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Located {
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    #[error(transparent)]
+    Path(#[from] PathRefused),
+}
+
+impl From<crate::store::StoreError> for Located {
+    fn from(e: crate::store::StoreError) -> Located {
+        Located::Lookup(e.into())
+    }
+}
+
+impl From<Located> for super::CommitError {
+    fn from(e: Located) -> super::CommitError {
+        match e {
+            Located::Lookup(e) => e.into(),
+            Located::Path(e) => e.into(),
         }
-    };
-    // The blob folder, held for the writes below (`None`: each blob is written the other
-    // way).
-    let blob_fd = rustix::fs::open(
-        blob_dir(server, volume),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok();
-    let mut stored: Vec<(&str, u64)> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut held = 0usize;
-    // Each new blob is made under its name at once; only where something is at the name
-    // already is the store asked whether the volume holds it (a cold ship's pack asks about
-    // none of its 4,096).
-    let mut there: Vec<(&str, &[u8])> = Vec::new();
-    for &&(hash, data) in &blobs {
-        if !seen.insert(hash) {
-            held += 1;
-            continue;
-        }
-        if let Some(dir) = &blob_fd
-            && write_new(dir, hash, data).map_err(full)?
+    }
+}
+
+/// Where the blob `hash` is, as `sources` found it (in the blob folder where they did not).
+pub(super) fn source(vols: &Volumes<'_>, volume: &str, sources: &Sources, hash: &str) -> PathBuf {
+    sources
+        .get(hash)
+        .cloned()
+        .unwrap_or_else(|| vols.home.blob_path(volume, hash))
+}
+
+/// How many bytes of each of `missing` a partial upload holds, where one holds any. The
+/// partial uploads there are are read once (a cold ship asks about every file, and there are
+/// seldom any): a question for each was a failed `stat` for each.
+pub(super) fn partial_sizes(
+    vols: &Volumes<'_>,
+    volume: &str,
+    missing: &[String],
+) -> std::collections::BTreeMap<String, u64> {
+    let partials: std::collections::HashSet<String> =
+        fs::read_dir(vols.home.blob_dir(volume).join("partial"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+    let mut partial = std::collections::BTreeMap::new();
+    if partials.is_empty() {
+        return partial;
+    }
+    for hash in missing {
+        if valid_hash(hash)
+            && partials.contains(hash)
+            && let Ok(m) = fs::metadata(vols.home.partial_path(volume, hash))
+            && m.len() > 0
         {
-            stored.push((hash, data.len() as u64));
-            continue;
+            partial.insert(hash.clone(), m.len());
         }
-        there.push((hash, data));
     }
-    // Where something is at a name, the check of its record, the write over it and the
-    // record are one turn of the volume's commit lock, which the retention pass holds for the
-    // whole of its own: a pass that removed a blob's record but not yet its file would
-    // otherwise delete the file written over it here, whose record is then made.
-    let lock = (!there.is_empty()).then(|| super::commit_lock(volume));
-    let _turn = lock
-        .as_ref()
-        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
-    let hashes: Vec<&str> = there.iter().map(|(hash, _)| *hash).collect();
-    let already = server.store.has_blobs(volume, &hashes)?;
-    for ((hash, data), already) in there.into_iter().zip(already) {
-        if already {
-            held += 1;
-            continue;
-        }
-        // Its own name: two packs holding one new blob are written at once by two clients,
-        // and one writer truncating the file the other has just renamed into place would
-        // leave the blob empty while a tree links it (seen under load, hostile_client::
-        // two_div_runs_at_once_shipping_new_code_both_succeed).
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = partial.join(format!("{hash}.pack-{}-{n}", std::process::id()));
-        fs::write(&tmp, data).map_err(full)?;
-        fs::rename(&tmp, blob_path(server, volume, hash)).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            full(e)
-        })?;
-        stored.push((hash, data.len() as u64));
-    }
-    server.store.add_blobs(volume, &stored)?;
-    Ok(json!({ "stored": stored.len() + staged, "held": held }))
+    partial
 }
 
 /// Writes `data` as the blob `hash` in the blob folder `blobs`: written whole into a file
@@ -202,7 +221,7 @@ pub(crate) fn store_pack(
 /// cannot make a file with no name: the caller writes it the other way, beside it and
 /// renamed over it. A write that fails leaves nothing: the unnamed file goes with its
 /// descriptor.
-fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
+pub(super) fn write_new(blobs: &OwnedFd, hash: &str, data: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
     let fd = match rustix::fs::openat(
         blobs,

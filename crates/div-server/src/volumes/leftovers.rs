@@ -19,12 +19,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::server::Server;
+use crate::home::Home;
 
 /// How long a partial upload is kept, since it was last written to, by a server that starts.
 pub(crate) const PARTIAL_KEPT: Duration = Duration::from_secs(60 * 60);
 
-/// The prefixes of [`super::unique_name`]'s folders on their way in or out.
+/// The prefixes of `paths::unique_name`'s folders on their way in or out.
 const ON_THE_WAY: [&str; 3] = ["stage", "put", "removed"];
 
 /// What a server that starts removes: each path, and whether it is a folder.
@@ -32,10 +32,10 @@ const ON_THE_WAY: [&str; 3] = ["stage", "put", "removed"];
 pub(crate) struct Leftovers(Vec<(PathBuf, bool)>);
 
 impl Leftovers {
-    /// What earlier servers left under `server`'s home, as of `now`.
-    pub(crate) fn list(server: &Server, now: SystemTime) -> Leftovers {
+    /// What earlier servers left under `home`, as of `now`.
+    pub(crate) fn list(home: &Home, now: SystemTime) -> Leftovers {
         let mut found = Vec::new();
-        for blobs in subfolders(&server.home.join("blobs")) {
+        for blobs in subfolders(&home.join("blobs")) {
             for (path, name, dir) in entries(&blobs) {
                 if dir && on_the_way(&name) {
                     found.push((path, true));
@@ -51,7 +51,7 @@ impl Leftovers {
                 }
             }
         }
-        for root in subfolders(&server.home.join("volumes")) {
+        for root in subfolders(&home.join("volumes")) {
             for (path, name, dir) in entries(&root) {
                 if dir && name.strip_prefix(".tmp-").is_some_and(on_the_way) {
                     found.push((path, true));
@@ -88,7 +88,7 @@ impl Leftovers {
     }
 }
 
-/// Whether `name` is one of [`super::unique_name`]'s on the way in or out:
+/// Whether `name` is one of `paths::unique_name`'s on the way in or out:
 /// `PREFIX-PID-MS-N`, each of the last three a number.
 fn on_the_way(name: &str) -> bool {
     let mut parts = name.split('-');

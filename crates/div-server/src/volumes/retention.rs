@@ -34,10 +34,10 @@ use std::path::{Path, PathBuf};
 
 use div_api::RunStatus;
 
+use super::Volumes;
 use super::beneath::{folder_beneath, split};
-use super::{blob_dir, commit_lock, unique_name, valid_hash};
-use crate::error::HttpError;
-use crate::server::Server;
+use super::error::RetentionError;
+use super::paths::{commit_lock, unique_name, valid_hash};
 use crate::settings::Settings;
 use div_runtime::clock::now_ms;
 
@@ -59,15 +59,13 @@ pub(crate) struct Pruned {
 
 /// The rule applied to `volume` (after a new snapshot was committed there), with its commit
 /// lock held for the whole pass.
-pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> {
-    let keep = Settings::read(&server.home)
-        .map_err(HttpError::internal)?
-        .keep_code_snapshots();
+pub(crate) fn prune(vols: &Volumes<'_>, volume: &str) -> Result<Pruned, RetentionError> {
+    let keep = Settings::read(vols.home)?.keep_code_snapshots();
     let lock = commit_lock(volume);
     let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
     let mut going: HashSet<String> = HashSet::new();
     for status in [RunStatus::Queued, RunStatus::Running] {
-        for record in server.store.runs_with_status(status)? {
+        for record in vols.store.runs_with_status(status)? {
             if let Some(code) = record.run.code
                 && code.volume == volume
             {
@@ -78,7 +76,7 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
     let now = now_ms();
     let mut pruned = Pruned::default();
     let mut freed: HashSet<(u64, u64)> = HashSet::new();
-    for (i, (path, used_ms)) in server
+    for (i, (path, used_ms)) in vols
         .store
         .trees_by_use(volume, SNAPSHOTS)?
         .into_iter()
@@ -87,18 +85,18 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
         if i < keep || going.contains(&path) || now.saturating_sub(used_ms) < RECENT_MS {
             continue;
         }
-        server.store.remove_tree(volume, &path)?;
-        match take_away(server, volume, &path) {
+        vols.store.remove_tree(volume, &path)?;
+        match take_away(vols, volume, &path) {
             Ok(Some(trash)) => {
-                rehome(server, volume, &path, &trash)?;
+                rehome(vols, volume, &path, &trash)?;
                 links_in(&trash, &mut freed);
                 if let Err(e) = fs::remove_dir_all(&trash) {
                     tracing::warn!(volume, path, "could not delete a removed snapshot: {e}");
                 }
             }
             Ok(None) => {
-                for (hash, _) in server.store.blobs_homed_in(volume, &path)? {
-                    server.store.remove_blob(volume, &hash)?;
+                for (hash, _) in vols.store.blobs_homed_in(volume, &path)? {
+                    vols.store.remove_blob(volume, &hash)?;
                 }
             }
             Err(e) => tracing::warn!(volume, path, "could not remove a snapshot: {e}"),
@@ -106,7 +104,7 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
         pruned.snapshots.push(path);
     }
     if !freed.is_empty() {
-        pruned.blobs = let_go(server, volume, &freed)?;
+        pruned.blobs = let_go(vols, volume, &freed)?;
     }
     Ok(pruned)
 }
@@ -114,8 +112,8 @@ pub(crate) fn prune(server: &Server, volume: &str) -> Result<Pruned, HttpError> 
 /// Moves the snapshot at `path` out of the volume, opening each folder on the way without
 /// following a link: into the volume's blob folder where it is on the same filesystem, else
 /// beside the volume's files under `.tmp-`, which listings leave out. `None`: it was not there.
-fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Option<PathBuf>> {
-    let root = server.volume_dir(volume);
+fn take_away(vols: &Volumes<'_>, volume: &str, path: &str) -> std::io::Result<Option<PathBuf>> {
+    let root = vols.home.volume_dir(volume);
     let Some(rel) = div_ship::fs_path(path) else {
         return Ok(None);
     };
@@ -124,7 +122,7 @@ fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Optio
         return Ok(None);
     };
     let trash = unique_name("removed");
-    let blobs = blob_dir(server, volume);
+    let blobs = vols.home.blob_dir(volume);
     fs::create_dir_all(&blobs)?;
     let gone = |to: &Path, as_name: &str| -> std::io::Result<bool> {
         let to_dir = folder_beneath(to, &[], false)?.ok_or(std::io::ErrorKind::NotFound)?;
@@ -152,9 +150,14 @@ fn take_away(server: &Server, volume: &str, path: &str) -> std::io::Result<Optio
 /// decided as for every blob there (`let_go`: when no tree links it any more). A home that
 /// cannot be kept so (it is not there, or on another file system) is forgotten, and a tree
 /// that needs the blob again has it sent again.
-fn rehome(server: &Server, volume: &str, path: &str, trash: &Path) -> Result<(), HttpError> {
-    let blobs = blob_dir(server, volume);
-    for (hash, home) in server.store.blobs_homed_in(volume, path)? {
+fn rehome(
+    vols: &Volumes<'_>,
+    volume: &str,
+    path: &str,
+    trash: &Path,
+) -> Result<(), RetentionError> {
+    let blobs = vols.home.blob_dir(volume);
+    for (hash, home) in vols.store.blobs_homed_in(volume, path)? {
         let file = home
             .strip_prefix(path)
             .and_then(|rel| rel.strip_prefix('/'))
@@ -170,9 +173,9 @@ fn rehome(server: &Server, volume: &str, path: &str, trash: &Path) -> Result<(),
                     }
             });
         if kept {
-            server.store.unhome_blob(volume, &hash)?;
+            vols.store.unhome_blob(volume, &hash)?;
         } else {
-            server.store.remove_blob(volume, &hash)?;
+            vols.store.remove_blob(volume, &hash)?;
         }
     }
     Ok(())
@@ -204,8 +207,12 @@ fn links_in(dir: &Path, out: &mut HashSet<(u64, u64)>) {
 /// and deleting in one pass let a blob uploaded during the pass (a client's next commit
 /// does not wait for this one's pass) take the number of a blob just deleted, be picked as
 /// well, and vanish between its upload and its commit.
-fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<usize, HttpError> {
-    let Ok(entries) = fs::read_dir(blob_dir(server, volume)) else {
+fn let_go(
+    vols: &Volumes<'_>,
+    volume: &str,
+    freed: &HashSet<(u64, u64)>,
+) -> Result<usize, RetentionError> {
+    let Ok(entries) = fs::read_dir(vols.home.blob_dir(volume)) else {
         return Ok(0);
     };
     /// What is on disk of one blob: itself and its twin, each with its path, whether no
@@ -258,7 +265,7 @@ fn let_go(server: &Server, volume: &str, freed: &HashSet<(u64, u64)>) -> Result<
     }
     let mut n = 0;
     for (hash, path, twin) in picked {
-        server.store.remove_blob(volume, &hash)?;
+        vols.store.remove_blob(volume, &hash)?;
         if let Some(twin) = twin
             && let Err(e) = fs::remove_file(&twin)
         {

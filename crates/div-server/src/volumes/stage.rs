@@ -27,107 +27,49 @@ use std::sync::{Arc, Mutex};
 use div_api::{CommitTree, CommittedTree, EntryKind, StagedTree, TreeEntry};
 use rustix::fs::{Mode, OFlags};
 
-use super::{
-    check_place, commit_lock, committed_tree, file_hashes, link_tree, locate_blobs,
-    move_into_place, not_sent, on_disk, require_volume, rules, staging, valid_rel,
-};
-use crate::error::HttpError;
-use crate::server::Server;
+use super::blobs::{locate_blobs, partial_sizes};
+use super::error::{CommitError, NoStage, PathRefused, RetentionError, UploadError};
+use super::paths::{commit_lock, committed_tree, on_disk, staging, valid_rel};
+use super::stages::{MAX_STAGES, PackBlobRef, Stage, State};
+use super::tree::{check_place, file_hashes, link_tree, move_into_place};
+use super::{Volumes, require_volume};
+use crate::fault::StateError;
+use crate::rules;
 use div_runtime::clock::now_ms;
 
-/// A blob of a pack, as `div_api::parse_pack` reads it: its hash and its bytes.
-pub(crate) type PackBlobRef<'b> = (&'b str, &'b [u8]);
-
-/// The most stages kept at once, across volumes.
-pub(crate) const MAX_STAGES: usize = 16;
-
-/// The server's stages, by volume and id.
-#[derive(Default, Debug)]
-pub(crate) struct Stages(Mutex<HashMap<(String, String), Arc<Stage>>>);
-
-/// One staged tree.
-#[derive(Debug)]
-pub(crate) struct Stage {
-    /// Where the tree goes in its volume, and its digest.
-    path: String,
-    digest: String,
-    /// Its entries, sorted by path.
-    entries: Vec<TreeEntry>,
-    /// Where it is written, in the volume's blob folder (no run sees it).
-    dir: PathBuf,
-    made_ms: u64,
-    /// The folders of the tree made so far (paths in it), so that no pack makes one again.
-    made: Mutex<std::collections::HashSet<PathBuf>>,
-    state: Mutex<State>,
-}
-
-#[derive(Default, Debug)]
-struct State {
-    /// For each blob the volume lacked when the stage was made, the plain (not executable)
-    /// files of the tree that are it and are not written yet: indices into `entries`.
-    wanted: HashMap<String, Vec<usize>>,
-    /// Each file written into the tree, by its index, and whether it is the first of its
-    /// blob (its home, once committed).
-    written: Vec<(usize, bool)>,
-    /// Packs writing into the tree now.
-    writing: usize,
-    /// Committed or let go: no pack writes into it any more.
-    closed: bool,
-}
-
-impl Stages {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Stage>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+fn no_stage(volume: &str, id: &str) -> NoStage {
+    NoStage {
+        volume: volume.to_owned(),
+        id: id.to_owned(),
     }
-
-    /// The stage `id` of `volume`, if the server holds it.
-    fn get(&self, volume: &str, id: &str) -> Option<Arc<Stage>> {
-        self.lock()
-            .get(&(volume.to_owned(), id.to_owned()))
-            .map(Arc::clone)
-    }
-}
-
-impl Stage {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-fn no_stage(volume: &str, id: &str) -> HttpError {
-    HttpError::not_found(format!(
-        "no stage `{id}` in volume `{volume}` (it was committed, let go, or the server restarted); send the tree again"
-    ))
 }
 
 /// `POST /v1/volumes/{name}/stages`: checks `tree` as a commit would, and answers which of its
 /// blobs the volume lacks, and an id for the packs and the commit that follow.
 pub(crate) fn stage_tree(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     tree: &CommitTree,
-) -> Result<StagedTree, HttpError> {
-    require_volume(server, volume)?;
+) -> Result<StagedTree, CommitError> {
+    require_volume(vols, volume)?;
     if tree.path.is_empty() || !valid_rel(&tree.path) {
-        return Err(HttpError::invalid(format!(
-            "`{}` is not a path inside the volume for a tree of its own (a tree for the volume's root is committed with `POST /v1/volumes/{{name}}/trees`)",
-            tree.path
-        )));
+        return Err(PathRefused::NoStageThere(tree.path.clone()).into());
     }
-    rules::validate_entries(&tree.entries).map_err(HttpError::invalid)?;
+    rules::validate_entries(&tree.entries)
+        .map_err(|e| CommitError::BadTree(div_api::error_chain(&e)))?;
     let mut entries = tree.entries.clone();
     entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     let digest = div_api::tree_digest(&entries);
-    if let Some((existing, _, _)) = server.store.tree(volume, &tree.path)?
+    if let Some((existing, _, _)) = vols.store.tree(volume, &tree.path)?
         && existing != digest
     {
-        return Err(HttpError::conflict(format!(
-            "`{}` in volume `{volume}` holds another tree",
-            tree.path
-        )));
+        return Err(CommitError::AnotherTree {
+            volume: volume.to_owned(),
+            path: tree.path.clone(),
+        });
     }
     let hashes = file_hashes(&entries)?;
-    let (_, missing) = locate_blobs(server, volume, &hashes)?;
+    let (_, missing) = locate_blobs(vols, volume, &hashes)?;
     let mut wanted: HashMap<String, Vec<usize>> =
         missing.iter().map(|h| (h.clone(), Vec::new())).collect();
     for (i, entry) in entries.iter().enumerate() {
@@ -141,9 +83,9 @@ pub(crate) fn stage_tree(
     // A blob that only executable files are is sent to the blob folder as always (its files
     // link to its executable twin there).
     wanted.retain(|_, files| !files.is_empty());
-    let partial = super::partial_sizes(server, volume, &missing);
-    let root = server.volume_dir(volume);
-    let dir = staging(server, volume, &root, "stage")?;
+    let partial = partial_sizes(vols, volume, &missing);
+    let root = vols.home.volume_dir(volume);
+    let dir = staging(vols, volume, &root, "stage")?;
     fs::create_dir(&dir)?;
     let id = dir
         .file_name()
@@ -162,7 +104,7 @@ pub(crate) fn stage_tree(
             ..State::default()
         }),
     });
-    let mut stages = server.stages.lock();
+    let mut stages = vols.stages.lock();
     stages.insert((volume.to_owned(), id.clone()), stage);
     // Too many: the oldest that no pack is writing into goes, closed in the same turn of its
     // lock that finds no pack writing (a pack counts itself in, and looks whether the stage
@@ -199,12 +141,12 @@ pub(crate) fn stage_tree(
 /// the blobs it did not want (the volume held them, or another pack wrote them, or only
 /// executable files are them), for the caller to store as any pack's, and how many it wrote.
 pub(crate) fn write_into_stage<'p, 'b>(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     id: &str,
     blobs: &'p [PackBlobRef<'b>],
-) -> Result<(Vec<&'p PackBlobRef<'b>>, usize), HttpError> {
-    let stage = server
+) -> Result<(Vec<&'p PackBlobRef<'b>>, usize), UploadError> {
+    let stage = vols
         .stages
         .get(volume, id)
         .ok_or_else(|| no_stage(volume, id))?;
@@ -215,7 +157,7 @@ pub(crate) fn write_into_stage<'p, 'b>(
     {
         let mut state = stage.state();
         if state.closed {
-            return Err(no_stage(volume, id));
+            return Err(no_stage(volume, id).into());
         }
         for blob in blobs {
             let Some(files) = state.wanted.get(blob.0) else {
@@ -228,13 +170,13 @@ pub(crate) fn write_into_stage<'p, 'b>(
                 .iter()
                 .find(|&&i| stage.entries[i].size != blob.1.len() as u64)
             {
-                return Err(HttpError::invalid(format!(
-                    "the tree staged as `{id}` says `{}` has {} bytes, but its blob `{}` has {}; nothing of the pack was kept",
-                    div_ship::display_path(&stage.entries[i].path),
-                    stage.entries[i].size,
-                    blob.0,
-                    blob.1.len()
-                )));
+                return Err(UploadError::NotTheStagedSize {
+                    id: id.to_owned(),
+                    path: div_ship::display_path(&stage.entries[i].path).into_owned(),
+                    expected: stage.entries[i].size,
+                    hash: blob.0.to_owned(),
+                    got: blob.1.len(),
+                });
             }
         }
         for blob in blobs {
@@ -263,11 +205,7 @@ pub(crate) fn write_into_stage<'p, 'b>(
                     state.wanted.insert(hash, files);
                 }
             }
-            Err(if crate::error::io_full(&e) {
-                HttpError::disk_full("writing a pack into a staged tree")
-            } else {
-                HttpError::from(e)
-            })
+            Err(StateError::io_while("writing a pack into a staged tree", e).into())
         }
     }
 }
@@ -420,47 +358,45 @@ pub(crate) type Homes = Vec<(String, u64, String)>;
 /// the tree (`commit_tree`), and the blobs written into it: the caller records them
 /// ([`record_homes`]) after the answer. The stage is gone after it, whatever it answers.
 pub(crate) fn commit_stage(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     id: &str,
-) -> Result<(u16, CommittedTree, Homes), HttpError> {
+) -> Result<(bool, CommittedTree, Homes), CommitError> {
     let stage = {
-        let mut stages = server.stages.lock();
+        let mut stages = vols.stages.lock();
         let key = (volume.to_owned(), id.to_owned());
         let stage = stages.get(&key).ok_or_else(|| no_stage(volume, id))?;
         let mut state = stage.state();
         if state.writing > 0 {
-            return Err(HttpError::conflict(format!(
-                "packs are still being written into the stage `{id}`; commit it once they are answered"
-            )));
+            return Err(CommitError::StillWriting(id.to_owned()));
         }
         state.closed = true;
         drop(state);
         stages.remove(&key).ok_or_else(|| no_stage(volume, id))?
     };
-    let committed = commit_closed(server, volume, &stage);
+    let committed = commit_closed(vols, volume, &stage);
     let _ = fs::remove_dir_all(&stage.dir);
     committed
 }
 
 fn commit_closed(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     stage: &Stage,
-) -> Result<(u16, CommittedTree, Homes), HttpError> {
+) -> Result<(bool, CommittedTree, Homes), CommitError> {
     let lock = commit_lock(volume);
     let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
-    require_volume(server, volume)?;
+    require_volume(vols, volume)?;
     let committed = committed_tree(volume, &stage.path, &stage.entries, Some(&stage.digest));
-    if let Some((existing, _, _)) = server.store.tree(volume, &stage.path)? {
+    if let Some((existing, _, _)) = vols.store.tree(volume, &stage.path)? {
         if existing == stage.digest {
-            server.store.touch_tree(volume, &stage.path)?;
-            return Ok((200, committed, Homes::new()));
+            vols.store.touch_tree(volume, &stage.path)?;
+            return Ok((false, committed, Homes::new()));
         }
-        return Err(HttpError::conflict(format!(
-            "`{}` in volume `{volume}` holds another tree",
-            stage.path
-        )));
+        return Err(CommitError::AnotherTree {
+            volume: volume.to_owned(),
+            path: stage.path.clone(),
+        });
     }
     let written = std::mem::take(&mut stage.state().written);
     let mut done = vec![false; stage.entries.len()];
@@ -479,14 +415,14 @@ fn commit_closed(
         .filter(|e| e.kind == EntryKind::File)
         .filter_map(|e| e.hash.as_deref())
         .collect();
-    let (sources, missing) = locate_blobs(server, volume, &hashes)?;
+    let (sources, missing) = locate_blobs(vols, volume, &hashes)?;
     if !missing.is_empty() {
-        return Err(not_sent(missing));
+        return Err(CommitError::NotSent(missing));
     }
-    check_place(server, volume, &stage.path)?;
-    link_tree(server, volume, &rest, &sources, &stage.dir)?;
-    move_into_place(server, volume, &stage.path, &stage.dir)?;
-    server.store.add_tree(
+    check_place(vols, volume, &stage.path)?;
+    link_tree(vols, volume, &rest, &sources, &stage.dir)?;
+    move_into_place(vols, volume, &stage.path, &stage.dir)?;
+    vols.store.add_tree(
         volume,
         &stage.path,
         &stage.digest,
@@ -505,7 +441,7 @@ fn commit_closed(
             ))
         })
         .collect();
-    Ok((201, committed, homes))
+    Ok((true, committed, homes))
 }
 
 /// Records the blobs a staged commit wrote into the tree at `path` ([`commit_stage`]), each
@@ -524,32 +460,32 @@ fn commit_closed(
 /// rehomes the records it finds homed in a tree after removing its record, has either found
 /// them, or they are removed here.
 pub(crate) fn record_homes(
-    server: &Server,
+    vols: &Volumes<'_>,
     volume: &str,
     path: &str,
     digest: &str,
     homes: &Homes,
-) -> Result<(), HttpError> {
+) -> Result<(), RetentionError> {
     for (i, some) in homes.chunks(1024).enumerate() {
         if i > 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        server.store.add_homed_blobs(volume, some)?;
+        vols.store.add_homed_blobs(volume, some)?;
     }
-    let still = |server: &Server| -> Result<bool, HttpError> {
-        Ok(server
+    let still = |vols: &Volumes<'_>| -> Result<bool, RetentionError> {
+        Ok(vols
             .store
             .tree(volume, path)?
             .is_some_and(|(held, _, _)| held == digest))
     };
-    if homes.is_empty() || still(server)? {
+    if homes.is_empty() || still(vols)? {
         return Ok(());
     }
     let lock = commit_lock(volume);
     let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
-    if !still(server)? {
-        for (hash, _) in server.store.blobs_homed_in(volume, path)? {
-            server.store.remove_blob(volume, &hash)?;
+    if !still(vols)? {
+        for (hash, _) in vols.store.blobs_homed_in(volume, path)? {
+            vols.store.remove_blob(volume, &hash)?;
         }
     }
     Ok(())

@@ -2,11 +2,12 @@
 //! "details"}}`, with its [`ErrorCode`] deciding the HTTP status.
 //!
 //! Not to be confused with `div_api::ApiError`, the client's reading of such an answer, nor
-//! with div-cli's `Failure`, what the command line prints.
+//! with div-cli's `Failure`, what the command line prints. The services' own errors become
+//! one in `refusal`.
 
 use serde_json::Value;
 
-use crate::store::StoreError;
+use crate::fault::DISK_FULL;
 
 /// What went wrong, as the API names it. Each code has one HTTP status; the wire code is
 /// the contract's (`docs/api/openapi.yaml`, `ErrorDetail.code`), so several situations that
@@ -100,15 +101,8 @@ impl HttpError {
     pub(crate) fn malformed(message: impl Into<String>) -> HttpError {
         HttpError::new(ErrorCode::Malformed, message)
     }
-    /// 422: a value the server does not take.
-    pub(crate) fn invalid(message: impl Into<String>) -> HttpError {
-        HttpError::new(ErrorCode::Invalid, message)
-    }
     pub(crate) fn not_found(message: impl Into<String>) -> HttpError {
         HttpError::new(ErrorCode::NotFound, message)
-    }
-    pub(crate) fn conflict(message: impl Into<String>) -> HttpError {
-        HttpError::new(ErrorCode::Conflict, message)
     }
     pub(crate) fn internal(message: impl Into<String>) -> HttpError {
         HttpError::new(ErrorCode::Internal, message)
@@ -123,35 +117,6 @@ impl HttpError {
     pub(crate) fn with_details(mut self, details: Value) -> HttpError {
         self.details = details;
         self
-    }
-}
-
-/// The message of a refusal because the control plane's disk is full.
-pub(crate) const DISK_FULL: &str = "no space left on the control plane's disk";
-
-/// Whether an I/O error says the disk (or the user's quota on it) is full.
-pub(crate) fn io_full(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-    )
-}
-
-impl From<StoreError> for HttpError {
-    fn from(e: StoreError) -> HttpError {
-        if e.is_disk_full() {
-            return HttpError::disk_full("writing the state database");
-        }
-        HttpError::internal(div_api::error_chain(&e))
-    }
-}
-
-impl From<std::io::Error> for HttpError {
-    fn from(e: std::io::Error) -> HttpError {
-        if io_full(&e) {
-            return HttpError::disk_full("writing the state directory");
-        }
-        HttpError::internal(format!("the state directory failed: {e}"))
     }
 }
 
@@ -177,7 +142,7 @@ mod tests {
 
     #[test]
     fn every_wire_code_is_in_the_contracts_enum() {
-        let contract = include_str!("../../../docs/api/openapi.yaml");
+        let contract = include_str!("../../../../docs/api/openapi.yaml");
         let line = contract
             .lines()
             .find(|l| l.trim_start().starts_with("enum: [not_found"))

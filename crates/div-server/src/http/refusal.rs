@@ -1,0 +1,246 @@
+//! Each service's errors as the API answers them: the one place an operation's error gets its
+//! [`ErrorCode`], so its HTTP status, and the details a client reads. The words are the
+//! errors' own (`Display`).
+
+use serde_json::json;
+
+use super::error::{ErrorCode, HttpError};
+use crate::fault::StateError;
+use crate::images::{CacheError, ResolveError};
+use crate::runs::{CreateRunError, RunError};
+use crate::secrets::{DeleteSecretError, SetSecretError};
+use crate::store::StoreError;
+use crate::volumes::{
+    CommitError, CreateVolumeError, DeleteVolumeError, LookupError, PathRefused, ReadError,
+    RetentionError, UploadError,
+};
+
+/// An error answered with `code` and its own words.
+fn said(code: ErrorCode, e: &impl std::fmt::Display) -> HttpError {
+    HttpError::new(code, e.to_string())
+}
+
+impl From<StateError> for HttpError {
+    fn from(e: StateError) -> HttpError {
+        match e {
+            StateError::Store(e) => e.into(),
+            StateError::Io(e) => e.into(),
+            StateError::DiskFull(what) => HttpError::disk_full(what),
+            StateError::Task(_) => said(ErrorCode::Internal, &e),
+        }
+    }
+}
+
+impl From<StoreError> for HttpError {
+    fn from(e: StoreError) -> HttpError {
+        if e.is_disk_full() {
+            return HttpError::disk_full("writing the state database");
+        }
+        HttpError::internal(div_api::error_chain(&e))
+    }
+}
+
+impl From<std::io::Error> for HttpError {
+    fn from(e: std::io::Error) -> HttpError {
+        if crate::fault::io_full(&e) {
+            return HttpError::disk_full("writing the state directory");
+        }
+        HttpError::internal(format!("the state directory failed: {e}"))
+    }
+}
+
+impl From<SetSecretError> for HttpError {
+    fn from(e: SetSecretError) -> HttpError {
+        match e {
+            SetSecretError::State(e) => e.into(),
+            SetSecretError::Vanished => said(ErrorCode::Internal, &e),
+            SetSecretError::BadName(_)
+            | SetSecretError::BadValue(_)
+            | SetSecretError::TooMuch { .. } => said(ErrorCode::Invalid, &e),
+        }
+    }
+}
+
+impl From<DeleteSecretError> for HttpError {
+    fn from(e: DeleteSecretError) -> HttpError {
+        match e {
+            DeleteSecretError::State(e) => e.into(),
+            DeleteSecretError::NoSecret(_) => said(ErrorCode::NotFound, &e),
+        }
+    }
+}
+
+impl From<PathRefused> for HttpError {
+    fn from(e: PathRefused) -> HttpError {
+        said(ErrorCode::Invalid, &e)
+    }
+}
+
+impl From<LookupError> for HttpError {
+    fn from(e: LookupError) -> HttpError {
+        match e {
+            LookupError::NoVolume(e) => said(ErrorCode::NotFound, &e),
+            LookupError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<CreateVolumeError> for HttpError {
+    fn from(e: CreateVolumeError) -> HttpError {
+        match e {
+            CreateVolumeError::BadName(_) => said(ErrorCode::Invalid, &e),
+            CreateVolumeError::NoVolume(_) => said(ErrorCode::NotFound, &e),
+            CreateVolumeError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<DeleteVolumeError> for HttpError {
+    fn from(e: DeleteVolumeError) -> HttpError {
+        match e {
+            DeleteVolumeError::NoVolume(_) => said(ErrorCode::NotFound, &e),
+            DeleteVolumeError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<UploadError> for HttpError {
+    fn from(e: UploadError) -> HttpError {
+        match e {
+            UploadError::NoVolume(_) | UploadError::NoStage(_) => said(ErrorCode::NotFound, &e),
+            UploadError::NotAPack(_) => said(ErrorCode::Malformed, &e),
+            UploadError::TooLargeForAPack { .. }
+            | UploadError::LongerThanItsTotal { .. }
+            | UploadError::NotTheStagedSize { .. } => said(ErrorCode::Invalid, &e),
+            UploadError::HashMismatch {
+                ref expected,
+                ref actual,
+                ..
+            } => said(ErrorCode::HashMismatch, &e)
+                .with_details(json!({ "expected": expected, "actual": actual })),
+            UploadError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<CommitError> for HttpError {
+    fn from(e: CommitError) -> HttpError {
+        match e {
+            CommitError::NoVolume(_) | CommitError::NoStage(_) => said(ErrorCode::NotFound, &e),
+            CommitError::Path(e) => e.into(),
+            CommitError::BadTree(_) | CommitError::NoHash(_) | CommitError::Written(_) => {
+                said(ErrorCode::Invalid, &e)
+            }
+            CommitError::NotSent(ref missing) => {
+                said(ErrorCode::Invalid, &e).with_details(json!({ "missing": missing }))
+            }
+            CommitError::AnotherTree { .. }
+            | CommitError::Exists { .. }
+            | CommitError::NotAFolder { .. }
+            | CommitError::OnTheWay { .. }
+            | CommitError::StillWriting(_) => said(ErrorCode::Conflict, &e),
+            CommitError::PutRefused { ref path, .. } => {
+                said(ErrorCode::Conflict, &e).with_details(json!({ "path": path }))
+            }
+            CommitError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<ReadError> for HttpError {
+    fn from(e: ReadError) -> HttpError {
+        match e {
+            ReadError::NoVolume(_)
+            | ReadError::NoEntry { .. }
+            | ReadError::NoFile { .. }
+            | ReadError::AnotherTree { .. }
+            | ReadError::NoTree { .. } => said(ErrorCode::NotFound, &e),
+            ReadError::Path(e) => e.into(),
+            ReadError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<RetentionError> for HttpError {
+    fn from(e: RetentionError) -> HttpError {
+        match e {
+            RetentionError::Settings(_) => said(ErrorCode::Internal, &e),
+            RetentionError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<ResolveError> for HttpError {
+    fn from(e: ResolveError) -> HttpError {
+        match e {
+            ResolveError::NotAReference { .. }
+            | ResolveError::NotCached(_)
+            | ResolveError::Logins(_)
+            | ResolveError::Unusable(_)
+            | ResolveError::User { .. } => said(ErrorCode::Invalid, &e),
+            ResolveError::Unreachable {
+                ref registry,
+                host_stands_in,
+                ..
+            } => said(ErrorCode::Invalid, &e).with_details(json!({
+                "registry_unreachable": registry,
+                "host_stands_in": host_stands_in,
+            })),
+            ResolveError::NoRoom(_) => said(ErrorCode::InsufficientStorage, &e),
+            ResolveError::Settings(_) | ResolveError::Cache(_) => said(ErrorCode::Internal, &e),
+            ResolveError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<CacheError> for HttpError {
+    fn from(e: CacheError) -> HttpError {
+        said(ErrorCode::Internal, &e)
+    }
+}
+
+impl From<CreateRunError> for HttpError {
+    fn from(e: CreateRunError) -> HttpError {
+        use CreateRunError as E;
+        match e {
+            E::NotJson(_) | E::NoKey => said(ErrorCode::Malformed, &e),
+            E::UnknownSku { ref accepted, .. } => {
+                said(ErrorCode::UnknownSku, &e).with_details(json!({ "accepted": accepted }))
+            }
+            E::TooManyCores { host, .. } => {
+                said(ErrorCode::Invalid, &e).with_details(json!({ "cores": host }))
+            }
+            E::TooMuchMemory { host, .. } => {
+                said(ErrorCode::Invalid, &e).with_details(json!({ "memory_gib": host }))
+            }
+            E::Image(e) => e.into(),
+            E::UsageLimit { ref usage, .. } => said(ErrorCode::UsageLimitReached, &e)
+                .with_details(serde_json::to_value(usage).unwrap_or_default()),
+            E::NameTaken(_) | E::KeyReused(_) => said(ErrorCode::Conflict, &e),
+            E::State(e) => e.into(),
+            E::Unreadable(_)
+            | E::NoProject
+            | E::Name(_)
+            | E::CodePath(_)
+            | E::Size(_)
+            | E::TooManyGpus { .. }
+            | E::MaxSpend(_)
+            | E::Check(_)
+            | E::EnvName(_)
+            | E::Env(_)
+            | E::NoCode { .. }
+            | E::Unplaceable(_) => said(ErrorCode::Invalid, &e),
+        }
+    }
+}
+
+impl From<RunError> for HttpError {
+    fn from(e: RunError) -> HttpError {
+        match e {
+            RunError::NoRun(_) => said(ErrorCode::NotFound, &e),
+            RunError::BadCursor(_) => said(ErrorCode::Malformed, &e),
+            RunError::BadProject(_) => said(ErrorCode::Invalid, &e),
+            RunError::State(e) => e.into(),
+        }
+    }
+}
