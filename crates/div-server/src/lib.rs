@@ -28,6 +28,7 @@
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
 // The module map and which module may use which: ARCHITECTURE.md, "div-server".
+mod disk_pool;
 mod executor;
 mod fault;
 mod home;

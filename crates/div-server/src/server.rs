@@ -126,8 +126,8 @@ impl Server {
             // The first runs' disks formatted ahead of them.
             let settings = crate::settings::Settings::read(&server.home).unwrap_or_default();
             let size = div_runtime::scratch::space(&server.home).map_or(0, |(size, _)| size);
-            crate::runs::launcher::refill_pool(
-                server.home.join(crate::runs::launcher::DISK_POOL),
+            crate::disk_pool::refill_pool(
+                server.home.join(crate::disk_pool::DISK_POOL),
                 div_runtime::scratch::wanted(settings.run_disk_gib, size),
             );
         }

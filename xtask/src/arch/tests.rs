@@ -143,7 +143,10 @@ fn long_functions_files_string_errors_and_http_errors_are_found() {
     );
     let why = format!("//! The demo.\n//! {LONG_REASON} one subject.\n{many}");
     assert!(findings(&[("lib.rs", &why)]).is_empty());
-    for said in ["Why over 700 lines: tests.", "Why one long file: one model."] {
+    for said in [
+        "Why over 700 lines: tests.",
+        "Why one long file: one model.",
+    ] {
         let why = format!("//! The demo.\n//!\n//! {said}\n{many}");
         assert!(findings(&[("lib.rs", &why)]).is_empty(), "{said}");
     }

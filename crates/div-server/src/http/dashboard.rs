@@ -383,7 +383,7 @@ async fn route(
     // Each route of the dashboard's table once, as the API's router answers its own.
     match found.route {
         DashboardRoute::ListRuns => {
-            let query = super::list_query(q)?;
+            let query = wire::list_query(q)?;
             let list = blocking(server, move |s| runs::list(s, &query)).await?;
             Ok(wire::answer(&dashboard::LIST_RUNS, 200, &list))
         }

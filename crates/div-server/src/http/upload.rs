@@ -76,13 +76,16 @@ impl Drop for UploadGuard<'_> {
 /// Appends the body to the blob's partial upload from byte `offset`, then finishes it (see
 /// [`volumes::finish_upload`]).
 pub(crate) async fn upload(
-    server: Arc<Server>,
+    server: &Arc<Server>,
     locks: &UploadLocks,
-    volume: String,
-    hash: String,
+    found: &div_api::routes::Found<'_>,
     q: &[(String, String)],
     req: Request<Incoming>,
 ) -> Result<Resp, HttpError> {
+    let (volume, hash) = (
+        super::volumes::named(found)?,
+        found.param("hash").to_owned(),
+    );
     let offset: u64 = param(q, "offset")
         .unwrap_or_else(|| "0".into())
         .parse()
@@ -100,7 +103,7 @@ pub(crate) async fn upload(
     // blob whole (201) or resumes where the first stopped.
     let _turn = locks.lock(&volume, &hash).await;
     let (v2, h2) = (volume.clone(), hash.clone());
-    let (have, partial) = blocking(&server, move |s| {
+    let (have, partial) = blocking(server, move |s| {
         volumes::begin_upload(&s.volumes(), &v2, &h2)
     })
     .await?;
@@ -137,7 +140,7 @@ pub(crate) async fn upload(
     }
     file.flush().await.map_err(full)?;
     drop(file);
-    let status = blocking(&server, move |s| {
+    let status = blocking(server, move |s| {
         volumes::finish_upload(&s.volumes(), &volume, &hash, total)
     })
     .await?;

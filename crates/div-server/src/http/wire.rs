@@ -196,6 +196,29 @@ pub(crate) async fn blocking<T: Send + 'static, E: Into<HttpError> + Send + 'sta
         .map_err(Into::into)
 }
 
+/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor` (empty ones are absent).
+pub(crate) fn list_query(q: &[(String, String)]) -> Result<div_api::ListRuns, HttpError> {
+    let given = |key| param(q, key).filter(|v| !v.is_empty());
+    Ok(div_api::ListRuns {
+        project: given("project"),
+        status: match given("status") {
+            Some(s) => Some(
+                s.parse::<div_api::RunStatus>()
+                    .map_err(HttpError::malformed)?,
+            ),
+            None => None,
+        },
+        limit: match given("limit") {
+            Some(l) => Some(
+                l.parse()
+                    .map_err(|_| HttpError::malformed(format!("`{l}` is not a limit")))?,
+            ),
+            None => None,
+        },
+        cursor: given("cursor"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{decode_query, decode_segment};

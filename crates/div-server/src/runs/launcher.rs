@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use div_api::RunStatus;
 
+use crate::disk_pool::{DISK_POOL, refill_pool};
 use crate::executor::{Launch, StartError};
 use crate::images::{self, RunImage, RunImageError};
 use crate::rules;
@@ -529,23 +530,6 @@ fn run_disk(
             ready: false,
         },
     })
-}
-
-/// Where formatted images wait for runs, in the state directory.
-pub(crate) const DISK_POOL: &str = "disks";
-/// How many wait there.
-const DISK_POOL_SIZE: usize = 2;
-
-/// Formats images for the next runs' disks, off the run's way (one filler at a time).
-pub(crate) fn refill_pool(pool: std::path::PathBuf, bytes: u64) {
-    static FILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if FILLING.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        return;
-    }
-    std::thread::spawn(move || {
-        let _ = div_runtime::scratch::fill_pool(&pool, bytes, DISK_POOL_SIZE);
-        FILLING.store(false, std::sync::atomic::Ordering::SeqCst);
-    });
 }
 
 /// The command as an image runs it, `path` the run's `PATH` (the image's, under div's rows),

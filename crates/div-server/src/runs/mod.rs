@@ -4,196 +4,25 @@
 
 mod error;
 pub(crate) mod launcher;
+mod place;
 pub(crate) mod scheduler;
 mod validation;
 
 pub(crate) use error::{CreateRunError, RunError};
+pub(crate) use place::{place, validate_run};
 
 use std::fs;
 use std::sync::Arc;
 use std::time::Duration;
 
-use div_api::{CreateRun, ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
+use div_api::{ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
 
-use crate::images::{RUN_IMAGE_FILE, RunImage};
+use crate::fault::StateError;
 use crate::rules;
 use crate::server::{Server, spawn_work};
-use crate::store::{Placed, RunInternal, RunRecord};
+use crate::store::RunRecord;
 use div_runtime::clock::{self, now_ms};
 use div_runtime::supervisor::{self, KeptResult, KeptTelemetry};
-
-/// Random lowercase base36 characters, from the kernel's generator.
-fn random_base36(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    if fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .is_err()
-    {
-        let seed = blake3::hash(
-            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
-        );
-        bytes.copy_from_slice(&seed.as_bytes()[..n.min(32)]);
-    }
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    bytes
-        .iter()
-        .map(|b| ALPHABET[usize::from(*b) % 36] as char)
-        .collect()
-}
-
-/// The run a `POST /v1/runs` or `POST /v1/runs/validate` body asks for.
-fn parse_request(body: &[u8]) -> Result<CreateRun, CreateRunError> {
-    serde_json::from_slice(body).map_err(|e| CreateRunError::NotJson(e.to_string()))
-}
-
-/// What `POST /v1/runs` refuses of a run before it places it: [`validation::validate`], then
-/// the org's usage limit.
-fn refuse(server: &Server, request: &CreateRun) -> Result<validation::Valid, CreateRunError> {
-    let valid = validation::validate(server, request)?;
-    if let Some(usage) = server.org_usage()?.filter(|u| u.reached) {
-        let message = usage.refusal(&server.home);
-        return Err(CreateRunError::UsageLimit { usage, message });
-    }
-    Ok(valid)
-}
-
-/// `POST /v1/runs/validate`: refuses `body` exactly as `POST /v1/runs` would now (the same
-/// status and error), creating nothing: no run, no volume, no idempotency key. Its `code` may
-/// be absent (not sent yet); its image is not resolved (`POST /v1/images/pull` does that).
-pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), CreateRunError> {
-    let request = parse_request(body)?;
-    refuse(server, &request)?;
-    if let Some(name) = &request.name
-        && server.store.name_taken(name)?
-    {
-        return Err(CreateRunError::NameTaken(name.clone()));
-    }
-    Ok(())
-}
-
-/// The checks of `POST /v1/runs` that need no image (the key, the JSON, the run's
-/// validation: the same refusals as [`create_run`]'s), done before its image is pulled, so a
-/// mistaken run is refused at once; returns the image it names (`None`: the default).
-pub(crate) fn precheck(
-    server: &Server,
-    key: &str,
-    body: &[u8],
-) -> Result<(Option<String>, Option<div_api::PullPolicy>), CreateRunError> {
-    if key.is_empty() {
-        return Err(CreateRunError::NoKey);
-    }
-    let request = parse_request(body)?;
-    validation::validate(server, &request)?;
-    Ok((request.image, request.pull))
-}
-
-/// `POST /v1/runs`: 201 and the new run, 200 and the same run for a retry. `image` is the
-/// run's image, already resolved (`None`: this machine's own system); it is kept in the run's
-/// directory for the launcher.
-pub(crate) fn create_run(
-    server: &Server,
-    key: &str,
-    body: &[u8],
-    image: Option<RunImage>,
-) -> Result<(bool, Run), CreateRunError> {
-    if key.is_empty() {
-        return Err(CreateRunError::NoKey);
-    }
-    let request = parse_request(body)?;
-    let canonical =
-        serde_json::to_vec(&request).map_err(|e| CreateRunError::Unreadable(e.to_string()))?;
-    let body_hash = blake3::hash(&canonical).to_hex().to_string();
-    // From the check that its code is there to its record, a run holds its code volume's
-    // commit lock, which retention holds while it removes snapshots: a snapshot is never
-    // removed between the two, so no run is placed from one that is gone.
-    let code_lock = request
-        .code
-        .as_ref()
-        .map(|c| crate::volumes::commit_lock(&c.volume));
-    let _code_turn = code_lock
-        .as_ref()
-        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
-    let valid = refuse(server, &request)?;
-
-    let _guard = server.lock();
-    let name = match &request.name {
-        Some(name) => name.clone(),
-        None => loop {
-            let name = format!("run-{}", random_base36(4));
-            if !server.store.name_taken(&name)? {
-                break name;
-            }
-        },
-    };
-    let now = now_ms();
-    let run = Run {
-        id: format!("r_{}", random_base36(16)),
-        name: name.clone(),
-        project: request.project.clone(),
-        status: RunStatus::Queued,
-        entrypoint: request.entrypoint.clone(),
-        command: request.command.clone(),
-        sku: valid.sku.name.to_owned(),
-        gpus: valid.gpus,
-        cores: valid.sizing.cores,
-        memory_gib: valid.sizing.memory_gib,
-        cents_per_hour: valid.sizing.cents_per_hour,
-        max_spend_cents: request.max_spend_cents,
-        spent_cents: 0,
-        image: request
-            .image
-            .clone()
-            .unwrap_or_else(|| div_spec::DEFAULT_IMAGE.to_owned()),
-        env: request.env.clone(),
-        checks: valid.checks,
-        verdicts: Vec::new(),
-        exit_code: None,
-        reason: None,
-        code: request.code.clone(),
-        telemetry_layout: request.telemetry_layout.clone(),
-        created_at: clock::rfc3339(now),
-        started_at: None,
-        ended_at: None,
-        duration_seconds: 0,
-        log_bytes: 0,
-        extra: Default::default(),
-    };
-    let record = RunRecord {
-        run,
-        internal: RunInternal::default(),
-    };
-    // The image goes into the run's directory before the run is queued, so the scheduler
-    // never launches it without its image; a retry's directory is removed again.
-    let dir = server.home.run_dir(&record.run.id);
-    if let Some(image) = &image {
-        fs::create_dir_all(&dir)?;
-        supervisor::write_json_atomic(&dir.join(RUN_IMAGE_FILE), image)?;
-    }
-    let placed = server.store.place_run(key, &body_hash, &record);
-    if image.is_some() && !matches!(placed, Ok(Placed::New)) {
-        let _ = fs::remove_dir_all(&dir);
-    }
-    let placed = match placed {
-        Ok(placed) => placed,
-        Err(e) if e.is_unique_violation() => return Err(CreateRunError::NameTaken(name)),
-        Err(e) => return Err(e.into()),
-    };
-    match placed {
-        Placed::New => {
-            // A volume the command (or an `--env` value) names is made before the run is
-            // queued.
-            for volume in rules::volumes_named(&record.run.command, &record.run.env) {
-                if server.store.create_volume(&volume, &clock::rfc3339(now))? {
-                    fs::create_dir_all(server.home.volume_dir(&volume))?;
-                }
-            }
-            scheduler::refresh_queue(server)?;
-            Ok((true, view(server, &record)))
-        }
-        Placed::Again(existing) => Ok((false, view(server, &existing))),
-        Placed::Conflict => Err(CreateRunError::KeyReused(key.to_owned())),
-    }
-}
 
 /// The run as the API shows it: spend and duration live while it runs, the log's size.
 pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
@@ -328,13 +157,13 @@ pub(crate) async fn stop_and_wait(
 
 /// `f` on a blocking thread ([`spawn_work`]); a task that ended without an answer is the
 /// state's failure.
-async fn work<T: Send + 'static>(
+async fn work<T: Send + 'static, E: From<StateError> + Send + 'static>(
     server: &Arc<Server>,
-    f: impl FnOnce(&Server) -> Result<T, RunError> + Send + 'static,
-) -> Result<T, RunError> {
+    f: impl FnOnce(&Server) -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
     spawn_work(server, f)
         .await
-        .map_err(|e| RunError::State(crate::fault::StateError::Task(e.to_string())))?
+        .map_err(|e| StateError::Task(e.to_string()))?
 }
 
 /// `GET /v1/runs/{run}/result`: what the supervisor kept of the run's result, and its

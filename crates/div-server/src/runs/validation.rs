@@ -142,6 +142,12 @@ fn rest(server: &Server, request: &CreateRun) -> Result<(), CreateRunError> {
         ),
     )
     .map_err(|e| CreateRunError::Env(e.to_string()))?;
+    code_is_there(server, request)
+}
+
+/// The run's code, where it names some, is in its volume: checked again when the run is
+/// recorded, under the volume's commit lock (retention may have removed it since).
+pub(crate) fn code_is_there(server: &Server, request: &CreateRun) -> Result<(), CreateRunError> {
     if let Some(code) = &request.code {
         let dir = server.home.volume_dir(&code.volume).join(&code.path);
         if server.store.volume(&code.volume)?.is_none() || !dir.is_dir() {

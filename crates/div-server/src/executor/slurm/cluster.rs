@@ -12,16 +12,42 @@ pub(super) const SQUEUE_TTL: Duration = Duration::from_millis(500);
 /// (`MessageTimeout`) or a missing configuration (a minute), and the scheduler waits on them.
 pub(super) const SLURM_DEADLINE: Duration = Duration::from_secs(15);
 
+/// The error returned by [`slurm`]: what ran, and what it said or why it said nothing.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SlurmError {
+    #[error("`{program}` could not run: {source} (is Slurm installed here?)")]
+    NotRun {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("`{program}` failed: {source}")]
+    Failed {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "`{program}` did not answer within {}s (is slurmctld up, and SLURM_CONF right?)",
+        SLURM_DEADLINE.as_secs()
+    )]
+    NoAnswer { program: String },
+    /// It ran and refused: its error lines, one line.
+    #[error("`{program}` said: {said}")]
+    Said { program: String, said: String },
+}
+
 /// One Slurm command's output; the error says what ran and what it said. Killed past
 /// [`SLURM_DEADLINE`].
-pub(super) fn slurm(program: &str, args: &[String]) -> Result<String, String> {
+pub(super) fn slurm(program: &str, args: &[String]) -> Result<String, SlurmError> {
     let child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("`{program}` could not run: {e} (is Slurm installed here?)"))?;
+        .map_err(|source| SlurmError::NotRun {
+            program: program.to_owned(),
+            source,
+        })?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -29,13 +55,17 @@ pub(super) fn slurm(program: &str, args: &[String]) -> Result<String, String> {
     });
     let out = match rx.recv_timeout(SLURM_DEADLINE) {
         Ok(Ok(out)) => out,
-        Ok(Err(e)) => return Err(format!("`{program}` failed: {e}")),
+        Ok(Err(source)) => {
+            return Err(SlurmError::Failed {
+                program: program.to_owned(),
+                source,
+            });
+        }
         Err(_) => {
             div_runtime::sys::kill(pid, libc::SIGKILL);
-            return Err(format!(
-                "`{program}` did not answer within {}s (is slurmctld up, and SLURM_CONF right?)",
-                SLURM_DEADLINE.as_secs()
-            ));
+            return Err(SlurmError::NoAnswer {
+                program: program.to_owned(),
+            });
         }
     };
     if out.status.success() {
@@ -46,10 +76,10 @@ pub(super) fn slurm(program: &str, args: &[String]) -> Result<String, String> {
         let err = err
             .strip_prefix(&format!("{program}: error: "))
             .unwrap_or(err);
-        Err(format!(
-            "`{program}` said: {}",
-            err.lines().collect::<Vec<_>>().join("; ")
-        ))
+        Err(SlurmError::Said {
+            program: program.to_owned(),
+            said: err.lines().collect::<Vec<_>>().join("; "),
+        })
     }
 }
 
@@ -103,7 +133,7 @@ pub(crate) fn parse_sinfo(text: &str, gres: &str) -> Vec<PartitionInfo> {
     parts
 }
 
-pub(super) fn sinfo(gres: &str) -> Result<Vec<PartitionInfo>, String> {
+pub(super) fn sinfo(gres: &str) -> Result<Vec<PartitionInfo>, SlurmError> {
     slurm(
         "sinfo",
         &["-h".into(), "-o".into(), "%P|%D|%c|%G|%T".into()],

@@ -78,88 +78,104 @@ fn slurm_word(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
+/// The error returned by [`parse`] and [`load`]: what is wrong with `slurm.toml`, and what
+/// would be right.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    #[error("{FILE_NAME}: {0}")]
+    Toml(toml::de::Error),
+    #[error("{FILE_NAME}: `shared_dir` must be an absolute path, not `{}`", .0.display())]
+    SharedDirNotAbsolute(PathBuf),
+    #[error("{FILE_NAME}: `shared_dir` `{}`: {source}", dir.display())]
+    SharedDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{FILE_NAME}: the state directory `{}` is not inside `shared_dir` `{}`; the nodes must see it (set DIVERGENT_HOME to a directory under the shared one)",
+        home.display(),
+        shared.display()
+    )]
+    HomeOutside { home: PathBuf, shared: PathBuf },
+    #[error("{FILE_NAME}: `gres` must be a GRES name like `gpu`, not `{0}`")]
+    Gres(String),
+    #[error("{FILE_NAME}: `gpus_per_node` must be 1 to 64, not {0}")]
+    GpusPerNode(u32),
+    #[error("{FILE_NAME}: `grace_seconds` must be at most 3600, not {0}")]
+    Grace(u64),
+    #[error("{FILE_NAME}: `[partitions]` names no SKU; write e.g. `h100 = \"gpu\"`")]
+    NoPartitions,
+    #[error("{FILE_NAME}: `[{section}]` names `{sku}`, which is not a SKU; the SKUs are {skus}")]
+    NotASku {
+        section: &'static str,
+        sku: String,
+        skus: String,
+    },
+    #[error(
+        "{FILE_NAME}: the partition of `{sku}` must be a partition name like `gpu`, not `{partition}`"
+    )]
+    Partition { sku: String, partition: String },
+    #[error("{FILE_NAME}: `div` must be an absolute path, not `{}`", .0.display())]
+    DivNotAbsolute(PathBuf),
+    #[error("{FILE_NAME}: the price of `{sku}` must be an hourly price like \"$4.95\": {why}")]
+    Price { sku: String, why: String },
+    #[error("could not read `{}`: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Parses and checks the text of `slurm.toml`; `home` is the state directory, which must be
 /// inside `shared_dir`. The error says what was wrong and what would be right.
-pub(crate) fn parse(text: &str, home: &Path) -> Result<SlurmConfig, String> {
-    let raw: Raw = toml::from_str(text).map_err(|e| format!("{FILE_NAME}: {e}"))?;
-    if !raw.shared_dir.is_absolute() {
-        return Err(format!(
-            "{FILE_NAME}: `shared_dir` must be an absolute path, not `{}`",
-            raw.shared_dir.display()
-        ));
-    }
-    let shared = raw.shared_dir.canonicalize().map_err(|e| {
-        format!(
-            "{FILE_NAME}: `shared_dir` `{}`: {e}",
-            raw.shared_dir.display()
-        )
-    })?;
-    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
-    if !home.starts_with(&shared) {
-        return Err(format!(
-            "{FILE_NAME}: the state directory `{}` is not inside `shared_dir` `{}`; the nodes must see it (set DIVERGENT_HOME to a directory under the shared one)",
-            home.display(),
-            shared.display()
-        ));
-    }
+pub(crate) fn parse(text: &str, home: &Path) -> Result<SlurmConfig, ConfigError> {
+    let raw: Raw = toml::from_str(text).map_err(ConfigError::Toml)?;
+    let shared = shared_dir(&raw, home)?;
     if !slurm_word(&raw.gres) {
-        return Err(format!(
-            "{FILE_NAME}: `gres` must be a GRES name like `gpu`, not `{}`",
-            raw.gres
-        ));
+        return Err(ConfigError::Gres(raw.gres));
     }
     if raw.gpus_per_node == 0 || raw.gpus_per_node > 64 {
-        return Err(format!(
-            "{FILE_NAME}: `gpus_per_node` must be 1 to 64, not {}",
-            raw.gpus_per_node
-        ));
+        return Err(ConfigError::GpusPerNode(raw.gpus_per_node));
     }
     if raw.grace_seconds > 3600 {
-        return Err(format!(
-            "{FILE_NAME}: `grace_seconds` must be at most 3600, not {}",
-            raw.grace_seconds
-        ));
+        return Err(ConfigError::Grace(raw.grace_seconds));
     }
     if raw.partitions.is_empty() {
-        return Err(format!(
-            "{FILE_NAME}: `[partitions]` names no SKU; write e.g. `h100 = \"gpu\"`"
-        ));
+        return Err(ConfigError::NoPartitions);
     }
     let names: Vec<String> = rules::skus().iter().map(|s| s.name.to_owned()).collect();
+    let not_a_sku = |section, sku: String| ConfigError::NotASku {
+        section,
+        sku,
+        skus: names.join(", "),
+    };
     let mut partitions = BTreeMap::new();
     for (sku, partition) in raw.partitions {
         let Some(price) = rules::sku(&sku) else {
-            return Err(format!(
-                "{FILE_NAME}: `[partitions]` names `{sku}`, which is not a SKU; the SKUs are {}",
-                names.join(", ")
-            ));
+            return Err(not_a_sku("partitions", sku));
         };
         if !slurm_word(&partition) {
-            return Err(format!(
-                "{FILE_NAME}: the partition of `{sku}` must be a partition name like `gpu`, not `{partition}`"
-            ));
+            return Err(ConfigError::Partition { sku, partition });
         }
         partitions.insert(price.name.to_owned(), partition);
     }
     if let Some(div) = &raw.div
         && !div.is_absolute()
     {
-        return Err(format!(
-            "{FILE_NAME}: `div` must be an absolute path, not `{}`",
-            div.display()
-        ));
+        return Err(ConfigError::DivNotAbsolute(div.clone()));
     }
     let mut prices = BTreeMap::new();
     for (sku, typed) in raw.prices {
         let Some(price) = rules::sku(&sku) else {
-            return Err(format!(
-                "{FILE_NAME}: `[prices]` names `{sku}`, which is not a SKU; the SKUs are {}",
-                names.join(", ")
-            ));
+            return Err(not_a_sku("prices", sku));
         };
-        let money: div_spec::Money = typed.parse().map_err(|e| {
-            format!("{FILE_NAME}: the price of `{sku}` must be an hourly price like \"$4.95\": {e}")
-        })?;
+        let money: div_spec::Money =
+            typed
+                .parse()
+                .map_err(|e: div_spec::MoneyError| ConfigError::Price {
+                    sku: sku.clone(),
+                    why: e.to_string(),
+                })?;
         prices.insert(price.name.to_owned(), money.cents());
     }
     Ok(SlurmConfig {
@@ -173,13 +189,32 @@ pub(crate) fn parse(text: &str, home: &Path) -> Result<SlurmConfig, String> {
     })
 }
 
+/// `shared_dir`, absolute and made canonical, holding the state directory `home`.
+fn shared_dir(raw: &Raw, home: &Path) -> Result<PathBuf, ConfigError> {
+    if !raw.shared_dir.is_absolute() {
+        return Err(ConfigError::SharedDirNotAbsolute(raw.shared_dir.clone()));
+    }
+    let shared = raw
+        .shared_dir
+        .canonicalize()
+        .map_err(|source| ConfigError::SharedDir {
+            dir: raw.shared_dir.clone(),
+            source,
+        })?;
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    if !home.starts_with(&shared) {
+        return Err(ConfigError::HomeOutside { home, shared });
+    }
+    Ok(shared)
+}
+
 /// Reads `home/slurm.toml`: `Ok(None)` when there is none (runs run on this machine).
-pub(crate) fn load(home: &Path) -> Result<Option<SlurmConfig>, String> {
+pub(crate) fn load(home: &Path) -> Result<Option<SlurmConfig>, ConfigError> {
     let path = home.join(FILE_NAME);
     match std::fs::read_to_string(&path) {
         Ok(text) => parse(&text, home).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("could not read `{}`: {e}", path.display())),
+        Err(source) => Err(ConfigError::Read { path, source }),
     }
 }
 
@@ -275,7 +310,7 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            let e = parse(&text, dir.path()).expect_err(&text);
+            let e = parse(&text, dir.path()).expect_err(&text).to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
     }
@@ -283,6 +318,6 @@ mod tests {
     #[test]
     fn no_file_means_this_machine() {
         let dir = home();
-        assert_eq!(load(dir.path()), Ok(None));
+        assert!(matches!(load(dir.path()), Ok(None)));
     }
 }

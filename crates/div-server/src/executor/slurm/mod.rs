@@ -27,8 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::{Executor, Handle, Launch, Liveness, Placement, StartError, Unplaceable};
 use crate::SupervisorCommand;
 use crate::inventory::{GpuGroup, Inventory};
@@ -40,26 +38,21 @@ use div_runtime::supervisor::{self, RunSpec};
 mod cluster;
 pub(crate) mod config;
 mod node;
+mod run_dir;
 mod submit;
 #[cfg(test)]
 mod tests;
 
-use cluster::{JobState, Queue, SQUEUE_TTL, parse_squeue, sinfo, slurm, summary};
+use cluster::{JobState, Queue, SQUEUE_TTL, SlurmError, parse_squeue, sinfo, slurm, summary};
 use config::SlurmConfig;
 pub(crate) use node::node_or_gather;
 use node::parse_node_env;
+pub(crate) use run_dir::STARTED_FILE;
+use run_dir::{
+    HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, SECRETS_FILE, all_nodes_ended, node_started,
+    recorded_job, spec_of, started_ms,
+};
 use submit::{BATCH_TEMPLATE, Shape, quote, resource_args, shape, time_minutes};
-
-/// The run's secrets for its nodes' supervisors (mode 0600), until its end is gathered.
-const SECRETS_FILE: &str = "secrets.json";
-
-/// What the run directory keeps about its job: `RUN_DIR/slurm.json`. Its presence also tells
-/// the supervisor program, run on `RUN_DIR`, to gather the nodes' ends.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct JobFile {
-    pub(crate) nodes: u32,
-    pub(crate) job: Option<u32>,
-}
 
 /// Places runs as Slurm jobs. See the module's documentation.
 #[derive(Debug)]
@@ -85,10 +78,42 @@ pub(crate) const LOST_AFTER: Duration = Duration::from_secs(60);
 /// How long after a decision's kill the nodes' ends are waited for before the run's end is
 /// gathered without those that never came (a node that is gone writes none).
 const ENDS_AFTER_KILL: Duration = Duration::from_secs(15);
-/// A node's heartbeat file, in its directory.
-const HEARTBEAT_FILE: &str = "alive";
-/// When the job started running (ms since the epoch), written by the batch script.
-pub(crate) const STARTED_FILE: &str = "started";
+
+/// The error returned by [`SlurmExecutor::open`]: the cluster does not answer, or does not
+/// offer what `slurm.toml` says.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error("Slurm does not answer: {0}")]
+    NoAnswer(SlurmError),
+    #[error(
+        "slurm.toml puts `{sku}` on the partition `{partition}`, which this cluster does not have; sinfo shows {seen}"
+    )]
+    NoPartition {
+        sku: String,
+        partition: String,
+        seen: String,
+    },
+    #[error("`{0}` is not a SKU")]
+    NotASku(String),
+    #[error("the partition `{partition}` (for `{sku}`) has no `{gres}` GRES")]
+    NoGres {
+        partition: String,
+        sku: String,
+        gres: String,
+    },
+}
+
+/// Why a run's places on its nodes could not be made ready: the file or folder, and why.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NodesError {
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("spec.json: {0}")]
+    Spec(serde_json::Error),
+}
 
 impl SlurmExecutor {
     /// Asks the cluster what it offers; the executor and the inventory the server schedules
@@ -97,30 +122,32 @@ impl SlurmExecutor {
         config: SlurmConfig,
         supervisor: &SupervisorCommand,
         home: &Path,
-    ) -> Result<(SlurmExecutor, Inventory), String> {
-        let parts = sinfo(&config.gres).map_err(|e| format!("Slurm does not answer: {e}"))?;
+    ) -> Result<(SlurmExecutor, Inventory), OpenError> {
+        let parts = sinfo(&config.gres).map_err(OpenError::NoAnswer)?;
         let mut gpus = Vec::new();
         let mut host_cores = 0;
         for (sku, partition) in &config.partitions {
             let Some(p) = parts.iter().find(|p| &p.name == partition) else {
                 let seen: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
-                return Err(format!(
-                    "slurm.toml puts `{sku}` on the partition `{partition}`, which this cluster does not have; sinfo shows {}",
-                    seen.join(", ")
-                ));
+                return Err(OpenError::NoPartition {
+                    sku: sku.clone(),
+                    partition: partition.clone(),
+                    seen: seen.join(", "),
+                });
             };
             host_cores = host_cores.max(p.nodes.saturating_mul(p.cpus_per_node));
-            let price = rules::sku(sku).ok_or_else(|| format!("`{sku}` is not a SKU"))?;
+            let price = rules::sku(sku).ok_or_else(|| OpenError::NotASku(sku.clone()))?;
             if price.gpu {
                 let total = p
                     .nodes
                     .saturating_mul(p.gres_per_node.min(config.gpus_per_node))
                     .min(1024 * 64);
                 if total == 0 {
-                    return Err(format!(
-                        "the partition `{partition}` (for `{sku}`) has no `{}` GRES",
-                        config.gres
-                    ));
+                    return Err(OpenError::NoGres {
+                        partition: partition.clone(),
+                        sku: sku.clone(),
+                        gres: config.gres.clone(),
+                    });
                 }
                 gpus.push(GpuGroup {
                     sku: price,
@@ -182,7 +209,7 @@ impl SlurmExecutor {
     }
 
     /// The job's state, `None` when Slurm no longer lists it, `Err` when it cannot be asked.
-    fn job_state(&self, job: u32) -> Result<Option<JobState>, String> {
+    fn job_state(&self, job: u32) -> Result<Option<JobState>, SlurmError> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let fresh = queue.read.is_some_and(|t| t.elapsed() < SQUEUE_TTL);
         if fresh && let Some(s) = queue.jobs.get(&job) {
@@ -195,12 +222,12 @@ impl SlurmExecutor {
         Ok(queue.jobs.get(&job).cloned())
     }
 
-    fn prepare_nodes(&self, launch: &Launch<'_>, shape: &Shape) -> Result<(), String> {
-        let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    fn prepare_nodes(&self, launch: &Launch<'_>, shape: &Shape) -> Result<(), NodesError> {
+        let io = |what: &'static str, source: std::io::Error| NodesError::Io { what, source };
         let dir = launch.run_dir;
         let spec: RunSpec = fs::read(dir.join("spec.json"))
             .map_err(|e| io("spec.json", e))
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("spec.json: {e}")))?;
+            .and_then(|b| serde_json::from_slice(&b).map_err(NodesError::Spec))?;
         let nodes_dir = dir.join("nodes");
         let _ = fs::remove_dir_all(&nodes_dir);
         let (tmp0, mnt0) = (dir.join("tmp"), dir.join("mnt"));
@@ -282,10 +309,9 @@ impl Executor for SlurmExecutor {
                 cores: run.cores,
                 memory_gib: run.memory_gib,
             },
-        )
-        .map_err(Unplaceable)?;
+        )?;
         self.prepare_nodes(launch, &shape)
-            .map_err(StartError::Nodes)?;
+            .map_err(|e| StartError::Nodes(e.to_string()))?;
         let file = |file: &str| {
             let file = file.to_owned();
             move |source| StartError::File { file, source }
@@ -330,7 +356,7 @@ impl Executor for SlurmExecutor {
             "--no-requeue".to_owned(),
             script_path.display().to_string(),
         ]);
-        let out = slurm("sbatch", &args).map_err(StartError::Submit)?;
+        let out = slurm("sbatch", &args).map_err(|e| StartError::Submit(e.to_string()))?;
         let job: u32 = out
             .trim()
             .split(';')
@@ -574,7 +600,7 @@ impl Executor for SlurmExecutor {
     }
 
     fn check(&self, placement: &Placement<'_>) -> Result<(), Unplaceable> {
-        let shape = shape(&self.config, placement).map_err(Unplaceable)?;
+        let shape = shape(&self.config, placement)?;
         let mut args = resource_args(&self.config, &shape);
         args.extend([
             "--test-only".to_owned(),
@@ -621,8 +647,6 @@ const ENDED_STATES: [&str; 11] = [
     "REVOKED",
     "SPECIAL_EXIT",
 ];
-/// What Slurm last said of an ended job, kept in the run directory for its end.
-const JOB_STATE_FILE: &str = "slurm.state";
 
 impl SlurmExecutor {
     /// A job Slurm no longer runs: its end is gathered where nothing else will gather it.
@@ -656,49 +680,4 @@ impl SlurmExecutor {
         }
         Liveness::Gone
     }
-}
-
-/// Whether every node of the run wrote its end (`nodes/K/end.json`).
-pub(super) fn all_nodes_ended(run_dir: &Path) -> bool {
-    fs::read(run_dir.join("slurm.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<JobFile>(&b).ok())
-        .is_some_and(|job| {
-            job.nodes > 0
-                && (0..job.nodes).all(|k| {
-                    run_dir
-                        .join("nodes")
-                        .join(k.to_string())
-                        .join("end.json")
-                        .exists()
-                })
-        })
-}
-
-/// Whether the job's batch script has run: rank 0 wrote its `node.env`, or srun's exit
-/// is recorded.
-pub(super) fn node_started(run_dir: &Path) -> bool {
-    run_dir.join("slurm.exit").exists() || run_dir.join("nodes").join("0").join("node.env").exists()
-}
-
-/// When the run's job started running, as its batch script wrote it.
-pub(super) fn started_ms(run_dir: &Path) -> Option<u64> {
-    fs::read_to_string(run_dir.join(STARTED_FILE))
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-}
-
-/// The supervisor's spec the launcher wrote in `run_dir`.
-pub(super) fn spec_of(run_dir: &Path) -> Option<RunSpec> {
-    fs::read(run_dir.join("spec.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-}
-
-/// The job id `RUN_DIR/slurm.json` names, once `sbatch` answered with one.
-pub(super) fn recorded_job(run_dir: &Path) -> Option<u32> {
-    fs::read(run_dir.join("slurm.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<JobFile>(&b).ok())
-        .and_then(|j| j.job)
 }

@@ -9,7 +9,7 @@ use div_runtime::clock::now_ms;
 use div_runtime::decision::{self, Decision, Why};
 use div_runtime::supervisor::{self, EndRecord, RunSpec};
 
-use super::{HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, SECRETS_FILE, spec_of, started_ms};
+use super::run_dir::{HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, SECRETS_FILE, spec_of, started_ms};
 use crate::rules;
 
 /// The first port torchrun's rendezvous is told (`MASTER_PORT`): 29500 (torchrun's own

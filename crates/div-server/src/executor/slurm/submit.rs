@@ -2,7 +2,7 @@
 //! time limit, sbatch's resource options, and the batch script (`slurm.sh`).
 
 use super::config::SlurmConfig;
-use crate::executor::Placement;
+use crate::executor::{Placement, Unplaceable};
 
 /// The batch script's template: `@RUN_DIR@` and `@SUPERVISE@` are filled in, shell-quoted.
 pub(super) const BATCH_TEMPLATE: &str = include_str!("slurm.sh");
@@ -22,18 +22,18 @@ pub(crate) struct Shape {
 
 /// `--gpus N`: one node up to a node's GPUs, whole nodes past it; cores and memory split
 /// evenly between the nodes (rounded up).
-pub(crate) fn shape(config: &SlurmConfig, placement: &Placement<'_>) -> Result<Shape, String> {
+pub(crate) fn shape(config: &SlurmConfig, placement: &Placement<'_>) -> Result<Shape, Unplaceable> {
     let partition = config
         .partitions
         .get(placement.sku)
         .cloned()
         .ok_or_else(|| {
             let named: Vec<&str> = config.partitions.keys().map(String::as_str).collect();
-            format!(
+            Unplaceable(format!(
                 "this Slurm cluster has no partition for `{}` in slurm.toml; it takes {}",
                 placement.sku,
                 named.join(", ")
-            )
+            ))
         })?;
     let per = config.gpus_per_node;
     let gpus = placement.gpus;
@@ -43,10 +43,10 @@ pub(crate) fn shape(config: &SlurmConfig, placement: &Placement<'_>) -> Result<S
         (gpus / per, per)
     } else {
         let below = gpus / per * per;
-        return Err(format!(
+        return Err(Unplaceable(format!(
             "`--gpus {gpus}`: past {per} GPUs a run takes whole nodes of {per} GPUs; ask for `--gpus {below}` or `--gpus {}`",
             below + per
-        ));
+        )));
     };
     Ok(Shape {
         partition,

@@ -28,6 +28,7 @@ fn place(gpus: u32, cores: u32, memory_gib: u32) -> Result<Shape, String> {
             memory_gib,
         },
     )
+    .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -69,7 +70,8 @@ fn up_to_a_node_is_one_node_and_past_it_whole_nodes() {
             memory_gib: 8,
         },
     )
-    .expect_err("no partition");
+    .expect_err("no partition")
+    .to_string();
     assert!(
         e.contains("no partition for `h200`") && e.contains("it takes h100"),
         "{e}"
