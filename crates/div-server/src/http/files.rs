@@ -44,7 +44,7 @@ pub(crate) async fn respond(
 /// allows. Only the length announced is sent, so a file that grows meanwhile is cut there,
 /// and one that cannot be read to that length ends the response short (an error at the
 /// client, never a silently shorter file).
-pub(super) async fn file_response(
+pub(crate) async fn file_response(
     file: &std::path::Path,
     range: Option<&str>,
     if_range: Option<&str>,

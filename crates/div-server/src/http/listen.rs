@@ -40,83 +40,19 @@ fn serve_connection<S>(
     });
 }
 
+/// Serves the control plane until `shutdown`: opens the server, reconciles, listens, runs the
+/// scheduler beside the connections, and on shutdown lets the work in flight end before the
+/// store is closed.
 pub(crate) async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (server, home_lock) = Server::open(&options)?;
-    let home = server.home.clone();
     let server = Arc::new(server);
-    // Reconcile before answering anything.
-    {
-        let s = Arc::clone(&server);
-        let _ = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await;
-    }
-
-    // What earlier servers left on its way in or out (stages, puts, partial uploads idle for
-    // an hour): listed before anything is answered, so nothing of this server's is among it,
-    // and removed meanwhile.
-    let leftovers = {
-        let s = Arc::clone(&server);
-        tokio::task::spawn_blocking(move || {
-            crate::volumes::leftovers::Leftovers::list(&s.home, std::time::SystemTime::now())
-        })
-        .await
-        .unwrap_or_default()
-    };
-    if !leftovers.is_empty() {
-        tracing::info!(
-            count = leftovers.len(),
-            "removing what an earlier server left in the volumes' folders"
-        );
-        drop(crate::server::spawn_work(&server, move |_| {
-            leftovers.remove()
-        }));
-    }
-
-    let socket = crate::socket_path(&home);
-    let _ = std::fs::remove_file(&socket);
-    let unix = tokio::net::UnixListener::bind(&socket).map_err(|source| ServerError::Listen {
-        addr: socket.display().to_string(),
-        source,
-    })?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(
-        |source| ServerError::Home {
-            path: home.to_path_buf(),
-            source,
-        },
-    )?;
-    let tcp = match &options.tcp {
-        Some(t) => {
-            if !t.addr.ip().is_loopback() {
-                return Err(ServerError::NotLoopback(t.addr));
-            }
-            let listener = tokio::net::TcpListener::bind(t.addr)
-                .await
-                .map_err(|source| ServerError::Listen {
-                    addr: t.addr.to_string(),
-                    source,
-                })?;
-            Some((listener, Arc::new(t.token.clone())))
-        }
-        None => None,
-    };
-
-    let scheduler = {
-        let server = Arc::clone(&server);
-        let tick = options.tick;
-        AbortOnDrop(tokio::spawn(async move {
-            loop {
-                if let Ok(Ok(true)) = crate::server::spawn_work(&server, scheduler::tick).await {
-                    server.changed.notify_waiters();
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(tick) => {}
-                    () = server.kick.notified() => {}
-                }
-            }
-        }))
-    };
+    start(&server).await;
+    let (unix, socket) = unix_listener(&server.home)?;
+    let tcp = tcp_listener(&options).await?;
+    let scheduler = spawn_scheduler(Arc::clone(&server), options.tick);
     let shared = Arc::new(Shared {
         server: Arc::clone(&server),
         uploads: Default::default(),
@@ -150,26 +86,110 @@ pub(crate) async fn serve(
     }
     let _ = std::fs::remove_file(&socket);
     // Stopping: no new pass of the scheduler, no connection served any more (a request cut
-    // here is one the client retries), then the blocking work already started (a commit, a
-    // pass) is let end, for a while, so that none is cut between its files and its record.
+    // here is one the client retries), then the blocking work already started.
     drop(scheduler);
     conns.abort_all();
     while conns.join_next().await.is_some() {}
     drop(shared);
+    stop(server).await;
+    drop(home_lock);
+    Ok(())
+}
+
+/// Before anything is answered: a pass of the scheduler reconciles the runs, and what earlier
+/// servers left on their way in or out (stages, puts, partial uploads idle for an hour) is
+/// listed, so nothing of this server's is among it, and removed meanwhile.
+async fn start(server: &Arc<Server>) {
+    {
+        let s = Arc::clone(server);
+        let _ = tokio::task::spawn_blocking(move || scheduler::tick(&s)).await;
+    }
+    let leftovers = {
+        let s = Arc::clone(server);
+        tokio::task::spawn_blocking(move || {
+            crate::volumes::leftovers::Leftovers::list(&s.home, std::time::SystemTime::now())
+        })
+        .await
+        .unwrap_or_default()
+    };
+    if !leftovers.is_empty() {
+        tracing::info!(
+            count = leftovers.len(),
+            "removing what an earlier server left in the volumes' folders"
+        );
+        drop(crate::server::spawn_work(server, move |_| {
+            leftovers.remove()
+        }));
+    }
+}
+
+/// The owner's Unix socket (0600) in the state directory, and its path.
+fn unix_listener(
+    home: &std::path::Path,
+) -> Result<(tokio::net::UnixListener, std::path::PathBuf), ServerError> {
+    let socket = crate::socket_path(home);
+    let _ = std::fs::remove_file(&socket);
+    let unix = tokio::net::UnixListener::bind(&socket).map_err(|source| ServerError::Listen {
+        addr: socket.display().to_string(),
+        source,
+    })?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(
+        |source| ServerError::Home {
+            path: home.to_path_buf(),
+            source,
+        },
+    )?;
+    Ok((unix, socket))
+}
+
+/// The loopback TCP listener with its token, where the options ask for one.
+async fn tcp_listener(
+    options: &ServerOptions,
+) -> Result<Option<(tokio::net::TcpListener, Arc<String>)>, ServerError> {
+    let Some(t) = &options.tcp else {
+        return Ok(None);
+    };
+    if !t.addr.ip().is_loopback() {
+        return Err(ServerError::NotLoopback(t.addr));
+    }
+    let listener = tokio::net::TcpListener::bind(t.addr)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: t.addr.to_string(),
+            source,
+        })?;
+    Ok(Some((listener, Arc::new(t.token.clone()))))
+}
+
+/// The scheduler's passes, every `tick` or when kicked, until dropped.
+fn spawn_scheduler(server: Arc<Server>, tick: std::time::Duration) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            if let Ok(Ok(true)) = crate::server::spawn_work(&server, scheduler::tick).await {
+                server.changed.notify_waiters();
+            }
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                () = server.kick.notified() => {}
+            }
+        }
+    }))
+}
+
+/// The blocking work already started (a commit, a pass) is let end, for a while, so that none
+/// is cut between its files and its record; then the store is closed before the home is let
+/// go, whatever still holds the server (a task of the dashboard, a log stream's): `state.db`
+/// self-contained, its log copied in and emptied, and no connection of this server's left to
+/// touch the next one's log.
+async fn stop(server: Arc<Server>) {
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
     while server.busy() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    // The store closed before the home is let go, whatever still holds the server (a task
-    // of the dashboard, a log stream's): `state.db` self-contained, its log copied in and
-    // emptied, and no connection of this server's left to touch the next one's log.
-    let s = Arc::clone(&server);
-    let closed = tokio::task::spawn_blocking(move || s.store.close()).await;
+    let closed = tokio::task::spawn_blocking(move || server.store.close()).await;
     if let Ok(Err(e)) = closed {
         tracing::warn!("the state database did not close cleanly: {e}");
     }
-    drop(home_lock);
-    Ok(())
 }
 
 /// How long a stopping server waits for the blocking work in flight to end.

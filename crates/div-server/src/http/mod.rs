@@ -7,7 +7,7 @@
 
 pub(crate) mod dashboard;
 pub(crate) mod error;
-mod files;
+pub(crate) mod files;
 mod images;
 pub(crate) mod listen;
 mod logstream;

@@ -150,29 +150,7 @@ fn prepare(
         &mut first_lines,
     )?;
     let secrets = server.store.secret_values()?;
-    let command = match image.as_ref() {
-        Some(image) => {
-            let path = env
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "PATH")
-                .map_or("", |(_, v)| v.as_str());
-            image_command(image, &run.entrypoint, &run.command, path, &mut first_lines)
-        }
-        None => run.command.clone(),
-    };
-    // A run that shipped nothing starts in the image's `WorkingDir`; one the image lacks is
-    // made for the run (docs/runtime.md), one that cannot be a directory refuses the start.
-    if let Some(image) = image.as_ref().filter(|_| run.code.is_none()) {
-        let dir = image.working_dir.as_deref().unwrap_or("/");
-        let made = div_runtime::image_tree::working_dir_args(&image.rootfs, dir)?;
-        if made != div_runtime::image_tree::WorkingDirArgs::default() {
-            first_lines.push(format!(
-                "div: the image has no {}, its WorkingDir: made for this run (empty, writable, gone when it ends), as docker does",
-                dir.escape_debug()
-            ));
-        }
-    }
+    let command = run_command(run, image.as_ref(), &env, &mut first_lines)?;
     // Where a root server can mount for runs (the overlay `/workspace`), the supervisor also
     // lays the `python` shim over `/usr/local/bin` itself, for this machine's own system
     // (an unprivileged server's runs get it from bubblewrap's arguments).
@@ -240,6 +218,41 @@ fn prepare(
         disk: run_disk(server, &settings, disk, dir),
     };
     Ok((spec, secrets))
+}
+
+/// The command the run's system runs (`image_command` in an image), and, for a run that
+/// shipped nothing, its image's `WorkingDir` made where the image lacks it (said in
+/// `first_lines`); one that cannot be a directory refuses the start.
+fn run_command(
+    run: &div_api::Run,
+    image: Option<&RunImage>,
+    env: &[(String, String)],
+    first_lines: &mut Vec<String>,
+) -> Result<String, LaunchError> {
+    let command = match image {
+        Some(image) => {
+            let path = env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map_or("", |(_, v)| v.as_str());
+            image_command(image, &run.entrypoint, &run.command, path, first_lines)
+        }
+        None => run.command.clone(),
+    };
+    // A run that shipped nothing starts in the image's `WorkingDir`; one the image lacks is
+    // made for the run (docs/runtime.md), one that cannot be a directory refuses the start.
+    if let Some(image) = image.filter(|_| run.code.is_none()) {
+        let dir = image.working_dir.as_deref().unwrap_or("/");
+        let made = div_runtime::image_tree::working_dir_args(&image.rootfs, dir)?;
+        if made != div_runtime::image_tree::WorkingDirArgs::default() {
+            first_lines.push(format!(
+                "div: the image has no {}, its WorkingDir: made for this run (empty, writable, gone when it ends), as docker does",
+                dir.escape_debug()
+            ));
+        }
+    }
+    Ok(command)
 }
 
 /// The run's `/workspace`: an overlay over its committed code (mounted by the supervisor, in

@@ -2,6 +2,7 @@
 //! telemetry) and stopping one. The queue and the launch are [`scheduler`]'s and
 //! [`launcher`]'s; where a run runs is the [`crate::executor`]'s.
 
+mod admission;
 mod error;
 pub(crate) mod launcher;
 mod place;

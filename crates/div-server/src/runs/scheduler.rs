@@ -2,14 +2,14 @@
 //! starts queued runs, strictly in order, while their GPUs and cores are free. The same pass
 //! reconciles after a restart.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 
 use div_api::{RunQueue, RunStatus};
 
 use crate::executor::Liveness;
-use crate::runs::launcher;
+use crate::runs::admission::admit;
 use crate::server::Server;
 use crate::store::{RunInternal, RunRecord, StoreError};
 use crate::{org, rules};
@@ -128,182 +128,6 @@ pub(crate) fn refresh_queue(server: &Server) -> Result<(), StoreError> {
     executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(())
-}
-
-/// Goes through the queue in order, giving each run that fits its cores and GPUs (and, with
-/// `launch`, starting it); returns whether any run changed and why each of the rest waits.
-fn admit(
-    server: &Server,
-    running: &[RunRecord],
-    queued: Vec<RunRecord>,
-    launch: bool,
-) -> Result<(bool, HashMap<String, RunQueue>), StoreError> {
-    let mut changed = false;
-    let mut busy_cores: BTreeSet<usize> = BTreeSet::new();
-    let mut busy_gpus: BTreeSet<(String, u32)> = BTreeSet::new();
-    for r in running {
-        busy_cores.extend(r.internal.cores.iter().copied());
-        busy_gpus.extend(r.internal.gpus.iter().map(|g| (r.run.sku.clone(), *g)));
-    }
-    // Why each run still queued after this pass waits, in order.
-    let mut waiting: HashMap<String, RunQueue> = Default::default();
-    let mut ahead: u32 = 0;
-    // The disks of runs going that they have not filled yet are promised to them: a new
-    // run's disk comes out of what is free past that and the reserve (`scratch`).
-    let (disk_size, disk_free) = if server.scratch && launch && !queued.is_empty() {
-        div_runtime::scratch::space(&server.home).unwrap_or((0, 0))
-    } else {
-        (0, 0)
-    };
-    let mut promised: u64 = if server.scratch && launch && !queued.is_empty() {
-        running
-            .iter()
-            .filter_map(|r| {
-                let given = r.internal.disk_bytes?;
-                let dir = server.home.run_dir(&r.run.id);
-                Some(given.saturating_sub(div_runtime::scratch::allocated(&dir)))
-            })
-            .sum()
-    } else {
-        0
-    };
-    let disk_wanted = if server.scratch && launch && !queued.is_empty() {
-        let settings = crate::settings::Settings::read(&server.home).unwrap_or_default();
-        div_runtime::scratch::wanted(settings.run_disk_gib, disk_size)
-    } else {
-        0
-    };
-    for mut record in queued {
-        let free_cores: Vec<usize> = (0..server.inventory.host_cores as usize)
-            .filter(|c| !busy_cores.contains(c))
-            .collect();
-        // A run that shares the machine (emulated past it) holds no core of its own.
-        let gpu_sku = rules::sku(&record.run.sku).is_some_and(|s| s.gpu);
-        let need_cores =
-            if server
-                .inventory
-                .shared(gpu_sku, record.run.cores, record.run.memory_gib)
-            {
-                0
-            } else {
-                record.run.cores as usize
-            };
-        let free_gpus: Vec<u32> = server
-            .inventory
-            .group(&record.run.sku)
-            .map(|g| {
-                g.indices
-                    .iter()
-                    .copied()
-                    .filter(|i| !busy_gpus.contains(&(record.run.sku.clone(), *i)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let need_gpus = record.run.gpus as usize;
-        // Strictly in order: a run that does not fit holds the ones behind it.
-        if ahead > 0 || free_cores.len() < need_cores || free_gpus.len() < need_gpus {
-            let reason = wait_reason(
-                &record.run.sku,
-                (free_cores.len() < need_cores).then_some(need_cores),
-                (free_gpus.len() < need_gpus).then_some(need_gpus),
-                ahead,
-            );
-            waiting.insert(
-                record.run.id.clone(),
-                RunQueue {
-                    reason,
-                    ahead,
-                    extra: Default::default(),
-                },
-            );
-            ahead += 1;
-            continue;
-        }
-        let cores: Vec<usize> = free_cores[..need_cores].to_vec();
-        let gpus: Vec<u32> = free_gpus[..need_gpus].to_vec();
-        if !launch {
-            busy_cores.extend(cores);
-            busy_gpus.extend(gpus.into_iter().map(|g| (record.run.sku.clone(), g)));
-            continue;
-        }
-        changed = true;
-        // Its own disk, where runs get one: what the filesystem can back past the disks
-        // promised to the runs going and the control plane's reserve; else it waits.
-        let disk = if server.scratch {
-            match div_runtime::scratch::allowance(disk_wanted, disk_size, disk_free, promised) {
-                Some(bytes) => Some(bytes),
-                // Not even with no other run going (a filesystem too small for disks of
-                // runs' own): it runs without one, its places measured instead.
-                None if promised == 0 => None,
-                None => {
-                    let reason = format!(
-                        "waiting for disk: {} free past the control plane's reserve and the disks of the runs going",
-                        div_spec::format_bytes(
-                            disk_free
-                                .saturating_sub(div_runtime::scratch::reserve(disk_size))
-                                .saturating_sub(promised)
-                        )
-                    );
-                    waiting.insert(
-                        record.run.id.clone(),
-                        RunQueue {
-                            reason,
-                            ahead,
-                            extra: Default::default(),
-                        },
-                    );
-                    ahead += 1;
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        promised = promised.saturating_add(disk.unwrap_or(0));
-        match launcher::launch(server, &mut record, &cores, &gpus, disk) {
-            Ok(()) => {
-                busy_cores.extend(cores);
-                busy_gpus.extend(gpus.into_iter().map(|g| (record.run.sku.clone(), g)));
-            }
-            Err(e) => {
-                record.run.status = RunStatus::Failed;
-                record.run.reason = Some(format!("the run could not start: {e}"));
-                record.run.ended_at = Some(clock::now_rfc3339());
-                server.store.update_run(&record)?;
-            }
-        }
-    }
-    Ok((changed, waiting))
-}
-
-/// Why a queued run waits: `waiting for 2 cores, 1 run ahead`, `waiting for 8 H100s and 8
-/// cores`, `waiting its turn, 2 runs ahead` (it would fit, but runs start in order).
-fn wait_reason(sku: &str, cores: Option<usize>, gpus: Option<usize>, ahead: u32) -> String {
-    let plural = |n: usize, one: &str| {
-        if n == 1 {
-            format!("1 {one}")
-        } else {
-            format!("{n} {one}s")
-        }
-    };
-    let mut lacking = Vec::new();
-    if let Some(n) = gpus {
-        let label = rules::sku(sku).map_or(sku.to_owned(), |s| s.label.to_owned());
-        lacking.push(plural(n, &label));
-    }
-    if let Some(n) = cores {
-        lacking.push(plural(n, "core"));
-    }
-    let mut reason = if lacking.is_empty() {
-        "waiting its turn".to_owned()
-    } else {
-        format!("waiting for {}", lacking.join(" and "))
-    };
-    if ahead > 0 {
-        reason.push_str(&format!(", {}", plural(ahead as usize, "run")));
-        reason.push_str(" ahead");
-    }
-    reason
 }
 
 /// Records the end of a running run when it has one; `Some` while it goes on.
@@ -696,7 +520,7 @@ mod tests {
                 .is_none()
         );
         assert_eq!(
-            super::wait_reason("h100", Some(8), Some(8), 2),
+            crate::runs::admission::wait_reason("h100", Some(8), Some(8), 2),
             "waiting for 8 H100s and 8 cores, 2 runs ahead"
         );
     }

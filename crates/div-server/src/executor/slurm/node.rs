@@ -335,99 +335,7 @@ pub(crate) fn gather_ends(
 pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     if let Ok(bytes) = fs::read(dir.join("slurm.json")) {
         let job: JobFile = serde_json::from_slice(&bytes).ok()?;
-        // Gathered once: the server gathers as soon as every node has ended, and the batch
-        // script, after srun, then finds it done. The two never gather at the same time.
-        let _gathering = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("gather.lock"))
-            .and_then(|f| f.lock().map(|()| f));
-        if dir.join("end.json").exists() {
-            return Some(0);
-        }
-        let srun = fs::read_to_string(dir.join("slurm.exit"))
-            .map(|s| format!("srun exited {}", s.trim()))
-            .unwrap_or_else(|_| "srun did not finish".to_owned());
-        let ends: Vec<(u32, Option<EndRecord>, String)> = (0..job.nodes)
-            .map(|k| {
-                let node = dir.join("nodes").join(k.to_string());
-                let end = fs::read(node.join("end.json"))
-                    .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok());
-                (k, end, last_lines(&node.join("log"), 3))
-            })
-            .collect();
-        let decided = decision::read(dir);
-        let mut end = gather_ends(&ends, &srun, decided.as_ref());
-        let _ = fs::remove_file(dir.join(SECRETS_FILE));
-        if let Some(d) = &decided {
-            // Billed as every node bills itself: from the job's start to the run's end, or to
-            // the moment a node was found lost.
-            if let (Some(spec), Some(started)) = (spec_of(dir), started_ms(dir)) {
-                let until = d.spend_until_ms.unwrap_or(end.ended_ms).min(end.ended_ms);
-                end.started_ms = started;
-                end.duration_seconds = end.ended_ms.saturating_sub(started) / 1000;
-                end.spent_cents = rules::charge(
-                    spec.cents_per_hour,
-                    until.saturating_sub(started) / 1000,
-                    spec.max_spend_cents,
-                );
-            }
-        } else if let Ok(state) = fs::read_to_string(dir.join(JOB_STATE_FILE))
-            && state.trim() == "NODE_FAIL"
-            && end.status != RunStatus::Succeeded
-        {
-            // Ended by Slurm for a failed node before div found the node lost itself.
-            end.status = RunStatus::Failed;
-            end.exit_code = None;
-            end.reason = Some(format!(
-                "Slurm ended job {} because one of its nodes failed (NODE_FAIL)",
-                job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
-            ));
-        } else if dir.join("slurm.signaled").exists()
-            && !matches!(end.status, RunStatus::Succeeded | RunStatus::HitCeiling)
-        {
-            // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with
-            // its spend, unless the run had already ended on its own terms.
-            end.status = RunStatus::Canceled;
-            end.exit_code = None;
-            end.reason = Some("canceled in Slurm (scancel, or the job's time limit)".to_owned());
-        }
-        let node0 = dir.join("nodes").join("0");
-        for kept in ["result.kept.json", "telemetry.kept.json"] {
-            let _ = fs::copy(node0.join(kept), dir.join(kept));
-        }
-        if let Ok(mut log) = fs::OpenOptions::new().append(true).open(dir.join("log")) {
-            let mut said = String::new();
-            if (job.nodes > 1 || decided.as_ref().is_some_and(|d| d.why == Why::Lost))
-                && end.status == RunStatus::Failed
-                && let Some(reason) = &end.reason
-            {
-                said.push_str(&format!("div: {reason}\n"));
-            }
-            // What Slurm itself said of the job (a node failure, a cancel, srun's errors),
-            // kept in the run's log where `div logs` shows it.
-            if end.status != RunStatus::Succeeded {
-                let slurm_out = last_lines_raw(&dir.join("slurm.out"), 20);
-                if !slurm_out.is_empty() {
-                    said.push_str(&format!(
-                        "div: Slurm's own output for job {} (slurm.out):\n",
-                        job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
-                    ));
-                    for line in slurm_out {
-                        said.push_str(&format!("  {line}\n"));
-                    }
-                }
-            }
-            let _ = std::io::Write::write_all(&mut log, said.as_bytes());
-        }
-        return Some(
-            match supervisor::write_json_atomic(&dir.join("end.json"), &end) {
-                Ok(()) => 0,
-                Err(_) => 1,
-            },
-        );
+        return Some(gather(dir, &job));
     }
     let text = fs::read_to_string(dir.join("node.env")).ok()?;
     let node = parse_node_env(&text);
@@ -454,4 +362,110 @@ pub(crate) fn node_or_gather(dir: &Path) -> Option<i32> {
     } else {
         1
     })
+}
+
+/// Gathers the nodes' ends of the run at `dir` into the run's end, once: its exit code.
+fn gather(dir: &Path, job: &JobFile) -> i32 {
+    // Gathered once: the server gathers as soon as every node has ended, and the batch
+    // script, after srun, then finds it done. The two never gather at the same time.
+    let _gathering = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("gather.lock"))
+        .and_then(|f| f.lock().map(|()| f));
+    if dir.join("end.json").exists() {
+        return 0;
+    }
+    let srun = fs::read_to_string(dir.join("slurm.exit"))
+        .map(|s| format!("srun exited {}", s.trim()))
+        .unwrap_or_else(|_| "srun did not finish".to_owned());
+    let ends: Vec<(u32, Option<EndRecord>, String)> = (0..job.nodes)
+        .map(|k| {
+            let node = dir.join("nodes").join(k.to_string());
+            let end = fs::read(node.join("end.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            (k, end, last_lines(&node.join("log"), 3))
+        })
+        .collect();
+    let decided = decision::read(dir);
+    let mut end = gather_ends(&ends, &srun, decided.as_ref());
+    let _ = fs::remove_file(dir.join(SECRETS_FILE));
+    settle(dir, job, decided.as_ref(), &mut end);
+    let node0 = dir.join("nodes").join("0");
+    for kept in ["result.kept.json", "telemetry.kept.json"] {
+        let _ = fs::copy(node0.join(kept), dir.join(kept));
+    }
+    say_in_log(dir, job, decided.as_ref(), &end);
+    match supervisor::write_json_atomic(&dir.join("end.json"), &end) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// What decides the gathered `end` beyond the nodes' own: the control plane's decision (billed
+/// as every node bills itself), Slurm's word of a failed node, or the batch shell signalled.
+fn settle(dir: &Path, job: &JobFile, decided: Option<&Decision>, end: &mut EndRecord) {
+    if let Some(d) = decided {
+        // Billed as every node bills itself: from the job's start to the run's end, or to
+        // the moment a node was found lost.
+        if let (Some(spec), Some(started)) = (spec_of(dir), started_ms(dir)) {
+            let until = d.spend_until_ms.unwrap_or(end.ended_ms).min(end.ended_ms);
+            end.started_ms = started;
+            end.duration_seconds = end.ended_ms.saturating_sub(started) / 1000;
+            end.spent_cents = rules::charge(
+                spec.cents_per_hour,
+                until.saturating_sub(started) / 1000,
+                spec.max_spend_cents,
+            );
+        }
+    } else if let Ok(state) = fs::read_to_string(dir.join(JOB_STATE_FILE))
+        && state.trim() == "NODE_FAIL"
+        && end.status != RunStatus::Succeeded
+    {
+        // Ended by Slurm for a failed node before div found the node lost itself.
+        end.status = RunStatus::Failed;
+        end.exit_code = None;
+        end.reason = Some(format!(
+            "Slurm ended job {} because one of its nodes failed (NODE_FAIL)",
+            job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
+        ));
+    } else if dir.join("slurm.signaled").exists()
+        && !matches!(end.status, RunStatus::Succeeded | RunStatus::HitCeiling)
+    {
+        // The batch shell was signalled (scancel, or Slurm's time limit): canceled, with its
+        // spend, unless the run had already ended on its own terms.
+        end.status = RunStatus::Canceled;
+        end.exit_code = None;
+        end.reason = Some("canceled in Slurm (scancel, or the job's time limit)".to_owned());
+    }
+}
+
+/// Appends to the run's log why a run of several nodes (or one with a node lost) failed, and
+/// what Slurm itself said of a job that did not succeed (`div logs` shows it).
+fn say_in_log(dir: &Path, job: &JobFile, decided: Option<&Decision>, end: &EndRecord) {
+    let Ok(mut log) = fs::OpenOptions::new().append(true).open(dir.join("log")) else {
+        return;
+    };
+    let mut said = String::new();
+    if (job.nodes > 1 || decided.is_some_and(|d| d.why == Why::Lost))
+        && end.status == RunStatus::Failed
+        && let Some(reason) = &end.reason
+    {
+        said.push_str(&format!("div: {reason}\n"));
+    }
+    if end.status != RunStatus::Succeeded {
+        let slurm_out = last_lines_raw(&dir.join("slurm.out"), 20);
+        if !slurm_out.is_empty() {
+            said.push_str(&format!(
+                "div: Slurm's own output for job {} (slurm.out):\n",
+                job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
+            ));
+            for line in slurm_out {
+                said.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    let _ = std::io::Write::write_all(&mut log, said.as_bytes());
 }
