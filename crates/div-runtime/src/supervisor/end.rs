@@ -10,9 +10,11 @@ use std::process::ExitStatus;
 use div_api::{CheckVerdict, RunStatus};
 
 use super::prepare::Room;
+use super::spec::{
+    DISK_FULL_REASON, EndRecord, OOM_REASON, RunSpec, TELEMETRY_SHOWN, write_json_atomic,
+};
 use super::untrusted::{lost_under_mnt, read_result, read_telemetry};
 use super::watch::Stopped;
-use super::{DISK_FULL_REASON, EndRecord, OOM_REASON, RunSpec, TELEMETRY_SHOWN, write_json_atomic};
 use crate::clock::now_ms;
 use crate::decision::{self, Decision};
 use crate::{rules, scratch, sys};

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use super::prepare::Room;
+use super::spec::{EndRecord, RunSpec, early_end};
 use super::tree::kill_tree;
-use super::{EndRecord, RunSpec, early_end};
 use crate::sys;
 
 /// The environment the supervisor starts the sandbox (or an unsandboxed run's cgroup shell)

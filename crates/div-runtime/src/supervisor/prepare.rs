@@ -2,11 +2,11 @@
 //! cgroups made, and, in a mount namespace of the supervisor's own (which bubblewrap
 //! inherits), its own disk, its overlay `/workspace` and the `python` shim mounted.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{EndRecord, RunSpec, early_end};
+use super::spec::{EndRecord, RunSpec, early_end};
 use crate::cgroup::RunCgroups;
 use crate::scratch::{self, Disk};
 use crate::{rules, sys};
@@ -31,7 +31,7 @@ pub(super) struct Room {
     pub(super) disk: Option<Disk>,
     /// Whether a disk of its own was asked for (and so is let go at the end).
     pub(super) own_disk: bool,
-    /// Its run directory's identity (`watch::dir_identity`), to tell it gone later.
+    /// Its run directory's identity ([`dir_identity`]), to tell it gone later.
     pub(super) own_dir: Option<(u64, u64)>,
 }
 
@@ -46,7 +46,7 @@ impl Room {
 /// Opens the run's log, pins it to its cores, makes its cgroups and mounts its places; an
 /// early end, written into the log, when it cannot.
 pub(super) fn prepare(run_dir: &Path, spec: &RunSpec) -> Result<Room, EndRecord> {
-    let own_dir = super::watch::dir_identity(run_dir);
+    let own_dir = dir_identity(run_dir);
     let log_path = run_dir.join("log");
     let mut log = OpenOptions::new()
         .create(true)
@@ -178,4 +178,10 @@ fn writable_places(run_dir: &Path, spec: &RunSpec) -> Vec<PathBuf> {
     }
     places.retain(|p| p.starts_with(run_dir));
     places
+}
+
+/// A directory's device and inode: which directory it is, whatever its name.
+pub(super) fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }

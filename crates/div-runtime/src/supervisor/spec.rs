@@ -15,6 +15,29 @@ use crate::cgroup::Plan;
 use crate::clock::now_ms;
 use crate::{rules, sys};
 
+/// Left by the server in a run directory, holding the reason, when the org's usage limit
+/// stops the run (`stopped_by_org`).
+pub const ORG_STOP_FILE: &str = "stop-org";
+/// Asked by the server (`div stop`): the supervisor stops the run gracefully.
+pub const STOP_FILE: &str = "stop";
+/// The reason a run killed for its memory (or by a signal from outside) gives.
+pub const OOM_REASON: &str = "killed (out of memory, or stopped)";
+/// The reason a run stopped at 24 hours gives.
+pub const DAY_REASON: &str = "reached the 24-hour limit";
+/// The reason of a run stopped because the disk under its log filled up.
+pub const DISK_FULL_REASON: &str =
+    "no space left on the control plane's disk; the run's log could not be written";
+/// Room kept beside the run so its end can be written even when the disk fills up.
+pub(super) const RESERVE_BYTES: usize = 64 << 10;
+/// The most of `/tmp/divergent/result.json` that is read; a larger one is not read at all.
+pub const RESULT_MAX_BYTES: u64 = 16 << 20;
+/// The most of `/tmp/divergent/telemetry.jsonl` that is read; the rest is reported unread.
+pub const TELEMETRY_MAX_BYTES: u64 = 64 << 20;
+/// The run's telemetry file as the run knows it.
+pub(super) const TELEMETRY_SHOWN: &str = "/tmp/divergent/telemetry.jsonl";
+/// The most entries counted under one leftover folder in the run's `/mnt`.
+pub(super) const LEFTOVER_MAX_ENTRIES: usize = 100_000;
+
 /// Everything the supervisor needs, written by the server as `run-dir/spec.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -191,4 +214,19 @@ fn private_file(path: &Path) -> io::Result<File> {
         .create_new(true)
         .mode(0o600)
         .open(path)
+}
+
+/// The end of a run that never got going: failed, with `reason`, nothing spent.
+pub(super) fn early_end(spec: &RunSpec, reason: String) -> EndRecord {
+    let now = now_ms();
+    EndRecord {
+        status: RunStatus::Failed,
+        exit_code: None,
+        reason: Some(reason),
+        started_ms: spec.started_ms,
+        ended_ms: now,
+        duration_seconds: now.saturating_sub(spec.started_ms) / 1000,
+        spent_cents: 0,
+        verdicts: Vec::new(),
+    }
 }

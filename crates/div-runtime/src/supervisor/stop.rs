@@ -7,9 +7,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::RunSpec;
 use super::launch::Launched;
 use super::prepare::Room;
+use super::spec::RunSpec;
 use super::tree::{tell_init, terminate, tree_rss};
 use super::watch::{Stopped, Watch};
 use crate::clock::now_ms;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use div_api::{BadLine, TelemetryPoint};
 use serde_json::Value;
 
-use super::{
+use super::spec::{
     KeptResult, KeptTelemetry, LEFTOVER_MAX_ENTRIES, RESULT_MAX_BYTES, TELEMETRY_MAX_BYTES,
     TELEMETRY_SHOWN,
 };

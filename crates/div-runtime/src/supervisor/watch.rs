@@ -8,10 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::launch::Launched;
-use super::prepare::Room;
+use super::prepare::{Room, dir_identity};
 use super::spec::HEARTBEAT;
+use super::spec::{ORG_STOP_FILE, RunSpec, STOP_FILE};
 use super::tree::tree_rss;
-use super::{ORG_STOP_FILE, RunSpec, STOP_FILE};
 use crate::clock::now_ms;
 use crate::decision::{self, Decision, Limit};
 use crate::{scratch, sys};
@@ -36,12 +36,6 @@ pub(super) enum Stopped {
 
 /// How often a disk without a filesystem of its own is measured.
 const DISK_MEASURED_EVERY: Duration = Duration::from_secs(3);
-
-/// A directory's device and inode: which directory it is, whatever its name.
-pub(super) fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    fs::symlink_metadata(dir).ok().map(|m| (m.dev(), m.ino()))
-}
 
 /// Whether `dir` is still the directory `own` identified.
 fn same_dir(dir: &Path, own: Option<(u64, u64)>) -> bool {
