@@ -199,6 +199,12 @@ impl GpuPlan {
             gpus,
             ..GpuPlan::default()
         };
+        if !is_char_device(&host.dev.join("nvidia-uvm")) {
+            // The toolkit loads it (`nvidia-modprobe -u`); a run without capabilities cannot.
+            plan.notes.push(
+                "div: this machine has no /dev/nvidia-uvm (the nvidia-uvm module is not loaded): CUDA will not work in this run; load it on this machine with `nvidia-modprobe -u -c=0`".to_owned(),
+            );
+        }
         if let Some(rootfs) = image {
             image_args(host, rootfs, files, &mut plan)?;
         }
@@ -224,6 +230,10 @@ impl GpuPlan {
     pub fn command_prefix(&self) -> &str {
         &self.prefix
     }
+}
+
+fn is_char_device(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// Whether `path` is the character device `major:minor` (any minor when `None`); why not.
@@ -270,7 +280,7 @@ fn device_args(dev: &Path, gpus: &[HostGpu]) -> Result<Vec<String>, GpuError> {
     required("nvidiactl", None)?;
     bind("nvidiactl");
     for name in ["nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"] {
-        if std::fs::metadata(dev.join(name)).is_ok_and(|m| m.file_type().is_char_device()) {
+        if is_char_device(&dev.join(name)) {
             bind(name);
         }
     }
@@ -292,7 +302,7 @@ fn device_args(dev: &Path, gpus: &[HostGpu]) -> Result<Vec<String>, GpuError> {
                 continue;
             };
             let path = dev.join("dri").join(&node);
-            if std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_char_device()) {
+            if is_char_device(&path) {
                 bind(&format!("dri/{node}"));
             }
         }

@@ -684,6 +684,17 @@ fn eight_gpus_a_run_on_3_and_5_is_given_their_nodes_by_minor_and_them_alone_in_p
         (plan.dev_args(), plan.proc_args())
     );
     assert!(own.root_args().is_empty() && own.command_prefix().is_empty() && own.notes.is_empty());
+    // Without nvidia-uvm (its module not loaded) the run starts, and its log says CUDA will
+    // not work, and how to load it.
+    std::fs::remove_file(host.dev.join("nvidia-uvm")).unwrap();
+    let no_uvm = GpuPlan::resolve(host, &[3, 5], None, files).unwrap();
+    assert!(!no_uvm.dev_args().iter().any(|a| a == "/dev/nvidia-uvm"));
+    assert!(
+        no_uvm.notes[0].contains("no /dev/nvidia-uvm")
+            && no_uvm.notes[0].contains("nvidia-modprobe -u"),
+        "{:?}",
+        no_uvm.notes
+    );
 }
 
 /// In an image, the loaded driver's libraries (never the stale version's, listed first) and
