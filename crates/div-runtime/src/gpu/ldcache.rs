@@ -24,6 +24,11 @@ const TAG_GENERATOR: u32 = 0;
 const TAG_HWCAPS: u32 = 1;
 /// The header's flags: this file is little-endian (`cache_file_new_flags_endian_little`).
 const LITTLE_ENDIAN: u8 = 2;
+/// The most entries read from an image's cache (a system has a few thousand), and the longest
+/// name or path in one (`PATH_MAX`): an image's cache is read without trusting it, and these
+/// keep a crafted one from costing more than a moment.
+const MAX_ENTRIES: usize = 1 << 16;
+const MAX_STRING: usize = 4096;
 
 /// One entry: a library's name (its soname, or a development link's name), the file the
 /// loader opens for it, and glibc's flags (the ABI: `0x0303` is x86-64's libc6).
@@ -53,6 +58,8 @@ pub enum LdCacheError {
     Truncated,
     #[error("it was written for a machine of the other byte order")]
     ByteOrder,
+    #[error("it holds more than {MAX_ENTRIES} entries")]
+    TooBig,
 }
 
 /// The flags of this machine's own libraries in a cache: libc6 (3) and the architecture's
@@ -85,6 +92,7 @@ fn c_string(bytes: &[u8], at: u32) -> Result<Vec<u8>, LdCacheError> {
     let rest = bytes.get(at as usize..).ok_or(LdCacheError::Truncated)?;
     let end = rest
         .iter()
+        .take(MAX_STRING)
         .position(|b| *b == 0)
         .ok_or(LdCacheError::Truncated)?;
     Ok(rest[..end].to_vec())
@@ -127,6 +135,9 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<LdCache, LdCacheError> {
     if (table.len() - HEADER) / ENTRY < count {
         return Err(LdCacheError::Truncated);
     }
+    if count > MAX_ENTRIES {
+        return Err(LdCacheError::TooBig);
+    }
     let mut entries = Vec::with_capacity(count);
     for i in 0..count {
         let e = HEADER + i * ENTRY;
@@ -167,8 +178,8 @@ fn hwcaps_names(file: &[u8], offset: u32) -> Result<Vec<Vec<u8>>, LdCacheError> 
             u32_at(file, s + 8)? as usize,
             u32_at(file, s + 12)? as usize,
         );
-        let mut names = Vec::with_capacity(size / 4);
-        for k in 0..size / 4 {
+        let mut names = Vec::new();
+        for k in 0..(size / 4).min(MAX_ENTRIES) {
             names.push(c_string(file, u32_at(file, start + k * 4)?)?);
         }
         return Ok(names);

@@ -46,7 +46,7 @@ const PROC_IN_RUN: &str = "/proc/driver/nvidia";
 const SOCKETS: [&str; 2] = ["nvidia-persistenced/socket", "nvidia-fabricmanager/socket"];
 
 /// The biggest image loader cache read (a few hundred KiB is usual).
-const MAX_IMAGE_CACHE: u64 = 64 << 20;
+const MAX_IMAGE_CACHE: u64 = 16 << 20;
 
 /// Where this machine's driver is looked at: its real places for a run
 /// ([`HostPaths::host`]); a fake tree's in tests.
@@ -555,12 +555,22 @@ fn loader_cache(
     Ok(true)
 }
 
+/// Why an image's loader cache is not read.
+#[derive(Debug, thiserror::Error)]
+enum ImageCacheError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("not a plain file of at most 16 MiB")]
+    NotAPlainFile,
+    #[error("{0}")]
+    Format(#[from] LdCacheError),
+}
+
 /// The image's loader cache at `file` (in its tree: a plain file, never followed out of it).
-fn image_cache(file: &Path) -> Result<ldcache::LdCache, String> {
-    let meta = std::fs::symlink_metadata(file).map_err(|e| e.to_string())?;
+fn image_cache(file: &Path) -> Result<ldcache::LdCache, ImageCacheError> {
+    let meta = std::fs::symlink_metadata(file)?;
     if !meta.is_file() || meta.len() > MAX_IMAGE_CACHE {
-        return Err("not a plain file of at most 64 MiB".to_owned());
+        return Err(ImageCacheError::NotAPlainFile);
     }
-    let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
-    ldcache::parse(&bytes).map_err(|e| e.to_string())
+    Ok(ldcache::parse(&std::fs::read(file)?)?)
 }

@@ -485,6 +485,17 @@ fn a_loader_cache_keeps_the_image_s_entries_and_the_driver_s_replace_theirs_by_n
         ldcache::parse(&big_endian),
         Err(super::LdCacheError::ByteOrder)
     );
+    // A crafted one costs a moment at most: entries and names are bounded.
+    let mut crafted = bytes[..48].to_vec();
+    crafted[20..24].copy_from_slice(&70_000u32.to_le_bytes());
+    crafted.resize(48 + 70_000 * 24 + 8192, b'x');
+    assert_eq!(ldcache::parse(&crafted), Err(super::LdCacheError::TooBig));
+    crafted[20..24].copy_from_slice(&1u32.to_le_bytes());
+    crafted[52..56].copy_from_slice(&100u32.to_le_bytes());
+    assert_eq!(
+        ldcache::parse(&crafted),
+        Err(super::LdCacheError::Truncated)
+    );
 }
 
 /// `ldconfig -p -C <file>`'s lines, with this machine's glibc; `None` without ldconfig.

@@ -157,7 +157,8 @@ fn prepare(
         && rustix::process::geteuid().is_root())
     .then(|| sandbox::python_shim_folder(&server.home))
     .flatten();
-    let gpu = gpu_plan(server, dir, image.as_ref(), real_gpus.then_some(gpus))?;
+    let gpu = gpu_plan(server, dir, image.as_ref(), real_gpus.then_some(gpus))
+        .map_err(|e| e.to_string())?;
     first_lines.extend(gpu.iter().flat_map(|g| g.notes.iter().cloned()));
     let argv = argv(
         server,
@@ -443,7 +444,7 @@ fn gpu_plan(
     dir: &Path,
     image: Option<&RunImage>,
     gpus: Option<&[u32]>,
-) -> Result<Option<div_runtime::gpu::GpuPlan>, String> {
+) -> Result<Option<div_runtime::gpu::GpuPlan>, div_runtime::gpu::GpuError> {
     let Some(gpus) = gpus.filter(|_| server.sandboxed && !server.executor.queues()) else {
         return Ok(None);
     };
@@ -454,7 +455,6 @@ fn gpu_plan(
         &dir.join("gpu"),
     )
     .map(Some)
-    .map_err(|e| e.to_string())
 }
 
 /// What a sandboxed run's command line is built from, beside the run.
