@@ -211,7 +211,7 @@ impl GpuPlan {
         Ok(plan)
     }
 
-    /// Given right after `--dev /dev`.
+    /// Given after `--dev /dev` (and the read-only covers of `/proc`).
     pub fn dev_args(&self) -> &[String] {
         &self.dev
     }
