@@ -222,7 +222,7 @@ run_check() {
     local out=$1
     shift
     say "div run --gpu $sku --no-upload $* -- <check>"
-    if ! "$div" run --gpu "$sku" --no-upload "$@" -- "$(inner_command)" >"$out" 2>&1; then
+    if ! "$div" run --gpu "$sku" --project gpu-check --no-upload "$@" -- "$(inner_command)" >"$out" 2>&1; then
         say "the run failed; its output:"
         cat "$out" >&2
         return 1
@@ -259,7 +259,7 @@ main() {
     if run_check "$home/one.txt"; then judge "$home/one.txt" "${buses[0]}" "${names[0]}" || true; else bad "run 1 did not end well"; fi
     if ((${#buses[@]} >= 2)); then
         echo "run 2: the second $sku, while a run holds the first"
-        "$div" run --gpu "$sku" --no-upload --detach --name gpu-check-hold -- sleep 900 >/dev/null
+        "$div" run --gpu "$sku" --project gpu-check --no-upload --detach --name gpu-check-hold -- sleep 900 >/dev/null
         if run_check "$home/two.txt"; then judge "$home/two.txt" "${buses[1]}" "${names[1]}" || true; else bad "run 2 did not end well"; fi
         "$div" stop gpu-check-hold >/dev/null 2>&1 || true
     fi
