@@ -40,7 +40,7 @@ pub enum NotADir {
 }
 
 /// The tree's file for `inside` (an absolute path in it).
-fn host(root: &Path, inside: &Path) -> PathBuf {
+pub(crate) fn host(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
 }
 
@@ -222,25 +222,7 @@ pub fn working_dir_args(rootfs: &Path, dir: &str) -> Result<WorkingDirArgs, Work
     if existing != Path::new("/") {
         // The parent is part of the image's read-only tree: a tmpfs over it holds the mount
         // point, with each of its entries bound again as the image has it.
-        early.extend(["--tmpfs".to_owned(), s(&existing)]);
-        let parent = host(rootfs, &existing);
-        let mut entries: Vec<_> = std::fs::read_dir(&parent)
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let inside = existing.join(entry.file_name());
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                if let Ok(target) = std::fs::read_link(entry.path()) {
-                    early.extend(["--symlink".to_owned(), s(&target), s(&inside)]);
-                }
-            } else if meta.is_dir() || meta.is_file() {
-                early.extend(["--ro-bind".to_owned(), s(&entry.path()), s(&inside)]);
-            }
-        }
+        early.extend(cover_args(rootfs, &existing));
     }
     early.extend(["--tmpfs".to_owned(), s(&first)]);
     if existing != Path::new("/") {
@@ -255,12 +237,135 @@ pub fn working_dir_args(rootfs: &Path, dir: &str) -> Result<WorkingDirArgs, Work
     })
 }
 
+/// bubblewrap's arguments that cover `dir` (a directory of the image's read-only tree, as the
+/// run sees it) with a tmpfs of the run's own and bind each of its entries again as the image
+/// has it: what the run sees there is unchanged, and new mount points can be made in it. The
+/// caller remounts `dir` read-only (`--remount-ro`) once they are made.
+pub fn cover_args(rootfs: &Path, dir: &Path) -> Vec<String> {
+    let s = |p: &Path| p.display().to_string();
+    let mut args = vec!["--tmpfs".to_owned(), s(dir)];
+    let mut entries: Vec<_> = std::fs::read_dir(host(rootfs, dir))
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let inside = dir.join(entry.file_name());
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                args.extend(["--symlink".to_owned(), s(&target), s(&inside)]);
+            }
+        } else if meta.is_dir() || meta.is_file() {
+            args.extend(["--ro-bind".to_owned(), s(&entry.path()), s(&inside)]);
+        }
+    }
+    args
+}
+
+/// The most entries a directory of an image may hold for [`mount_place`] to cover it: each is
+/// one more mount for bubblewrap, and each costs it a read of the mount table.
+pub const MAX_COVERED_ENTRIES: usize = 128;
+
+/// Where the run's sandbox can mount something of its own at a path of an image's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlace {
+    /// The path in the run, links resolved in the tree.
+    pub path: PathBuf,
+    /// Whether the tree has it already (a file or directory to mount over).
+    pub exists: bool,
+    /// The image's directory to cover first ([`cover_args`]) so that what `path` lacks can be
+    /// made there; `None` when nothing is to be made, or it goes on the root's own tmpfs.
+    pub cover: Option<PathBuf>,
+}
+
+/// Why nothing can be mounted at a path of an image's tree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    #[error("`{}` in the image is a file, not a directory", .0.display())]
+    File(PathBuf),
+    #[error("`{}` in the image is a directory, not a file", .0.display())]
+    Directory(PathBuf),
+    #[error("its links in the image go round in a loop")]
+    Loop,
+    #[error("`{}` in the image cannot be read by the control plane", .0.display())]
+    Unreadable(PathBuf),
+    #[error("it leads under `/{0}`, which the sandbox mounts for itself")]
+    Reserved(String),
+    #[error(
+        "`{}` in the image holds {entries} entries, more than the {MAX_COVERED_ENTRIES} the sandbox binds again over a tmpfs of the run's own",
+        .dir.display()
+    )]
+    TooMany { dir: PathBuf, entries: usize },
+}
+
+/// Where `inside` (an absolute path; `dir`: a directory, else a file) can be a mount point in
+/// the run's root made from the image at `rootfs`, which is read-only and never written: over
+/// what the tree has there, or made on a tmpfs of the run's own (the root's, or one covering
+/// the deepest directory the tree has, [`cover_args`]).
+pub fn mount_place(rootfs: &Path, inside: &str, dir: bool) -> Result<MountPlace, PlaceError> {
+    let resolved = resolve(rootfs, inside, dir).map_err(|e| match e {
+        NotADir::File(p) => PlaceError::File(p),
+        NotADir::Loop => PlaceError::Loop,
+        NotADir::Unreadable(p) => PlaceError::Unreadable(p),
+    })?;
+    let (path, exists, existing) = match resolved {
+        Resolved::Found(p) => (p.clone(), true, p),
+        Resolved::Missing { existing, missing } => {
+            let full = missing.iter().fold(existing.clone(), |p, m| p.join(m));
+            (full, false, existing)
+        }
+    };
+    if let Some(top) = components(&path).front()
+        && (RUN_MOUNTS.contains(&top.as_str()) || SYSTEM_MOUNTS.contains(&top.as_str()))
+    {
+        return Err(PlaceError::Reserved(top.clone()));
+    }
+    if exists {
+        let meta = std::fs::symlink_metadata(host(rootfs, &path))
+            .map_err(|_| PlaceError::Unreadable(path.clone()))?;
+        if !dir && meta.is_dir() {
+            return Err(PlaceError::Directory(path));
+        }
+        return Ok(MountPlace {
+            path,
+            exists,
+            cover: None,
+        });
+    }
+    if existing == Path::new("/") {
+        return Ok(MountPlace {
+            path,
+            exists,
+            cover: None,
+        });
+    }
+    let entries = std::fs::read_dir(host(rootfs, &existing))
+        .map_err(|_| PlaceError::Unreadable(existing.clone()))?
+        .count();
+    if entries > MAX_COVERED_ENTRIES {
+        return Err(PlaceError::TooMany {
+            dir: existing,
+            entries,
+        });
+    }
+    Ok(MountPlace {
+        path,
+        exists,
+        cover: Some(existing),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{PermissionsExt as _, symlink};
     use std::path::PathBuf;
 
-    use super::{NotADir, Resolved, has_program, resolve, working_dir_args};
+    use super::{
+        MAX_COVERED_ENTRIES, MountPlace, NotADir, PlaceError, Resolved, has_program, mount_place,
+        resolve, working_dir_args,
+    };
 
     fn tree() -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
@@ -387,6 +492,56 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("loop")
+        );
+    }
+
+    /// Where the run's own files can go in an image's read-only tree: over what it has, on
+    /// the root's tmpfs, or on a tmpfs covering the deepest directory it has; never under
+    /// the sandbox's own places, never over a directory with a file, never a cover of a
+    /// directory too big to bind again entry by entry.
+    #[test]
+    fn a_mount_place_is_found_in_the_tree_or_made_on_a_cover_of_the_run_s_own() {
+        let t = tree();
+        let r = t.path();
+        let place = |path: &str, cover: Option<&str>, exists: bool| MountPlace {
+            path: PathBuf::from(path),
+            exists,
+            cover: cover.map(PathBuf::from),
+        };
+        assert_eq!(
+            mount_place(r, "/file", false),
+            Ok(place("/file", None, true))
+        );
+        assert_eq!(
+            mount_place(r, "/run/x/socket", false),
+            Ok(place("/run/x/socket", None, false))
+        );
+        assert_eq!(
+            mount_place(r, "/bin/nvidia/x", true),
+            Ok(place("/usr/bin/nvidia/x", Some("/usr/bin"), false))
+        );
+        assert_eq!(
+            mount_place(r, "/usr/src", false),
+            Err(PlaceError::Directory(PathBuf::from("/usr/src")))
+        );
+        assert_eq!(
+            mount_place(r, "/file/x", true),
+            Err(PlaceError::File(PathBuf::from("/file")))
+        );
+        assert_eq!(
+            mount_place(r, "/tmp/x", false),
+            Err(PlaceError::Reserved("tmp".to_owned()))
+        );
+        assert_eq!(mount_place(r, "/loop1/x", true), Err(PlaceError::Loop));
+        for i in 0..=MAX_COVERED_ENTRIES {
+            std::fs::write(r.join(format!("usr/src/lib/{i}")), "").unwrap();
+        }
+        assert_eq!(
+            mount_place(r, "/usr/src/lib/nvidia/x", true),
+            Err(PlaceError::TooMany {
+                dir: PathBuf::from("/usr/src/lib"),
+                entries: MAX_COVERED_ENTRIES + 1
+            })
         );
     }
 }

@@ -6,7 +6,8 @@
 //! - [`supervisor`]: the per-run supervisor process, `div __supervise <run-dir>`: prepares the
 //!   run's root and mounts, starts it under [`init`] in its cgroups and sandbox, meters and
 //!   enforces its limits, collects what it left, writes its end;
-//! - [`sandbox`]: bubblewrap's command line ([`image_tree`]: paths looked up in an image's tree); [`cgroup`]: memory, cores, tasks; [`scratch`]: the
+//! - [`sandbox`]: bubblewrap's command line ([`image_tree`]: paths looked up in an image's tree;
+//!   [`gpu`]: a GPU run's devices and driver); [`cgroup`]: memory, cores, tasks; [`scratch`]: the
 //!   run's own disk; [`workspace`]: its `/workspace` overlay; [`init`]: div-init, its first
 //!   process;
 //! - [`decision`]: how a run is told to end, and the one decision of a run of several nodes;
@@ -22,6 +23,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod decision;
 pub mod disk;
+pub mod gpu;
 pub mod image_tree;
 pub mod init;
 pub mod rules;

@@ -19,7 +19,8 @@ pub struct ImageRoot {
 }
 
 /// The top-level directories a run never sees from the host or its image (`.div`: where a
-/// GPU run in an image finds the driver, [`GPU_DRIVER_DIR`]; an image's own is not bound).
+/// GPU run in an image finds the driver, [`crate::gpu::GPU_DRIVER_DIR`]; an image's own is
+/// not bound).
 const SKIPPED: [&str; 8] = [
     "proc",
     "dev",
@@ -263,8 +264,8 @@ pub struct SandboxInput<'a> {
     pub volumes: &'a [(String, PathBuf)],
     /// The download cache every run shares, bound writable at [`CACHE_MOUNT`].
     pub cache: &'a Path,
-    /// Device nodes to bind (GPU runs).
-    pub devices: &'a [PathBuf],
+    /// A GPU run's GPUs and driver (`crate::gpu`); `None` for any other run.
+    pub gpu: Option<&'a crate::gpu::GpuPlan>,
     pub command: &'a str,
     /// Where the command starts: `/workspace`, or `/` (an image's `WorkingDir`) for a run
     /// that shipped nothing.
@@ -349,25 +350,13 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
             cover.to_owned(),
         ]);
     }
-    for dev in input.devices.iter().filter(|d| d.exists()) {
-        argv.extend(["--dev-bind".to_owned(), s(dev), s(dev)]);
+    // A GPU run's device nodes, then `/proc/driver/nvidia` masked over the read-only
+    // `/proc/driver` above: only its own GPUs are there (docs/gpus.md).
+    if let Some(gpu) = input.gpu {
+        argv.extend(gpu.dev_args().iter().cloned());
+        argv.extend(gpu.proc_args().iter().cloned());
     }
-    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
-    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
-    for (name, dir) in input.volumes {
-        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
-        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
-        // a snapshot another run will start from. A link there (left by some run) is not
-        // followed: it is not bound, so nothing outside the volume is.
-        let code = dir.join("code");
-        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
-            argv.extend([
-                "--ro-bind".to_owned(),
-                s(&code),
-                format!("/mnt/{name}/code"),
-            ]);
-        }
-    }
+    argv.extend(places_argv(input));
     argv.extend(["--bind".to_owned(), s(input.cache), CACHE_MOUNT.to_owned()]);
     argv.extend([
         "--bind".to_owned(),
@@ -375,17 +364,18 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         "/workspace".to_owned(),
     ]);
     if let Some(image) = input.image {
+        // A GPU run's driver, from this machine, as nvidia-container-toolkit, enroot and
+        // apptainer `--nv` give it; before the host's name resolution files, which go over
+        // whatever of `/etc` it covers to make its loader cache's place.
+        if let Some(gpu) = input.gpu {
+            argv.extend(gpu.root_args().iter().cloned());
+        }
         if image.name_resolution {
             for file in ["/etc/resolv.conf", "/etc/hosts"] {
                 if Path::new(file).is_file() {
                     argv.extend(["--ro-bind".to_owned(), file.to_owned(), file.to_owned()]);
                 }
             }
-        }
-        // A GPU run's driver, from this machine, as nvidia-container-toolkit, enroot and
-        // apptainer `--nv` give it (the device nodes are bound above, as for any run).
-        if !input.devices.is_empty() {
-            argv.extend(driver_binds(&driver_files()));
         }
     }
     if let Some(init) = input.init {
@@ -406,140 +396,29 @@ pub fn bwrap_argv(input: &SandboxInput<'_>) -> Vec<String> {
         argv.push(crate::init::IN_SANDBOX.to_owned());
     }
     argv.extend(["/bin/sh", "-lc"].map(str::to_owned));
-    if input.image.is_some() && !input.devices.is_empty() {
-        // Found after the image's own and the run's: appended, never set over them.
-        argv.push(format!(
-            "{RESTORE_ENV}export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\n{}",
-            input.command
-        ));
-    } else {
-        argv.push(format!("{RESTORE_ENV}{}", input.command));
-    }
+    // In an image, the driver's programs are found after the image's and the run's own.
+    let prefix = input.gpu.map_or("", |gpu| gpu.command_prefix());
+    argv.push(format!("{RESTORE_ENV}{prefix}{}", input.command));
     argv
 }
 
-/// Where a GPU run in an image finds this machine's NVIDIA driver: its libraries in `lib/`
-/// (appended to `LD_LIBRARY_PATH`) and its programs in `bin/` (appended to `PATH`), bound
-/// read-only on the image's tmpfs root, as apptainer `--nv` binds them at
-/// `/.singularity.d/libs`. Untested on a GPU (docs/local-control-plane.md, Images).
-pub const GPU_DRIVER_DIR: &str = "/.div/nvidia";
-
-/// The driver's user-space libraries a CUDA or NVML program loads (nvidia-container-toolkit's
-/// `compute` and `utility` sets): a name matches itself or itself with a version after it
-/// (`libcuda.so`, `libcuda.so.1`).
-const DRIVER_LIBRARIES: [&str; 13] = [
-    "libcuda.so",
-    "libcudadebugger.so",
-    "libnvidia-ml.so",
-    "libnvidia-cfg.so",
-    "libnvidia-ptxjitcompiler.so",
-    "libnvidia-nvvm.so",
-    "libnvidia-gpucomp.so",
-    "libnvidia-allocator.so",
-    "libnvidia-opencl.so",
-    "libnvidia-compiler.so",
-    "libnvidia-fatbinaryloader.so",
-    "libnvidia-pkcs11.so",
-    "libnvidia-pkcs11-openssl3.so",
-];
-
-/// The driver's programs (the same sets), looked for where the driver installs them.
-const DRIVER_PROGRAMS: [&str; 5] = [
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-];
-
-/// Where [`DRIVER_PROGRAMS`] are looked for.
-const DRIVER_PROGRAM_DIRS: [&str; 5] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin", "/sbin"];
-
-/// This machine's driver files: each by the name it gets under [`GPU_DRIVER_DIR`] and the
-/// real file it is.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct DriverFiles {
-    pub libraries: Vec<(String, PathBuf)>,
-    pub programs: Vec<(String, PathBuf)>,
-}
-
-/// `ldconfig -p`'s tag for this machine's own libraries (not the 32-bit ones beside them).
-const LDCONFIG_ARCH: &str = if cfg!(target_arch = "aarch64") {
-    "AArch64"
-} else {
-    "x86-64"
-};
-
-/// The driver's libraries in `ldconfig -p`'s listing (`\tlibcuda.so.1 (libc6,x86-64) =>
-/// /usr/lib/x86_64-linux-gnu/libcuda.so.1`), this machine's architecture only, the first of
-/// each name (the loader's choice), each resolved to the regular file it is.
-pub fn driver_libraries(ldconfig: &str, arch: &str) -> Vec<(String, PathBuf)> {
-    let mut out: Vec<(String, PathBuf)> = Vec::new();
-    for line in ldconfig.lines() {
-        let Some((left, path)) = line.trim().split_once(" => ") else {
-            continue;
-        };
-        let Some((name, flags)) = left.split_once(' ') else {
-            continue;
-        };
-        let matches = DRIVER_LIBRARIES.iter().any(|lib| {
-            name.strip_prefix(lib)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-        });
-        if !matches || !flags.contains(arch) || out.iter().any(|(n, _)| n == name) {
-            continue;
-        }
-        // A name is one path component: nothing is bound anywhere but `lib/`.
-        if name.contains('/') || name.starts_with('.') {
-            continue;
-        }
-        if let Ok(real) = Path::new(path).canonicalize()
-            && real.is_file()
-        {
-            out.push((name.to_owned(), real));
-        }
-    }
-    out
-}
-
-/// The driver's programs found in `dirs`, the first of each name, resolved.
-pub fn driver_programs(dirs: &[&Path]) -> Vec<(String, PathBuf)> {
-    DRIVER_PROGRAMS
-        .iter()
-        .filter_map(|name| {
-            dirs.iter()
-                .filter_map(|d| d.join(name).canonicalize().ok())
-                .find(|p| p.is_file())
-                .map(|p| ((*name).to_owned(), p))
-        })
-        .collect()
-}
-
-/// This machine's driver files (`ldconfig -p`; none when it cannot run), found at each GPU
-/// run's launch, so a driver updated under a running server is the one bound.
-fn driver_files() -> DriverFiles {
-    let listing = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig"]
-        .iter()
-        .find(|p| Path::new(p).is_file())
-        .and_then(|p| std::process::Command::new(p).arg("-p").output().ok())
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let dirs: Vec<&Path> = DRIVER_PROGRAM_DIRS.iter().map(Path::new).collect();
-    DriverFiles {
-        libraries: driver_libraries(&listing, LDCONFIG_ARCH),
-        programs: driver_programs(&dirs),
-    }
-}
-
-/// bubblewrap's `--ro-bind` of each driver file under [`GPU_DRIVER_DIR`].
-pub fn driver_binds(files: &DriverFiles) -> Vec<String> {
+/// The run's own places: its `/tmp`, its `/mnt` and each volume there, each volume's
+/// committed code (`code/`) read-only over it.
+fn places_argv(input: &SandboxInput<'_>) -> Vec<String> {
     let mut argv = Vec::new();
-    for (sub, list) in [("lib", &files.libraries), ("bin", &files.programs)] {
-        for (name, real) in list {
+    argv.extend(["--bind".to_owned(), s(input.tmp), "/tmp".to_owned()]);
+    argv.extend(["--bind".to_owned(), s(input.mnt), "/mnt".to_owned()]);
+    for (name, dir) in input.volumes {
+        argv.extend(["--bind".to_owned(), s(dir), format!("/mnt/{name}")]);
+        // Committed code (`code/<id>`, what `div run` ships) is immutable: no run may change
+        // a snapshot another run will start from. A link there (left by some run) is not
+        // followed: it is not bound, so nothing outside the volume is.
+        let code = dir.join("code");
+        if std::fs::symlink_metadata(&code).is_ok_and(|m| m.is_dir()) {
             argv.extend([
                 "--ro-bind".to_owned(),
-                s(real),
-                format!("{GPU_DRIVER_DIR}/{sub}/{name}"),
+                s(&code),
+                format!("/mnt/{name}/code"),
             ]);
         }
     }
@@ -652,116 +531,12 @@ pub fn direct_argv(command: &str, bin: &Path, init: Option<&Path>) -> Vec<String
     argv
 }
 
-/// The GPU device nodes a GPU run gets.
-pub fn gpu_devices(indices: &[u32]) -> Vec<PathBuf> {
-    let mut devices: Vec<PathBuf> = indices
-        .iter()
-        .map(|i| PathBuf::from(format!("/dev/nvidia{i}")))
-        .collect();
-    for name in [
-        "nvidiactl",
-        "nvidia-uvm",
-        "nvidia-uvm-tools",
-        "nvidia-modeset",
-        "dri",
-    ] {
-        devices.push(Path::new("/dev").join(name));
-    }
-    devices
-}
-
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::symlink;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
-    use super::{
-        DriverFiles, GPU_DRIVER_DIR, ImageRoot, RESTORE_ENV, SandboxInput, bwrap_argv,
-        driver_binds, driver_libraries, driver_programs, profile_proof,
-    };
-
-    /// A fake driver: libraries as the NVIDIA installer leaves them (a versioned file, its
-    /// soname a link to it), ldconfig's listing of them among others, and `nvidia-smi`.
-    #[test]
-    fn the_drivers_libraries_and_programs_are_bound_read_only_under_one_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let lib = tmp.path().join("lib64");
-        let lib32 = tmp.path().join("lib32");
-        let bin = tmp.path().join("bin");
-        for d in [&lib, &lib32, &bin] {
-            std::fs::create_dir(d).unwrap();
-        }
-        for f in [
-            "libcuda.so.550.54.15",
-            "libnvidia-ml.so.550.54.15",
-            "libcudart.so.12",
-            "libc.so.6",
-        ] {
-            std::fs::write(lib.join(f), "elf").unwrap();
-        }
-        symlink("libcuda.so.550.54.15", lib.join("libcuda.so.1")).unwrap();
-        symlink("libcuda.so.1", lib.join("libcuda.so")).unwrap();
-        symlink("libnvidia-ml.so.550.54.15", lib.join("libnvidia-ml.so.1")).unwrap();
-        std::fs::write(lib32.join("libcuda.so.1"), "elf32").unwrap();
-        std::fs::write(bin.join("nvidia-smi"), "#!/bin/sh\n").unwrap();
-        let l = lib.display();
-        let listing = format!(
-            "9 libs found in cache `/etc/ld.so.cache'\n\
-             \tlibnvidia-ml.so.1 (libc6,x86-64) => {l}/libnvidia-ml.so.1\n\
-             \tlibcudart.so.12 (libc6,x86-64) => {l}/libcudart.so.12\n\
-             \tlibcuda.so.1 (libc6,x86-64) => {l}/libcuda.so.1\n\
-             \tlibcuda.so.1 (libc6) => {}/libcuda.so.1\n\
-             \tlibcuda.so.1 (libc6,x86-64) => /elsewhere/libcuda.so.1\n\
-             \tlibcuda.so (libc6,x86-64) => {l}/libcuda.so\n\
-             \tlibnvidia-cfg.so.1 (libc6,x86-64) => {l}/libnvidia-cfg.so.1\n\
-             \tlibc.so.6 (libc6,x86-64, OS ABI: Linux 3.2.0) => {l}/libc.so.6\n",
-            lib32.display()
-        );
-        let real_cuda = lib.join("libcuda.so.550.54.15").canonicalize().unwrap();
-        let real_ml = lib
-            .join("libnvidia-ml.so.550.54.15")
-            .canonicalize()
-            .unwrap();
-        let libraries = driver_libraries(&listing, "x86-64");
-        // This architecture's only, the first of each name, links resolved; the CUDA runtime
-        // (the image's own business), libc and a library whose file is missing left out.
-        assert_eq!(
-            libraries,
-            vec![
-                ("libnvidia-ml.so.1".to_owned(), real_ml.clone()),
-                ("libcuda.so.1".to_owned(), real_cuda.clone()),
-                ("libcuda.so".to_owned(), real_cuda.clone()),
-            ]
-        );
-        let programs = driver_programs(&[Path::new("/nonexistent"), &bin]);
-        let smi = bin.join("nvidia-smi").canonicalize().unwrap();
-        assert_eq!(programs, vec![("nvidia-smi".to_owned(), smi.clone())]);
-        let argv = driver_binds(&DriverFiles {
-            libraries,
-            programs,
-        });
-        let d = |p: &PathBuf| p.display().to_string();
-        assert_eq!(
-            argv,
-            [
-                "--ro-bind".to_owned(),
-                d(&real_ml),
-                format!("{GPU_DRIVER_DIR}/lib/libnvidia-ml.so.1"),
-                "--ro-bind".to_owned(),
-                d(&real_cuda),
-                format!("{GPU_DRIVER_DIR}/lib/libcuda.so.1"),
-                "--ro-bind".to_owned(),
-                d(&real_cuda),
-                format!("{GPU_DRIVER_DIR}/lib/libcuda.so"),
-                "--ro-bind".to_owned(),
-                d(&smi),
-                format!("{GPU_DRIVER_DIR}/bin/nvidia-smi"),
-            ]
-        );
-        // A name that is not one path component never reaches an argument.
-        let hostile = format!("\tlibcuda.so.1/../../etc (libc6,x86-64) => {l}/libcuda.so.1\n");
-        assert_eq!(driver_libraries(&hostile, "x86-64"), vec![]);
-    }
+    use super::{ImageRoot, RESTORE_ENV, SandboxInput, bwrap_argv, profile_proof};
+    use crate::gpu::GpuPlan;
 
     /// A profile that sets `PATH` and `LANG` for everyone, as Debian's and Alpine's do, and
     /// unsets another: after [`RESTORE_ENV`] the command sees what div gave it, and what the
@@ -807,8 +582,12 @@ mod tests {
         assert!(profile_proof(&[]).is_empty());
     }
 
+    /// A GPU run's arguments go where bubblewrap needs them: its device nodes after `/dev`
+    /// is made, its `/proc/driver/nvidia` after the read-only `/proc/driver`, the driver's
+    /// files in an image before its root (and any `/etc` they cover) turns read-only and
+    /// before the host's name resolution files; what to export before the command.
     #[test]
-    fn a_gpu_run_in_an_image_finds_the_driver_after_its_own_paths() {
+    fn a_gpu_run_s_arguments_go_where_bubblewrap_needs_them() {
         let tmp = tempfile::tempdir().unwrap();
         let rootfs = tmp.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("bin")).unwrap();
@@ -817,60 +596,77 @@ mod tests {
         let image = ImageRoot {
             rootfs,
             user: None,
-            name_resolution: false,
+            name_resolution: true,
         };
-        let devices = [PathBuf::from("/dev/nvidia0")];
+        let v = |a: &str| a.split(' ').map(str::to_owned).collect::<Vec<String>>();
+        let plan = GpuPlan {
+            dev: v("--dev-bind /fake/dev/nvidia7 /dev/nvidia7"),
+            proc: v("--tmpfs /proc/driver/nvidia --remount-ro /proc/driver/nvidia"),
+            root: v(
+                "--ro-bind /fake/libcuda.so.1 /.div/nvidia/lib/libcuda.so.1 --ro-bind /run-dir/gpu/ld.so.cache /etc/ld.so.cache",
+            ),
+            prefix: "export PATH=\"${PATH:+$PATH:}/.div/nvidia/bin\"\n".to_owned(),
+            ..GpuPlan::default()
+        };
         let dir = tmp.path();
-        let input = |image, devices| SandboxInput {
+        let input = |image, gpu| SandboxInput {
             home: dir,
             workspace: dir,
             tmp: dir,
             mnt: dir,
             volumes: &[],
             cache: dir,
-            devices,
+            gpu,
             command: "nvidia-smi",
             chdir: "/",
             image,
             shim_by_supervisor: false,
             init: None,
         };
-        let gpu = bwrap_argv(&input(Some(&image), &devices));
+        let at = |argv: &[String], a: &str| argv.iter().position(|x| x == a).unwrap();
+        let gpu = bwrap_argv(&input(Some(&image), Some(&plan)));
         assert_eq!(
             gpu.last().unwrap(),
-            &format!(
-                "{RESTORE_ENV}export LD_LIBRARY_PATH=\"${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{GPU_DRIVER_DIR}/lib\" PATH=\"${{PATH:+$PATH:}}{GPU_DRIVER_DIR}/bin\"\nnvidia-smi"
-            )
+            &format!("{RESTORE_ENV}export PATH=\"${{PATH:+$PATH:}}/.div/nvidia/bin\"\nnvidia-smi")
         );
+        // After `--dev /dev` and the read-only `/proc/driver`: the nodes, then the mask.
+        let proc_driver = gpu.iter().rposition(|a| a == "/proc/driver").unwrap();
+        assert!(proc_driver > at(&gpu, "--dev"), "{gpu:?}");
+        assert_eq!(gpu[proc_driver + 1..][..3], plan.dev[..], "{gpu:?}");
+        assert_eq!(gpu[proc_driver + 4..][..4], plan.proc[..], "{gpu:?}");
+        let cache = at(&gpu, "/run-dir/gpu/ld.so.cache");
+        let read_only = gpu
+            .windows(2)
+            .position(|w| w[0] == "--remount-ro" && w[1] == "/")
+            .unwrap();
+        assert!(cache < read_only, "{gpu:?}");
+        if Path::new("/etc/resolv.conf").is_file() {
+            assert!(cache < at(&gpu, "/etc/resolv.conf"), "{gpu:?}");
+        }
         assert!(
-            gpu.iter()
-                .any(|a| a == &format!("{}", image.rootfs.join("bin").display()))
-                && !gpu
-                    .iter()
-                    .any(|a| a.ends_with(".div") || a.contains("rootfs/.div")),
+            !gpu.iter().any(|a| a.contains("rootfs/.div")),
             "the image's own /.div is not bound: {gpu:?}"
         );
-        // Every driver bind is made before the root turns read-only.
-        let remount = gpu.iter().position(|a| a == "--remount-ro").unwrap();
-        assert!(
-            gpu.iter()
-                .enumerate()
-                .filter(|(_, a)| a.starts_with(GPU_DRIVER_DIR))
-                .all(|(i, _)| i < remount),
-            "{gpu:?}"
-        );
-        // No GPU, or this machine's own system (the driver is already there): unchanged.
-        let cpu = bwrap_argv(&input(Some(&image), &[]));
+        // No GPU: nothing of the driver.
+        let cpu = bwrap_argv(&input(Some(&image), None));
         assert_eq!(cpu.last().unwrap(), &format!("{RESTORE_ENV}nvidia-smi"));
         assert!(
-            !cpu.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
+            !cpu.iter().any(|a| a.starts_with("/dev/nvidia")
+                || a.contains("/proc/driver/nvidia")
+                || a.starts_with("/.div")),
             "{cpu:?}"
         );
-        let host = bwrap_argv(&input(None, &devices));
+        // This machine's own system: its driver is there already (a plan for it has no root
+        // arguments and nothing to export); the devices and /proc are the run's own.
+        let own = GpuPlan {
+            dev: plan.dev.clone(),
+            proc: plan.proc.clone(),
+            ..GpuPlan::default()
+        };
+        let host = bwrap_argv(&input(None, Some(&own)));
         assert_eq!(host.last().unwrap(), &format!("{RESTORE_ENV}nvidia-smi"));
-        assert!(
-            !host.iter().any(|a| a.starts_with(GPU_DRIVER_DIR)),
-            "{host:?}"
-        );
+        assert!(host.iter().any(|a| a == "/dev/nvidia7"), "{host:?}");
+        assert!(host.iter().any(|a| a == "/proc/driver/nvidia"), "{host:?}");
+        assert!(!host.iter().any(|a| a.starts_with("/.div")), "{host:?}");
     }
 }

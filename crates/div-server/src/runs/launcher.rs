@@ -41,6 +41,9 @@ pub(crate) enum LaunchError {
     WorkingDir(#[from] div_runtime::image_tree::WorkingDirError),
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The GPUs or the driver cannot be given as the run needs them (div-runtime's words).
+    #[error(transparent)]
+    Gpu(#[from] div_runtime::gpu::GpuError),
 }
 
 /// Starts `record` on `cores` and `gpus`, with a disk of its own of `disk` bytes where it
@@ -160,6 +163,8 @@ fn prepare(
         && rustix::process::geteuid().is_root())
     .then(|| sandbox::python_shim_folder(&server.home))
     .flatten();
+    let gpu = gpu_plan(server, dir, image.as_ref(), real_gpus.then_some(gpus))?;
+    first_lines.extend(gpu.iter().flat_map(|g| g.notes.iter().cloned()));
     let argv = argv(
         server,
         run,
@@ -169,7 +174,7 @@ fn prepare(
             workspace: &workspace,
             places: &places,
             image: image.as_ref(),
-            gpus: if real_gpus { gpus } else { &[] },
+            gpu: gpu.as_ref(),
             shim_by_supervisor: python_shim.is_some(),
         },
     );
@@ -457,10 +462,31 @@ fn environment(
         ),
     ]);
     if real_gpus {
-        let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
-        env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
+        // In the sandbox the run has its own GPUs alone, numbered from 0 (docs/gpus.md).
+        env.extend(div_runtime::gpu::cuda_env(gpus, server.sandboxed));
     }
     Ok((env, secrets_at))
+}
+
+/// A sandboxed run's real GPUs (`gpus`) and this machine's driver as it starts, read from
+/// the driver (`div_runtime::gpu`, docs/gpus.md; its own files in `dir/gpu`); `None` for any
+/// other run (a Slurm node binds its own GPUs, `executor::slurm::node`).
+fn gpu_plan(
+    server: &Server,
+    dir: &Path,
+    image: Option<&RunImage>,
+    gpus: Option<&[u32]>,
+) -> Result<Option<div_runtime::gpu::GpuPlan>, div_runtime::gpu::GpuError> {
+    let Some(gpus) = gpus.filter(|_| server.sandboxed && !server.executor.queues()) else {
+        return Ok(None);
+    };
+    div_runtime::gpu::GpuPlan::resolve(
+        &div_runtime::gpu::HostPaths::host(),
+        gpus,
+        image.map(|i| i.rootfs.as_path()),
+        &dir.join("gpu"),
+    )
+    .map(Some)
 }
 
 /// What a sandboxed run's command line is built from, beside the run.
@@ -470,8 +496,8 @@ struct Sandboxed<'a> {
     workspace: &'a Path,
     places: &'a Places,
     image: Option<&'a RunImage>,
-    /// The real GPUs it is given (none when emulated).
-    gpus: &'a [u32],
+    /// Its real GPUs and the driver, as the sandbox gives them (none when emulated).
+    gpu: Option<&'a div_runtime::gpu::GpuPlan>,
     shim_by_supervisor: bool,
 }
 
@@ -490,11 +516,6 @@ fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> V
         _ => "/".to_owned(),
     };
     let command = s.command;
-    let devices = if s.gpus.is_empty() {
-        Vec::new()
-    } else {
-        sandbox::gpu_devices(s.gpus)
-    };
     sandbox::bwrap_argv(&SandboxInput {
         home: &server.home,
         workspace: s.workspace,
@@ -502,7 +523,7 @@ fn argv(server: &Server, run: &div_api::Run, dir: &Path, s: &Sandboxed<'_>) -> V
         mnt: &s.places.mnt,
         volumes: &s.places.volumes,
         cache: &s.places.cache,
-        devices: &devices,
+        gpu: s.gpu,
         command,
         chdir: &start_dir,
         image: s.image.map(RunImage::root).as_ref(),
