@@ -175,6 +175,11 @@ fn assert_nothing_unpacked(store: &ImageStore) {
         Vec::<String>::new()
     );
     assert!(store.list().expect("list").is_empty());
+    // Nor a layer: even a layer that was whole joins the layer store only with its image.
+    assert_eq!(
+        names(&store.root().join("layers/sha256")),
+        Vec::<String>::new()
+    );
 }
 
 fn limits(max_bytes: u64) -> UnpackLimits {

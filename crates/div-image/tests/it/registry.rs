@@ -664,6 +664,21 @@ async fn the_unpacked_tree_equals_umoci_s() {
         ours.remove(added);
     }
     let theirs = tree_links_inside(&theirs);
+    // The same layers in another image (another config): this time every layer comes
+    // from the layer store, its files linked, and the tree must be the same.
+    let again = support::build_image(&layers, "amd64", serde_json::json!({"Env": ["X=2"]}), true);
+    assert_ne!(again.manifest_digest, image.manifest_digest);
+    push(&reg.addr, "wh/app", "2", &again, &Credentials::none()).await;
+    let r: ImageRef = format!("{}/wh/app:2", reg.addr).parse().unwrap();
+    let composed = store
+        .ensure(&r, &amd64(), &Credentials::none(), &NoProgress)
+        .await
+        .unwrap();
+    let mut composed_tree = tree_links_inside(&composed.rootfs);
+    for added in ["/proc", "/dev", "/sys", "/tmp"] {
+        composed_tree.remove(added);
+    }
+    assert_eq!(composed_tree, ours, "composed from the layer store");
     let render = |t: &std::collections::BTreeMap<String, String>| {
         t.iter()
             .map(|(k, v)| format!("{k}: {v}\n"))
