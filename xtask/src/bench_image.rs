@@ -599,7 +599,7 @@ fn cold_pull(tools: &Tools, images: &Images, tmp: &Path, rounds: usize) -> Resul
         // Each starts with nothing left to write back from the one before; every other
         // round the order is reversed, so that neither side always follows the other.
         let ours_first = round % 2 == 1;
-        let mut theirs_part = || -> Result<(Duration, Duration, Duration)> {
+        let theirs_part = || -> Result<(Duration, Duration, Duration)> {
             settle()?;
             let (copied, s) = skopeo_umoci(tools, &images.first, tmp)?;
             settle()?;
