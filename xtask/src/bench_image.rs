@@ -251,33 +251,57 @@ fn debian_layers(debs: &Path, tmp: &Path) -> Result<Vec<PathBuf>> {
     Ok(trees)
 }
 
-/// The `.deb` files `apt-get install` of `packages` would fetch onto an empty system, into
-/// `dir` (what is there already is kept); returns their names.
+/// The `.deb` files `apt-get install` of `packages` would fetch onto an empty system,
+/// fetched into `dir` (what is there already is kept, and older versions left there are not
+/// taken); returns their names.
 fn download(dir: &Path, packages: &[&str]) -> Result<BTreeSet<String>> {
     fs::create_dir_all(dir.join("partial"))?;
-    quiet(
-        Command::new("apt-get")
-            .args(["-qq", "-y", "--download-only"])
+    let apt = |what: &str| {
+        let mut c = Command::new("apt-get");
+        c.args(["-qq", "-y", what])
             .args(["-o", "Dir::State::status=/dev/null"])
             .arg("-o")
             .arg(format!("Dir::Cache::archives={}", dir.display()))
             .args(["-o", "Debug::NoLocking=1"])
             .args(["-o", "APT::Install-Recommends=false"])
             .arg("install")
-            .args(packages),
-    )
-    .context("fetching the benchmark image's packages (has `apt-get update` been run?)")?;
+            .args(packages);
+        c
+    };
+    quiet(&mut apt("--download-only"))
+        .context("fetching the benchmark image's packages (has `apt-get update` been run?)")?;
+    // `Inst NAME (VERSION SOURCE [ARCH])`: the file apt keeps is NAME_VERSION_ARCH.deb, an
+    // epoch's colon written `%3a`.
+    let out = apt("-s").output().context("running apt-get -s")?;
+    ensure!(out.status.success(), "apt-get -s failed ({})", out.status);
     let mut names = BTreeSet::new();
-    for e in fs::read_dir(dir)? {
-        let name = e?.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".deb") {
-            names.insert(name);
-        }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(rest) = line.strip_prefix("Inst ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(version)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let arch = rest
+            .split('[')
+            .nth(1)
+            .and_then(|a| a.split(']').next())
+            .unwrap_or("all");
+        let file = format!(
+            "{name}_{}_{arch}.deb",
+            version.trim_start_matches('(').replace(':', "%3a")
+        );
+        ensure!(
+            dir.join(&file).is_file(),
+            "apt-get fetched no `{file}` into {}",
+            dir.display()
+        );
+        names.insert(file);
     }
     ensure!(
         !names.is_empty(),
-        "apt-get fetched nothing into {}",
-        dir.display()
+        "apt-get would install nothing of {packages:?}"
     );
     Ok(names)
 }
@@ -512,6 +536,7 @@ fn div_image_round(
     rt: &tokio::runtime::Runtime,
     images: &Images,
     tmp: &Path,
+    keep: &mut Vec<tempfile::TempDir>,
 ) -> Result<(Duration, Duration, u64, u64)> {
     let platform = Platform::host();
     let reference = |image: &str| -> Result<ImageRef> {
@@ -535,12 +560,18 @@ fn div_image_round(
     let on_base = t.elapsed();
     let added = disk(&[cache.path().to_path_buf()]).saturating_sub(before);
     let alone = disk(&[image.rootfs]);
+    keep.push(cache);
     Ok((cold, on_base, added, alone))
 }
 
 /// `skopeo copy` then `umoci raw unpack --rootless` of `image` into an empty folder: the
 /// copy's time and the whole.
-fn skopeo_umoci(tools: &Tools, image: &str, tmp: &Path) -> Result<(Duration, Duration)> {
+fn skopeo_umoci(
+    tools: &Tools,
+    image: &str,
+    tmp: &Path,
+    keep: &mut Vec<tempfile::TempDir>,
+) -> Result<(Duration, Duration)> {
     let dir = tempfile::tempdir_in(tmp)?;
     let oci = dir.path().join("oci");
     let t = Instant::now();
@@ -557,11 +588,13 @@ fn skopeo_umoci(tools: &Tools, image: &str, tmp: &Path) -> Result<(Duration, Dur
             .arg(format!("{}:1", oci.display()))
             .arg(dir.path().join("rootfs")),
     )?;
-    Ok((copied, t.elapsed()))
+    let whole = t.elapsed();
+    keep.push(dir);
+    Ok((copied, whole))
 }
 
 /// `tar -xzf` of each blob, in order, into one empty folder.
-fn tar_xzf(blobs: &[PathBuf], tmp: &Path) -> Result<Duration> {
+fn tar_xzf(blobs: &[PathBuf], tmp: &Path, keep: &mut Vec<tempfile::TempDir>) -> Result<Duration> {
     let dir = tempfile::tempdir_in(tmp)?;
     let t = Instant::now();
     for blob in blobs {
@@ -573,7 +606,9 @@ fn tar_xzf(blobs: &[PathBuf], tmp: &Path) -> Result<Duration> {
                 .arg(dir.path()),
         )?;
     }
-    Ok(t.elapsed())
+    let took = t.elapsed();
+    keep.push(dir);
+    Ok(took)
 }
 
 /// `sync`: the page cache written back, so that a timing does not pay for the writes of
@@ -595,26 +630,29 @@ fn cold_pull(tools: &Tools, images: &Images, tmp: &Path, rounds: usize) -> Resul
         .context("starting a tokio runtime")?;
     let (mut ours, mut theirs, mut tars) = (Vec::new(), Vec::new(), Vec::new());
     let (mut second, mut added, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+    let mut keep = Vec::new();
     for round in 1..=rounds {
         // Each starts with nothing left to write back from the one before; every other
         // round the order is reversed, so that neither side always follows the other.
+        // The trees each part made are removed only at the end: removing gigabytes on a
+        // filesystem mounted with `discard` was seen slowing the parts that followed 5×.
         let ours_first = round % 2 == 1;
-        let theirs_part = || -> Result<(Duration, Duration, Duration)> {
+        let theirs_part = |keep: &mut Vec<tempfile::TempDir>| -> Result<_> {
             settle()?;
-            let (copied, s) = skopeo_umoci(tools, &images.first, tmp)?;
+            let (copied, s) = skopeo_umoci(tools, &images.first, tmp, keep)?;
             settle()?;
-            Ok((copied, s, tar_xzf(&images.blobs, tmp)?))
+            Ok((copied, s, tar_xzf(&images.blobs, tmp, keep)?))
         };
         let before = if ours_first {
             None
         } else {
-            Some(theirs_part()?)
+            Some(theirs_part(&mut keep)?)
         };
         settle()?;
-        let (o, on_base, add, own) = div_image_round(&rt, images, tmp)?;
+        let (o, on_base, add, own) = div_image_round(&rt, images, tmp, &mut keep)?;
         let (copied, s, x) = match before {
             Some(done) => done,
-            None => theirs_part()?,
+            None => theirs_part(&mut keep)?,
         };
         println!(
             "round {round}: div-image {:.3} s; skopeo copy {:.3} s + umoci raw unpack {:.3} s = {:.3} s; ratio {:.2}; tar -xzf of the layers {:.3} s (div-image {:.2}× it); second image on the base {:.3} s, +{:.1} MiB on disk (its tree {:.0} MiB)",
