@@ -26,6 +26,8 @@
 
 mod auth;
 mod error;
+mod inflate;
+mod layers;
 mod manifest;
 mod platform;
 mod progress;

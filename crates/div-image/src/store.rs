@@ -25,6 +25,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reference::{Digest, ImageRef};
 use crate::registry::{Registry, RegistryOptions, blob_path};
 use crate::unpack::{self, UnpackError, UnpackLimits, Unpacker};
+use crate::{inflate, layers};
 
 /// Directories a sandbox mounts over; created empty in a root filesystem that lacks them.
 const MOUNT_POINTS: &[(&str, u32)] = &[
@@ -154,6 +155,8 @@ pub struct PruneReport {
     pub images: Vec<Digest>,
     /// How many blobs were removed (no remaining image needed them).
     pub blobs: u64,
+    /// How many layers were removed from the layer store (no remaining image links them).
+    pub layers: u64,
     /// Bytes freed, as measured before removal.
     pub bytes: u64,
 }
@@ -195,6 +198,15 @@ struct Record {
     /// The bytes the pull that made it downloaded.
     #[serde(default)]
     downloaded_bytes: Option<u64>,
+    /// Its layers' diff_ids, in order: the layer stores it links (empty in a record older
+    /// than the layer store, whose tree links none).
+    #[serde(default)]
+    diff_ids: Vec<Digest>,
+    /// What its tree alone takes on disk: its directories and links, and any file no layer
+    /// store shares (`None` in a record older than the layer store: all of
+    /// `unpacked_bytes`).
+    #[serde(default)]
+    own_bytes: Option<u64>,
 }
 
 impl Record {
@@ -249,6 +261,170 @@ struct Layer {
     diff_id: Digest,
 }
 
+impl Layer {
+    /// Whether its uncompressed stream is its blob (so its diff_id is its blob's digest).
+    fn is_plain(&self) -> bool {
+        self.compression == manifest::Compression::None
+            && self.digest.algorithm() == self.diff_id.algorithm()
+    }
+}
+
+/// An image whose blobs are all in `blobs/`, ready to unpack.
+struct Pulled {
+    digest: Digest,
+    config_digest: Digest,
+    config: ImageConfig,
+    descriptors: Vec<Descriptor>,
+    layers: Vec<Layer>,
+    downloaded: u64,
+}
+
+/// What unpacking an image made: the mount points it added, the layers it unpacked anew
+/// (each diff_id and its new store, in the work folder until it joins `layers/`), its
+/// sizes.
+struct Unpacked {
+    added: Vec<String>,
+    fresh: Vec<(Digest, PathBuf)>,
+    sizes: unpack::TreeSizes,
+}
+
+/// Where a layer comes from.
+enum Source {
+    /// The layer store has it: linked from there.
+    Stored(layers::LayerIndex),
+    /// Decompressed now, by the next of the readers.
+    Fresh,
+}
+
+/// A layer's place in its image, for what its errors say.
+struct LayerAt<'a> {
+    reference: &'a ImageRef,
+    index: usize,
+    layers: usize,
+    layer: &'a Layer,
+}
+
+impl LayerAt<'_> {
+    fn error(&self, source: UnpackError) -> EnsureError {
+        match source {
+            UnpackError::Limit(limit) => EnsureError::TooLarge {
+                reference: self.reference.to_string(),
+                index: self.index + 1,
+                layers: self.layers,
+                layer: self.layer.digest.clone(),
+                limit,
+            },
+            source => EnsureError::Unpack {
+                reference: self.reference.to_string(),
+                layer: self.layer.digest.clone(),
+                source,
+            },
+        }
+    }
+
+    fn mismatch(&self, found: Digest) -> EnsureError {
+        EnsureError::DiffIdMismatch {
+            reference: self.reference.to_string(),
+            index: self.index + 1,
+            layers: self.layers,
+            layer: self.layer.digest.clone(),
+            expected: Box::new(self.layer.diff_id.clone()),
+            found: Box::new(found),
+        }
+    }
+}
+
+/// Which of `layers` (blob digest, blob path, compression, diff_id) the layer store has, and
+/// a decompression job for each of the others, in order; `cap`: the most bytes a job
+/// decompresses.
+fn plan(
+    root: &Path,
+    layers: &[(Digest, PathBuf, manifest::Compression, Digest)],
+    cap: u64,
+) -> (Vec<Source>, Vec<inflate::Job>) {
+    let mut sources = Vec::with_capacity(layers.len());
+    let mut jobs = Vec::new();
+    for (digest, blob, compression, diff_id) in layers {
+        if let Some(index) = layers::load(&layers::layer_dir(root, diff_id)) {
+            sources.push(Source::Stored(index));
+            continue;
+        }
+        let plain = *compression == manifest::Compression::None
+            && digest.algorithm() == diff_id.algorithm();
+        jobs.push(inflate::Job {
+            path: blob.clone(),
+            compression: *compression,
+            hash: (!plain).then(|| diff_id.algorithm()),
+            cap,
+        });
+        sources.push(Source::Fresh);
+    }
+    (sources, jobs)
+}
+
+/// Applies a layer the layer store lacks from its decompressed stream, keeping its files
+/// and its index in `store`; checks the stream's digest against the layer's diff_id.
+async fn apply_fresh(
+    mut unpacker: Unpacker,
+    mut reader: inflate::LayerReader,
+    store: &Path,
+    at: &LayerAt<'_>,
+) -> Result<Unpacker, EnsureError> {
+    let files = store.join("files");
+    fs::create_dir_all(&files).map_err(io_at(&files))?;
+    let (unpacker, result) = blocking(move || {
+        let before = unpacker.read_so_far();
+        unpacker.record_into(files);
+        let applied = unpacker.apply_inner(&mut reader, None);
+        let record = unpacker.take_record();
+        let read = unpacker.read_so_far() - before;
+        let result = applied.map(|_| (record, read, reader.digest().cloned()));
+        (unpacker, result)
+    })
+    .await;
+    let (record, read, found) = result.map_err(|e| at.error(e))?;
+    if let Some(found) = found
+        && found != at.layer.diff_id
+    {
+        return Err(at.mismatch(found));
+    }
+    let record = record.expect("recording was started above");
+    let index = layers::LayerIndex {
+        entries: record.entries,
+        read,
+        stored: record.stored,
+    };
+    let path = store.to_path_buf();
+    blocking(move || layers::write(&path, &index))
+        .await
+        .map_err(io_at(store))?;
+    Ok(unpacker)
+}
+
+/// After the last layer: directories' modes and times, the mount points the image lacks
+/// (their names returned), and the tree's sizes.
+fn finish_tree(
+    unpacker: Unpacker,
+    rootfs: &Path,
+) -> Result<(Vec<String>, unpack::TreeSizes), UnpackError> {
+    unpacker.finish()?;
+    let mut added = Vec::new();
+    for (name, mode) in MOUNT_POINTS {
+        let p = rootfs.join(name);
+        if fs::symlink_metadata(&p).is_err() {
+            use std::os::unix::fs::PermissionsExt as _;
+            let write = |source| UnpackError::Write {
+                path: format!("/{name}"),
+                source,
+            };
+            fs::create_dir(&p).map_err(write)?;
+            fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).map_err(write)?;
+            added.push((*name).to_owned());
+        }
+    }
+    Ok((added, unpack::tree_sizes(rootfs)))
+}
+
 /// A held lock on the store; released on drop.
 struct Lock(#[allow(dead_code)] fs::File);
 
@@ -269,6 +445,8 @@ impl ImageStore {
             "blobs/sha512",
             "images/sha256",
             "images/sha512",
+            "layers/sha256",
+            "layers/sha512",
             "tmp",
         ] {
             let p = root.join(sub);
@@ -568,12 +746,6 @@ impl ImageStore {
             .into_iter()
             .sum::<u64>();
 
-        // Unpack into a private directory, then rename it into place whole. Whatever goes
-        // wrong, the directory goes: nothing half unpacked is left in the cache.
-        let work = self
-            .tmp()
-            .join(format!("unpack-{}-{}", digest.hex(), unique()));
-        let rootfs = work.join("rootfs");
         let layers: Vec<Layer> = manifest
             .layers
             .iter()
@@ -585,11 +757,44 @@ impl ImageStore {
                 diff_id,
             })
             .collect();
-        let added = match self
-            .unpack(reference, &digest, &rootfs, layers, progress)
+        let pulled = Pulled {
+            digest,
+            config_digest: manifest.config.digest.clone(),
+            config,
+            descriptors: manifest.layers.clone(),
+            layers,
+            downloaded,
+        };
+        self.install(reference, pulled, progress).await
+    }
+
+    /// Unpacks a pulled image into a private directory, then moves it into place whole (its
+    /// new layers into the layer store first). Whatever goes wrong, the directory goes:
+    /// nothing half unpacked is left in the cache.
+    async fn install(
+        &self,
+        reference: &ImageRef,
+        pulled: Pulled,
+        progress: &dyn ProgressSink,
+    ) -> Result<Image, EnsureError> {
+        let Pulled {
+            digest,
+            config_digest,
+            config,
+            descriptors,
+            layers,
+            downloaded,
+        } = pulled;
+        let dir = self.image_dir(&digest);
+        let work = self
+            .tmp()
+            .join(format!("unpack-{}-{}", digest.hex(), unique()));
+        let diff_ids: Vec<Digest> = layers.iter().map(|l| l.diff_id.clone()).collect();
+        let unpacked = match self
+            .unpack(reference, &digest, &work, layers, progress)
             .await
         {
-            Ok(added) => added,
+            Ok(unpacked) => unpacked,
             Err(e) => {
                 let _ = blocking({
                     let work = work.clone();
@@ -599,31 +804,29 @@ impl ImageStore {
                 return Err(e);
             }
         };
-        let unpacked_bytes = blocking({
-            let rootfs = rootfs.clone();
-            move || dir_size(&rootfs)
-        })
-        .await;
         let now = unix_now();
         let record = Record {
             manifest: digest.clone(),
-            config_digest: manifest.config.digest.clone(),
+            config_digest,
             references: vec![reference.to_string()],
             platform: config.platform.clone(),
             config: config.clone(),
-            layers: manifest.layers.clone(),
-            unpacked_bytes,
+            layers: descriptors,
+            unpacked_bytes: unpacked.sizes.total,
             unpacked_at: now,
             last_used: now,
-            added,
+            added: unpacked.added,
             resolved: [(reference.to_string(), now)].into_iter().collect(),
             downloaded_bytes: Some(downloaded),
+            diff_ids,
+            own_bytes: Some(unpacked.sizes.own),
         };
         let json = serde_json::to_vec_pretty(&record).expect("a record serialises");
         if let Err(e) = fs::write(work.join("image.json"), json) {
             let _ = unpack::remove_tree(&work);
             return Err(io_at(&work)(e));
         }
+        self.publish_layers(unpacked.fresh);
         match fs::rename(&work, &dir) {
             Ok(()) => {}
             Err(_) if self.read_record(&dir).is_some() => {
@@ -654,96 +857,101 @@ impl ImageStore {
         })
     }
 
-    /// Applies `layers` in order into `rootfs` (made here), each stream checked against its
-    /// diff_id and all held to the store's [`UnpackLimits`]; adds the mount points the image
-    /// lacks and returns their names.
+    /// Moves the layers an image unpacked anew into the layer store, where the next image
+    /// of the same layer links them. One another pull put there meanwhile stays, and this
+    /// copy goes (the image keeps its own files: correct, only not shared).
+    fn publish_layers(&self, fresh: Vec<(Digest, PathBuf)>) {
+        for (diff_id, store) in fresh {
+            let dest = layers::layer_dir(&self.root, &diff_id);
+            if let Err(e) = fs::rename(&store, &dest) {
+                if layers::load(&dest).is_none() {
+                    tracing::warn!(layer = %diff_id, error = %e, "a layer could not join the layer store; it is not shared");
+                }
+                let _ = unpack::remove_tree(&store);
+            }
+        }
+    }
+
+    /// Applies `layers` in order into `work/rootfs` (made here), each held to the store's
+    /// [`UnpackLimits`]. A layer the layer store has is linked from there; the others are
+    /// decompressed and hashed on threads of their own, ahead of their turn, written into
+    /// the tree, each file also linked into a new layer store in `work/layers/I`, and each
+    /// stream checked against its diff_id. Adds the mount points the image lacks.
     async fn unpack(
         &self,
         reference: &ImageRef,
         digest: &Digest,
-        rootfs: &Path,
+        work: &Path,
         layers: Vec<Layer>,
         progress: &dyn ProgressSink,
-    ) -> Result<Vec<String>, EnsureError> {
-        fs::create_dir_all(rootfs).map_err(io_at(rootfs))?;
-        let mut unpacker = Unpacker::with_limits(rootfs, self.options.unpack);
+    ) -> Result<Unpacked, EnsureError> {
+        let rootfs = work.join("rootfs");
+        fs::create_dir_all(&rootfs).map_err(io_at(&rootfs))?;
+        let (sources, jobs) = blocking({
+            let root = self.root.clone();
+            let layers: Vec<(Digest, PathBuf, manifest::Compression, Digest)> = layers
+                .iter()
+                .map(|l| {
+                    let blob = blob_path(&root, &l.digest);
+                    (l.digest.clone(), blob, l.compression, l.diff_id.clone())
+                })
+                .collect();
+            let cap = self.options.unpack.max_bytes.saturating_add(1);
+            move || plan(&root, &layers, cap)
+        })
+        .await;
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut readers = inflate::start(jobs, workers).into_iter();
+        let mut unpacker = Unpacker::with_limits(&rootfs, self.options.unpack);
+        let mut fresh = Vec::new();
         let n = layers.len();
-        for (i, layer) in layers.into_iter().enumerate() {
+        for (i, (layer, source)) in layers.into_iter().zip(sources).enumerate() {
             progress.event(&Progress::Unpacking {
                 index: i,
                 layers: n,
             });
-            let mismatch = |found: Digest| EnsureError::DiffIdMismatch {
-                reference: reference.to_string(),
-                index: i + 1,
+            let at = LayerAt {
+                reference,
+                index: i,
                 layers: n,
-                layer: layer.digest.clone(),
-                expected: Box::new(layer.diff_id.clone()),
-                found: Box::new(found),
+                layer: &layer,
             };
             // An uncompressed layer's stream is its blob, whose digest was verified as it
             // came in: its diff_id must be that digest, known before anything is written.
-            let plain = layer.compression == manifest::Compression::None
-                && layer.digest.algorithm() == layer.diff_id.algorithm();
-            if plain && layer.digest != layer.diff_id {
-                return Err(mismatch(layer.digest.clone()));
+            if layer.is_plain() && layer.digest != layer.diff_id {
+                return Err(at.mismatch(layer.digest.clone()));
             }
-            let algorithm = (!plain).then(|| layer.diff_id.algorithm());
-            let path = blob_path(&self.root, &layer.digest);
-            let compression = layer.compression;
-            let result = blocking(move || {
-                let stats = fs::File::open(&path)
-                    .and_then(|file| unpack::decompress(io::BufReader::new(file), compression))
-                    .map_err(UnpackError::Tar)
-                    .and_then(|reader| unpacker.apply_inner(reader, algorithm));
-                (unpacker, stats)
-            })
-            .await;
-            unpacker = result.0;
-            let (_, found) = result.1.map_err(|source| match source {
-                UnpackError::Limit(limit) => EnsureError::TooLarge {
-                    reference: reference.to_string(),
-                    index: i + 1,
-                    layers: n,
-                    layer: layer.digest.clone(),
-                    limit,
-                },
-                source => EnsureError::Unpack {
-                    reference: reference.to_string(),
-                    layer: layer.digest.clone(),
-                    source,
-                },
-            })?;
-            if let Some(found) = found
-                && found != layer.diff_id
-            {
-                return Err(mismatch(found));
-            }
-        }
-        let rootfs = rootfs.to_path_buf();
-        blocking(move || -> Result<Vec<String>, UnpackError> {
-            unpacker.finish()?;
-            let mut added = Vec::new();
-            for (name, mode) in MOUNT_POINTS {
-                let p = rootfs.join(name);
-                if fs::symlink_metadata(&p).is_err() {
-                    use std::os::unix::fs::PermissionsExt as _;
-                    let write = |source| UnpackError::Write {
-                        path: format!("/{name}"),
-                        source,
-                    };
-                    fs::create_dir(&p).map_err(write)?;
-                    fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).map_err(write)?;
-                    added.push((*name).to_owned());
+            unpacker = match source {
+                Source::Stored(index) => {
+                    let files = layers::layer_dir(&self.root, &layer.diff_id).join("files");
+                    let (unpacker, result) = blocking(move || {
+                        let result = unpacker.compose(&index, &files);
+                        (unpacker, result)
+                    })
+                    .await;
+                    result.map_err(|e| at.error(e))?;
+                    unpacker
                 }
-            }
-            Ok(added)
-        })
-        .await
-        .map_err(|source| EnsureError::Unpack {
-            reference: reference.to_string(),
-            layer: digest.clone(),
-            source,
+                Source::Fresh => {
+                    let reader = readers.next().expect("a reader for each fresh layer");
+                    let store = work.join("layers").join(i.to_string());
+                    let unpacker = apply_fresh(unpacker, reader, &store, &at).await?;
+                    fresh.push((layer.diff_id.clone(), store));
+                    unpacker
+                }
+            };
+        }
+        let (added, sizes) = blocking(move || finish_tree(unpacker, &rootfs))
+            .await
+            .map_err(|source| EnsureError::Unpack {
+                reference: reference.to_string(),
+                layer: digest.clone(),
+                source,
+            })?;
+        Ok(Unpacked {
+            added,
+            fresh,
+            sizes,
         })
     }
 
@@ -806,17 +1014,48 @@ impl ImageStore {
             .collect())
     }
 
-    /// How much disk the cache takes (walks `blobs/` and `tmp/`). Blocking, like
+    /// How much disk the cache takes (walks `blobs/` and `tmp/`; unpacked images are what
+    /// their trees alone take plus the layer store, each shared file once). Blocking, like
     /// [`list`](ImageStore::list).
     pub fn disk_usage(&self) -> Result<DiskUsage, StoreError> {
         let records = self.records().map_err(store_io(self.root.join("images")))?;
         let blobs = dir_size(&self.root.join("blobs"));
         let tmp = dir_size(&self.tmp());
+        let own: u64 = records
+            .iter()
+            .map(|(_, r)| r.own_bytes.unwrap_or(r.unpacked_bytes))
+            .sum();
+        let stored: u64 = self
+            .stored_layers()
+            .map_err(store_io(self.root.join("layers")))?
+            .iter()
+            .map(|(_, dir)| layers::disk_bytes(dir))
+            .sum();
         Ok(DiskUsage {
             blobs,
-            images: records.iter().map(|(_, r)| r.unpacked_bytes).sum(),
+            images: own + stored,
             tmp,
         })
+    }
+
+    /// Every layer in the layer store: its diff_id (`None` for a folder that names none)
+    /// and its folder.
+    fn stored_layers(&self) -> io::Result<Vec<(Option<Digest>, PathBuf)>> {
+        let mut out = Vec::new();
+        for algo in ["sha256", "sha512"] {
+            let dir = self.root.join("layers").join(algo);
+            let rd = match fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for e in rd {
+                let e = e?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                out.push((format!("{algo}:{name}").parse().ok(), e.path()));
+            }
+        }
+        Ok(out)
     }
 
     /// Removes images (all not kept, or those unused since an instant), then every blob no
@@ -835,17 +1074,32 @@ impl ImageStore {
         let mut report = PruneReport::default();
         let keep: HashSet<&Digest> = options.keep.iter().collect();
         let mut needed: HashSet<Digest> = HashSet::new();
+        let mut needed_layers: HashSet<Digest> = HashSet::new();
         for (dir, r) in self.records().map_err(store_io(self.root.join("images")))? {
             let old = options
                 .unused_since
                 .is_none_or(|t| UNIX_EPOCH + Duration::from_secs(r.last_used) < t);
             if keep.contains(&r.manifest) || !old {
                 needed.extend(r.blobs().cloned());
+                needed_layers.extend(r.diff_ids.iter().cloned());
                 continue;
             }
-            report.bytes += r.unpacked_bytes;
+            // Its own blocks: the files it shares with the layer store go with the store's
+            // last link, below, if no remaining image needs the layer.
+            report.bytes += r.own_bytes.unwrap_or(r.unpacked_bytes);
             unpack::remove_tree(&dir).map_err(store_io(&dir))?;
             report.images.push(r.manifest.clone());
+        }
+        let stored = self
+            .stored_layers()
+            .map_err(store_io(self.root.join("layers")))?;
+        for (diff_id, dir) in stored {
+            if diff_id.is_some_and(|d| needed_layers.contains(&d)) {
+                continue;
+            }
+            report.bytes += layers::disk_bytes(&dir);
+            unpack::remove_tree(&dir).map_err(store_io(&dir))?;
+            report.layers += 1;
         }
         for algo in ["sha256", "sha512"] {
             let dir = self.root.join("blobs").join(algo);

@@ -347,6 +347,19 @@ impl Budget {
         self.disk = disk;
         Ok(())
     }
+
+    /// Counts `bytes` of a file linked from the layer store against the image's size
+    /// (it takes no new space: its blocks are the store's).
+    fn charge_linked(&mut self, bytes: u64) -> Result<(), UnpackError> {
+        let written = self.written.saturating_add(bytes);
+        if written > self.limits.max_bytes {
+            return Err(UnpackError::Limit(Limit::Size {
+                max: self.limits.max_bytes,
+            }));
+        }
+        self.written = written;
+        Ok(())
+    }
 }
 
 /// Applies layers, in order, to one root directory.
@@ -359,6 +372,118 @@ pub struct Unpacker {
     /// Paths known to be real directories (not symlinks): resolving skips their `lstat`.
     known: HashSet<PathBuf>,
     budget: Budget,
+    /// While a layer not yet in the layer store is applied: where its files are kept and
+    /// its entries listed (`layers.rs`).
+    record: Option<Recorder>,
+}
+
+/// What a layer's entry is, as applying it needs (from a tar header, or a layer's index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file (sparse ones included).
+    File,
+    /// A symbolic link.
+    Symlink,
+    /// A hard link to an earlier entry.
+    Link,
+    /// A device node or FIFO: skipped.
+    Device,
+    /// Anything else tar holds: skipped.
+    Other,
+}
+
+/// One entry of a layer, without its contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Item {
+    pub(crate) kind: Kind,
+    /// The path as the tar stream has it (raw bytes, uncleaned).
+    pub(crate) path: Vec<u8>,
+    /// A link's target (raw bytes); empty for other kinds.
+    pub(crate) link: Vec<u8>,
+    /// The header's mode; `None` where it cannot be read.
+    pub(crate) mode: Option<u32>,
+    pub(crate) uid: u64,
+    pub(crate) gid: u64,
+    pub(crate) mtime: u64,
+}
+
+impl Item {
+    fn of<R: Read>(entry: &tar::Entry<'_, R>) -> Item {
+        let header = entry.header();
+        use tar::EntryType as T;
+        let kind = match header.entry_type() {
+            T::Directory => Kind::Dir,
+            T::Regular | T::Continuous | T::GNUSparse => Kind::File,
+            T::Symlink => Kind::Symlink,
+            T::Link => Kind::Link,
+            T::Char | T::Block | T::Fifo => Kind::Device,
+            _ => Kind::Other,
+        };
+        let link = match kind {
+            Kind::Symlink | Kind::Link => entry
+                .link_name_bytes()
+                .map(|b| b.into_owned())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        Item {
+            kind,
+            path: entry.path_bytes().into_owned(),
+            link,
+            mode: header.mode().ok(),
+            uid: header.uid().unwrap_or(0),
+            gid: header.gid().unwrap_or(0),
+            mtime: header.mtime().unwrap_or(0),
+        }
+    }
+}
+
+/// Where a regular file's contents come from.
+enum Body<'a> {
+    /// The tar entry being read; with `keep`, the file made is also hard-linked there (a
+    /// layer store's file).
+    Stream {
+        reader: &'a mut dyn Read,
+        keep: Option<&'a Path>,
+    },
+    /// A layer store's file, hard-linked; `size`: its contents' bytes.
+    Stored { path: &'a Path, size: u64 },
+}
+
+/// What one layer's application keeps between its entries.
+#[derive(Default)]
+struct LayerState {
+    stats: LayerStats,
+    /// Paths this layer wrote, and their ancestors: whiteouts spare them.
+    touched: HashSet<PathBuf>,
+}
+
+/// A regular file written from a stream: its contents' bytes and its blocks (512 bytes).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Written {
+    pub(crate) bytes: u64,
+    pub(crate) blocks: u64,
+}
+
+/// A layer's entries as they are applied, and the folder its files are linked into.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    pub(crate) files: PathBuf,
+    pub(crate) entries: Vec<crate::layers::IndexEntry>,
+    /// Bytes of the files kept (their blocks).
+    pub(crate) stored: u64,
+}
+
+impl Recorder {
+    fn push(&mut self, item: Item, written: Written) {
+        self.stored += written.blocks * 512;
+        self.entries.push(crate::layers::IndexEntry {
+            item,
+            size: written.bytes,
+        });
+    }
 }
 
 fn display(rel: &Path) -> String {
@@ -436,6 +561,24 @@ fn chown(p: &Path, uid: u64, gid: u64) -> io::Result<()> {
     }
 }
 
+/// `chown` of an open file, a refusal ignored as [`chown`] ignores it.
+fn fchown(f: &fs::File, uid: u64, gid: u64) -> io::Result<()> {
+    let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
+        return Ok(());
+    };
+    match std::os::unix::fs::fchown(f, Some(uid), Some(gid)) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.kind() == io::ErrorKind::PermissionDenied
+                || e.kind() == io::ErrorKind::InvalidInput
+                || e.raw_os_error() == Some(1) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Wraps a layer blob in its decompressor.
 pub(crate) fn decompress<'r>(
     reader: impl Read + 'r,
@@ -466,7 +609,30 @@ impl Unpacker {
             dirs: BTreeMap::new(),
             known: HashSet::new(),
             budget: Budget::new(limits),
+            record: None,
         }
+    }
+
+    /// From now on, each regular file applied is also hard-linked into `files` (named by
+    /// its entry's place in the layer) and every entry listed: the layer's store, taken
+    /// back with [`take_record`](Unpacker::take_record).
+    pub(crate) fn record_into(&mut self, files: PathBuf) {
+        self.record = Some(Recorder {
+            files,
+            entries: Vec::new(),
+            stored: 0,
+        });
+    }
+
+    /// The layer recorded since [`record_into`](Unpacker::record_into); recording stops.
+    pub(crate) fn take_record(&mut self) -> Option<Recorder> {
+        self.record.take()
+    }
+
+    /// Decompressed bytes read so far, all layers together (a cached layer's stream
+    /// counted as if read).
+    pub(crate) fn read_so_far(&self) -> u64 {
+        self.budget.read
     }
 
     fn resolve(&mut self, parts: &[OsString], name: &str) -> Result<(PathBuf, bool), UnpackError> {
@@ -541,186 +707,289 @@ impl Unpacker {
 
     fn entries(&mut self, reader: impl Read, buf: &mut [u8]) -> Result<LayerStats, UnpackError> {
         let mut archive = tar::Archive::new(reader);
-        let mut stats = LayerStats::default();
-        // Paths this layer wrote, and their ancestors: whiteouts spare them.
-        let mut touched: HashSet<PathBuf> = HashSet::new();
+        let mut layer = LayerState::default();
         for entry in archive.entries().map_err(UnpackError::Tar)? {
             let mut entry = entry.map_err(UnpackError::Tar)?;
-            self.budget.charge(&self.root, 0, 1)?;
-            stats.entries += 1;
-            let raw = entry.path_bytes().into_owned();
-            let name = String::from_utf8_lossy(&raw).into_owned();
-            let parts = clean(Path::new(OsStr::from_bytes(&raw)));
-            let Some((file, parent)) = parts.split_last() else {
-                // The root itself: only its mode and time matter.
-                if entry.header().entry_type().is_dir() {
-                    let mode = entry.header().mode().unwrap_or(0o755);
-                    let mtime = entry.header().mtime().unwrap_or(0);
-                    self.dirs.insert(PathBuf::new(), (mode & 0o7777, mtime));
-                }
-                continue;
+            let item = Item::of(&entry);
+            let keep = self
+                .record
+                .as_ref()
+                .map(|r| crate::layers::file_path(&r.files, r.entries.len()));
+            let written = self.apply_item(
+                &item,
+                Body::Stream {
+                    reader: &mut entry,
+                    keep: keep.as_deref(),
+                },
+                &mut layer,
+                buf,
+            )?;
+            if let Some(record) = &mut self.record {
+                record.push(item, written);
+            }
+        }
+        Ok(layer.stats)
+    }
+
+    /// Applies a layer from the layer store: its entries in the order its tar stream had
+    /// them, each regular file hard-linked from `files` (never written: the inode is the
+    /// store's, shared with every image of the layer). The same rules as a tar stream, and
+    /// the same bounds: the layer's stream length counts as read, each file's size as
+    /// written (its blocks are already on disk, so only the entry counts against the free
+    /// space).
+    pub(crate) fn compose(
+        &mut self,
+        index: &crate::layers::LayerIndex,
+        files: &Path,
+    ) -> Result<LayerStats, UnpackError> {
+        self.budget.start(&self.root)?;
+        let read = self.budget.read.saturating_add(index.read);
+        if read > self.budget.limits.max_bytes {
+            return Err(UnpackError::Limit(Limit::Size {
+                max: self.budget.limits.max_bytes,
+            }));
+        }
+        self.budget.read = read;
+        let mut layer = LayerState::default();
+        for (n, e) in index.entries.iter().enumerate() {
+            let path = crate::layers::file_path(files, n);
+            let body = Body::Stored {
+                path: &path,
+                size: e.size,
             };
-            let file_str = file.to_string_lossy();
-            if let Some(hidden) = file_str.strip_prefix(WHITEOUT_PREFIX) {
-                let (dir, via_symlink) = self.resolve(parent, &name)?;
-                if via_symlink {
-                    tracing::warn!(entry = %name, "whiteout through a symlink ignored");
-                    stats.skipped_whiteouts += 1;
-                    continue;
-                }
-                stats.whiteouts += 1;
-                let write = |source| UnpackError::Write {
-                    path: name.clone(),
+            self.apply_item(&e.item, body, &mut layer, &mut [])?;
+        }
+        Ok(layer.stats)
+    }
+
+    /// Applies one entry of a layer, whatever it is.
+    fn apply_item(
+        &mut self,
+        item: &Item,
+        body: Body<'_>,
+        layer: &mut LayerState,
+        buf: &mut [u8],
+    ) -> Result<Written, UnpackError> {
+        self.budget.charge(&self.root, 0, 1)?;
+        layer.stats.entries += 1;
+        let name = String::from_utf8_lossy(&item.path).into_owned();
+        let parts = clean(Path::new(OsStr::from_bytes(&item.path)));
+        let Some((file, parent)) = parts.split_last() else {
+            // The root itself: only its mode and time matter.
+            if item.kind == Kind::Dir {
+                let mode = item.mode.unwrap_or(0o755);
+                self.dirs
+                    .insert(PathBuf::new(), (mode & 0o7777, item.mtime));
+            }
+            return Ok(Written::default());
+        };
+        let file_str = file.to_string_lossy();
+        if let Some(hidden) = file_str.strip_prefix(WHITEOUT_PREFIX) {
+            self.whiteout(parent, hidden, &name, layer)?;
+            return Ok(Written::default());
+        }
+        let (dir, _) = self.resolve(parent, &name)?;
+        let rel = dir.join(file);
+        if !dir.as_os_str().is_empty() {
+            let full = self.root.join(&dir);
+            if !lstat(&full).is_some_and(|m| m.is_dir()) {
+                fs::create_dir_all(&full).map_err(|source| UnpackError::Write {
+                    path: display(&dir),
                     source,
-                };
-                if file_str == OPAQUE {
-                    let full = self.root.join(&dir);
-                    if lstat(&full).is_some_and(|m| m.is_dir()) {
-                        self.remove_lower_children(&dir, &touched).map_err(write)?;
-                    }
-                } else if !hidden.is_empty() && hidden != "." && hidden != ".." {
-                    self.remove_lower(&dir.join(hidden), &touched)
-                        .map_err(write)?;
-                }
-                continue;
-            }
-            let (dir, _) = self.resolve(parent, &name)?;
-            let rel = dir.join(file);
-            let dest = self.root.join(&rel);
-            let write = |source| UnpackError::Write {
-                path: display(&rel),
-                source,
-            };
-            if !dir.as_os_str().is_empty() {
-                let full = self.root.join(&dir);
-                if !lstat(&full).is_some_and(|m| m.is_dir()) {
-                    fs::create_dir_all(&full).map_err(|source| UnpackError::Write {
-                        path: display(&dir),
-                        source,
-                    })?;
-                    let mut p = dir.clone();
-                    while !p.as_os_str().is_empty() && self.known.insert(p.clone()) {
-                        p.pop();
-                    }
-                }
-            }
-            let mut p = rel.clone();
-            loop {
-                if !touched.insert(p.clone()) {
-                    break;
-                }
-                if !p.pop() {
-                    break;
-                }
-            }
-            let header = entry.header();
-            let mode = header.mode().unwrap_or(0o644) & 0o7777;
-            let uid = header.uid().unwrap_or(0);
-            let gid = header.gid().unwrap_or(0);
-            let mtime = header.mtime().unwrap_or(0);
-            let kind = header.entry_type();
-            use tar::EntryType as T;
-            match kind {
-                T::Directory => {
-                    let existing = lstat(&dest);
-                    if !existing.as_ref().is_some_and(|m| m.is_dir()) {
-                        self.remove_at(&rel).map_err(write)?;
-                        fs::create_dir(&dest).map_err(write)?;
-                    }
-                    chown(&dest, uid, gid).map_err(write)?;
-                    fs::set_permissions(&dest, fs::Permissions::from_mode(mode | 0o700))
-                        .map_err(write)?;
-                    self.known.insert(rel.clone());
-                    self.dirs.insert(rel, (mode, mtime));
-                }
-                T::Regular | T::Continuous | T::GNUSparse => {
-                    self.remove_at(&rel).map_err(write)?;
-                    self.dirs.remove(&rel);
-                    let mut f = fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .open(&dest)
-                        .map_err(write)?;
-                    // Counted before each write: a sparse entry's holes are written as
-                    // zeros, so what is written can be more than the stream carries.
-                    loop {
-                        let n = match entry.read(buf) {
-                            Ok(0) => break,
-                            Ok(n) => n,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                            Err(e) => return Err(UnpackError::Tar(e)),
-                        };
-                        self.budget.charge(&self.root, n as u64, 0)?;
-                        io::Write::write_all(&mut f, &buf[..n]).map_err(write)?;
-                    }
-                    chown(&dest, uid, gid).map_err(write)?;
-                    f.set_permissions(fs::Permissions::from_mode(mode))
-                        .map_err(write)?;
-                    drop(f);
-                    let t = filetime::FileTime::from_unix_time(mtime as i64, 0);
-                    filetime::set_symlink_file_times(&dest, t, t).map_err(write)?;
-                }
-                T::Symlink => {
-                    let target = entry
-                        .link_name_bytes()
-                        .map(|b| b.into_owned())
-                        .unwrap_or_default();
-                    self.remove_at(&rel).map_err(write)?;
-                    self.dirs.remove(&rel);
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&target), &dest).map_err(write)?;
-                    chown(&dest, uid, gid).map_err(write)?;
-                    let t = filetime::FileTime::from_unix_time(mtime as i64, 0);
-                    filetime::set_symlink_file_times(&dest, t, t).map_err(write)?;
-                }
-                T::Link => {
-                    let target = entry
-                        .link_name_bytes()
-                        .map(|b| b.into_owned())
-                        .unwrap_or_default();
-                    let tparts = clean(Path::new(OsStr::from_bytes(&target)));
-                    let Some((tfile, tparent)) = tparts.split_last() else {
-                        return Err(UnpackError::Invalid {
-                            path: display(&rel),
-                            why: "a hard link to the root".to_owned(),
-                        });
-                    };
-                    let (tdir, _) = self.resolve(tparent, &name)?;
-                    let source = self.root.join(tdir.join(tfile));
-                    match lstat(&source) {
-                        None => {
-                            return Err(UnpackError::Invalid {
-                                path: display(&rel),
-                                why: format!(
-                                    "a hard link to `{}`, which no earlier entry created",
-                                    String::from_utf8_lossy(&target)
-                                ),
-                            });
-                        }
-                        Some(m) if m.is_dir() => {
-                            return Err(UnpackError::Invalid {
-                                path: display(&rel),
-                                why: "a hard link to a directory".to_owned(),
-                            });
-                        }
-                        Some(_) => {}
-                    }
-                    if source == dest {
-                        continue;
-                    }
-                    self.remove_at(&rel).map_err(write)?;
-                    self.dirs.remove(&rel);
-                    fs::hard_link(&source, &dest).map_err(write)?;
-                }
-                T::Char | T::Block | T::Fifo => {
-                    stats.skipped_devices += 1;
-                }
-                _ => {
-                    tracing::debug!(entry = %name, ?kind, "tar entry type skipped");
+                })?;
+                let mut p = dir.clone();
+                while !p.as_os_str().is_empty() && self.known.insert(p.clone()) {
+                    p.pop();
                 }
             }
         }
-        Ok(stats)
+        let mut p = rel.clone();
+        while layer.touched.insert(p.clone()) && p.pop() {}
+        let mode = item.mode.unwrap_or(0o644) & 0o7777;
+        match item.kind {
+            Kind::Dir => self.make_dir(rel, item, mode).map(|()| Written::default()),
+            Kind::File => self.make_file(&rel, item, mode, body, buf),
+            Kind::Symlink => self.make_symlink(&rel, item).map(|()| Written::default()),
+            Kind::Link => self
+                .make_link(&rel, item, &name)
+                .map(|()| Written::default()),
+            Kind::Device => {
+                layer.stats.skipped_devices += 1;
+                Ok(Written::default())
+            }
+            Kind::Other => {
+                tracing::debug!(entry = %name, "tar entry type skipped");
+                Ok(Written::default())
+            }
+        }
+    }
+
+    /// `.wh.NAME` (removes `NAME`) or `.wh..wh..opq` (empties its directory), of what lower
+    /// layers left; ignored where its parent path goes through a symlink.
+    fn whiteout(
+        &mut self,
+        parent: &[OsString],
+        hidden: &str,
+        name: &str,
+        layer: &mut LayerState,
+    ) -> Result<(), UnpackError> {
+        let (dir, via_symlink) = self.resolve(parent, name)?;
+        if via_symlink {
+            tracing::warn!(entry = %name, "whiteout through a symlink ignored");
+            layer.stats.skipped_whiteouts += 1;
+            return Ok(());
+        }
+        layer.stats.whiteouts += 1;
+        let write = |source| UnpackError::Write {
+            path: name.to_owned(),
+            source,
+        };
+        if hidden == &OPAQUE[WHITEOUT_PREFIX.len()..] {
+            let full = self.root.join(&dir);
+            if lstat(&full).is_some_and(|m| m.is_dir()) {
+                self.remove_lower_children(&dir, &layer.touched)
+                    .map_err(write)?;
+            }
+        } else if !hidden.is_empty() && hidden != "." && hidden != ".." {
+            self.remove_lower(&dir.join(hidden), &layer.touched)
+                .map_err(write)?;
+        }
+        Ok(())
+    }
+
+    /// A directory: kept with its contents where one is, its mode and time set last.
+    fn make_dir(&mut self, rel: PathBuf, item: &Item, mode: u32) -> Result<(), UnpackError> {
+        let dest = self.root.join(&rel);
+        let write = |source| UnpackError::Write {
+            path: display(&rel),
+            source,
+        };
+        let existing = lstat(&dest);
+        if !existing.as_ref().is_some_and(|m| m.is_dir()) {
+            self.remove_at(&rel).map_err(write)?;
+            fs::create_dir(&dest).map_err(write)?;
+        }
+        chown(&dest, item.uid, item.gid).map_err(write)?;
+        fs::set_permissions(&dest, fs::Permissions::from_mode(mode | 0o700)).map_err(write)?;
+        self.known.insert(rel.clone());
+        self.dirs.insert(rel, (mode, item.mtime));
+        Ok(())
+    }
+
+    /// A regular file: whatever was at its path is unlinked first (never written in place:
+    /// it may be an inode other trees share), then the file is made anew from the stream,
+    /// or hard-linked from the layer store.
+    fn make_file(
+        &mut self,
+        rel: &Path,
+        item: &Item,
+        mode: u32,
+        body: Body<'_>,
+        buf: &mut [u8],
+    ) -> Result<Written, UnpackError> {
+        let dest = self.root.join(rel);
+        let write = |source| UnpackError::Write {
+            path: display(rel),
+            source,
+        };
+        self.remove_at(rel).map_err(write)?;
+        self.dirs.remove(rel);
+        let (reader, keep) = match body {
+            Body::Stored { path, size } => {
+                self.budget.charge_linked(size)?;
+                fs::hard_link(path, &dest).map_err(write)?;
+                return Ok(Written::default());
+            }
+            Body::Stream { reader, keep } => (reader, keep),
+        };
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&dest)
+            .map_err(write)?;
+        // Counted before each write: a sparse entry's holes are written as zeros, so what
+        // is written can be more than the stream carries.
+        let mut bytes = 0u64;
+        loop {
+            let n = match reader.read(buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(UnpackError::Tar(e)),
+            };
+            self.budget.charge(&self.root, n as u64, 0)?;
+            io::Write::write_all(&mut f, &buf[..n]).map_err(write)?;
+            bytes += n as u64;
+        }
+        fchown(&f, item.uid, item.gid).map_err(write)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(write)?;
+        let t = filetime::FileTime::from_unix_time(item.mtime as i64, 0);
+        filetime::set_file_handle_times(&f, Some(t), Some(t)).map_err(write)?;
+        let Some(keep) = keep else {
+            return Ok(Written { bytes, blocks: 0 });
+        };
+        let blocks = f.metadata().map_err(write)?.blocks();
+        drop(f);
+        fs::hard_link(&dest, keep).map_err(write)?;
+        Ok(Written { bytes, blocks })
+    }
+
+    fn make_symlink(&mut self, rel: &Path, item: &Item) -> Result<(), UnpackError> {
+        let dest = self.root.join(rel);
+        let write = |source| UnpackError::Write {
+            path: display(rel),
+            source,
+        };
+        self.remove_at(rel).map_err(write)?;
+        self.dirs.remove(rel);
+        std::os::unix::fs::symlink(OsStr::from_bytes(&item.link), &dest).map_err(write)?;
+        chown(&dest, item.uid, item.gid).map_err(write)?;
+        let t = filetime::FileTime::from_unix_time(item.mtime as i64, 0);
+        filetime::set_symlink_file_times(&dest, t, t).map_err(write)
+    }
+
+    /// A hard link to a file an earlier entry made, resolved inside the root like any path.
+    fn make_link(&mut self, rel: &Path, item: &Item, name: &str) -> Result<(), UnpackError> {
+        let dest = self.root.join(rel);
+        let tparts = clean(Path::new(OsStr::from_bytes(&item.link)));
+        let Some((tfile, tparent)) = tparts.split_last() else {
+            return Err(UnpackError::Invalid {
+                path: display(rel),
+                why: "a hard link to the root".to_owned(),
+            });
+        };
+        let (tdir, _) = self.resolve(tparent, name)?;
+        let source = self.root.join(tdir.join(tfile));
+        match lstat(&source) {
+            None => {
+                return Err(UnpackError::Invalid {
+                    path: display(rel),
+                    why: format!(
+                        "a hard link to `{}`, which no earlier entry created",
+                        String::from_utf8_lossy(&item.link)
+                    ),
+                });
+            }
+            Some(m) if m.is_dir() => {
+                return Err(UnpackError::Invalid {
+                    path: display(rel),
+                    why: "a hard link to a directory".to_owned(),
+                });
+            }
+            Some(_) => {}
+        }
+        if source == dest {
+            return Ok(());
+        }
+        let write = |source| UnpackError::Write {
+            path: display(rel),
+            source,
+        };
+        self.remove_at(rel).map_err(write)?;
+        self.dirs.remove(rel);
+        fs::hard_link(&source, &dest).map_err(write)
     }
 
     /// Removes `rel` unless this layer wrote it; where this layer wrote inside it, removes
@@ -874,6 +1143,51 @@ pub(crate) fn tree_size(p: &Path) -> u64 {
         }
     }
     walk(p, &mut HashSet::new())
+}
+
+/// An unpacked tree's sizes on disk, in bytes of blocks, each inode once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TreeSizes {
+    /// Everything the tree holds.
+    pub(crate) total: u64,
+    /// What it alone holds: directories, symlinks, and files whose every link is inside
+    /// it (the others are shared with the layer store, and go only with their last link).
+    pub(crate) own: u64,
+}
+
+/// The sizes of the tree under `p`, without following symlinks.
+pub(crate) fn tree_sizes(p: &Path) -> TreeSizes {
+    /// Per inode met: its blocks' bytes, its link count, and the links met in the tree.
+    type Inodes = std::collections::HashMap<(u64, u64), (u64, u64, u64)>;
+    fn walk(p: &Path, dirs: &mut u64, inodes: &mut Inodes) {
+        let Some(m) = lstat(p) else { return };
+        if m.is_dir() {
+            *dirs += m.blocks() * 512;
+            if let Ok(rd) = fs::read_dir(p) {
+                for e in rd.flatten() {
+                    walk(&e.path(), dirs, inodes);
+                }
+            }
+        } else {
+            inodes
+                .entry((m.dev(), m.ino()))
+                .or_insert((m.blocks() * 512, m.nlink(), 0))
+                .2 += 1;
+        }
+    }
+    let (mut dirs, mut inodes) = (0, Inodes::new());
+    walk(p, &mut dirs, &mut inodes);
+    let mut sizes = TreeSizes {
+        total: dirs,
+        own: dirs,
+    };
+    for (bytes, nlink, met) in inodes.into_values() {
+        sizes.total += bytes;
+        if met >= nlink {
+            sizes.own += bytes;
+        }
+    }
+    sizes
 }
 
 pub(crate) fn remove_tree(p: &Path) -> io::Result<()> {
