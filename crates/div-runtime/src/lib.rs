@@ -26,6 +26,7 @@ pub mod disk;
 pub mod gpu;
 pub mod image_tree;
 pub mod init;
+pub mod phases;
 pub mod rules;
 pub mod sandbox;
 pub mod scratch;

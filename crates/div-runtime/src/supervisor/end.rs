@@ -17,10 +17,11 @@ use super::untrusted::{lost_under_mnt, read_result, read_telemetry};
 use super::watch::Stopped;
 use crate::clock::now_ms;
 use crate::decision::{self, Decision};
-use crate::{rules, scratch, sys};
+use crate::{phases, rules, scratch, sys};
 
 /// The run's end record, once its processes are gone (`status` is its first process's):
-/// its outcome, then what it left is kept and judged, then its places are let go.
+/// its outcome, then what it left is kept and judged; and its places, let go once the end is
+/// written (a second spent unmounting a disk is not a second the run's end waits for).
 pub(super) fn record(
     run_dir: &Path,
     spec: &RunSpec,
@@ -29,7 +30,7 @@ pub(super) fn record(
     status: std::io::Result<ExitStatus>,
     stopping: bool,
     killed_in_grace_for_memory: bool,
-) -> EndRecord {
+) -> (EndRecord, Places) {
     // Killed for its memory while it was stopping (the stop is still why it ended): said, so
     // that a result its handler never wrote is not a mystery.
     if stopping && (killed_in_grace_for_memory || room.cgroups.oom_killed()) {
@@ -57,8 +58,8 @@ pub(super) fn record(
     let spent = rules::charge(spec.cents_per_hour, billed_ms / 1000, spec.max_spend_cents);
     let (status, exit_code, reason) = outcome(stopped, status, oom, spec, &room.log_path);
     let verdicts = collect(run_dir, spec, &mut room.log);
-    clean_up(run_dir, spec, &room);
-    EndRecord {
+    phases::mark(run_dir, "judged");
+    let end = EndRecord {
         status,
         exit_code,
         reason,
@@ -67,7 +68,13 @@ pub(super) fn record(
         duration_seconds: elapsed_ms / 1000,
         spent_cents: spent,
         verdicts,
-    }
+    };
+    let places = Places {
+        overlay: room.overlay,
+        own_disk: room.own_disk,
+        on_disk: room.on_disk,
+    };
+    (end, places)
 }
 
 /// The run's status, exit code and reason: what stopped it, its own code when it exited, a
@@ -173,7 +180,22 @@ fn collect(run_dir: &Path, spec: &RunSpec, log: &mut File) -> Vec<CheckVerdict> 
 /// Lets the run's places go: off `/workspace` first (in this supervisor's own namespace), so
 /// what is deleted next is the layers themselves, not the merged view; then its own disk
 /// whole; then its `/workspace`, `/tmp` and own `/mnt` (what it left there was read above).
-fn clean_up(run_dir: &Path, spec: &RunSpec, room: &Room) {
+/// What of the run's places is let go once its end is written ([`Places::let_go`]).
+pub(super) struct Places {
+    overlay: bool,
+    own_disk: bool,
+    on_disk: Vec<std::path::PathBuf>,
+}
+
+impl Places {
+    /// Its overlay `/workspace` unmounted, its own disk let go (the space free again), its
+    /// `/workspace`, `/tmp` and `/mnt` removed from the run directory.
+    pub(super) fn let_go(&self, run_dir: &Path, spec: &RunSpec) {
+        clean_up(run_dir, spec, self);
+    }
+}
+
+fn clean_up(run_dir: &Path, spec: &RunSpec, room: &Places) {
     if room.overlay {
         let _ = sys::unmount(&spec.workspace);
     }

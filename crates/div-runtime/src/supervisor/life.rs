@@ -11,10 +11,11 @@ use super::{end, launch, prepare, stop, tree, watch};
 use div_api::RunStatus;
 
 use crate::clock::now_ms;
-use crate::sys;
+use crate::{phases, sys};
 
 /// The body of `div __supervise <run-dir>` and `div-supervise <run-dir>`.
 pub fn supervise(run_dir: &Path) -> i32 {
+    let began = phases::now_us();
     sys::new_session();
     sys::catch_stop_signals();
     // One supervisor per run, and none for a run already ended or given up on: held until
@@ -27,6 +28,7 @@ pub fn supervise(run_dir: &Path) -> i32 {
     if run_dir.join(ABANDONED_FILE).exists() || run_dir.join("end.json").exists() {
         return 0;
     }
+    phases::mark_at(run_dir, "supervisor", began);
     let spec: RunSpec = match fs::read(run_dir.join("spec.json"))
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
@@ -77,11 +79,19 @@ pub fn supervise(run_dir: &Path) -> i32 {
     // Room for the end: released (and the write retried) if the disk fills up.
     let reserve = run_dir.join("end.reserve");
     let _ = fs::write(&reserve, vec![0u8; RESERVE_BYTES]);
-    let end = run(run_dir, &spec);
+    phases::mark(run_dir, "secrets");
+    let (end, places) = run(run_dir, &spec);
     let written = write_json_atomic(&run_dir.join("end.json"), &end).or_else(|_| {
         let _ = fs::remove_file(&reserve);
         write_json_atomic(&run_dir.join("end.json"), &end)
     });
+    phases::mark(run_dir, "end");
+    // Its places let go once its end is known (the supervisor holds the run's lock until
+    // they are, and exits then).
+    if let Some(places) = places {
+        places.let_go(run_dir, &spec);
+        phases::mark(run_dir, "let-go");
+    }
     let _ = fs::remove_file(&reserve);
     match written {
         Ok(()) => 0,
@@ -107,21 +117,25 @@ pub fn read_secrets(from: impl io::Read) -> io::Result<Vec<(String, String)>> {
     serde_json::from_slice(&bytes).map_err(io::Error::other)
 }
 
-/// Runs the run described by `spec` in `run_dir` through its phases to its end.
-pub(super) fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
+/// Runs the run described by `spec` in `run_dir` through its phases to its end: its end
+/// record, and the places to let go once it is written (none where they are let go already).
+pub(super) fn run(run_dir: &Path, spec: &RunSpec) -> (EndRecord, Option<end::Places>) {
     let mut room = match prepare::prepare(run_dir, spec) {
         Ok(room) => room,
-        Err(end) => return end,
+        Err(end) => return (end, None),
     };
+    phases::mark(run_dir, "prepared");
     let mut run = match launch::launch(spec, &mut room) {
         Ok(run) => run,
         Err(end) => {
             room.let_go(run_dir);
-            return end;
+            return (end, None);
         }
     };
+    phases::mark(run_dir, "spawned");
     let mut watch = watch::Watch::new(spec, &mut room);
     let stopped = watch.until_stopped(run_dir, spec, &mut room, &run);
+    phases::mark(run_dir, "exited");
     let kill_at = stop::kill_at(&stopped, spec, &watch);
     let killed_for_memory =
         kill_at.is_some_and(|at| stop::grace(spec, &mut room, &run, &mut watch, &stopped, at));
@@ -129,9 +143,12 @@ pub(super) fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
     if matches!(stopped, watch::Stopped::Gone) {
         // Nowhere to write its end: what it held is let go, and nothing more is done.
         room.let_go(run_dir);
-        return early_end(spec, "the run's directory is gone".to_owned());
+        return (
+            early_end(spec, "the run's directory is gone".to_owned()),
+            None,
+        );
     }
-    end::record(
+    let (end, places) = end::record(
         run_dir,
         spec,
         room,
@@ -139,5 +156,6 @@ pub(super) fn run(run_dir: &Path, spec: &RunSpec) -> EndRecord {
         status,
         kill_at.is_some(),
         killed_for_memory,
-    )
+    );
+    (end, Some(places))
 }

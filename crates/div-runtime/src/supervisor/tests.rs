@@ -16,6 +16,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// [`run`], its places let go once its end is known, as `supervise` does.
+fn run_to_end(run_dir: &Path, spec: &RunSpec) -> EndRecord {
+    let (end, places) = run(run_dir, spec);
+    if let Some(places) = places {
+        places.let_go(run_dir, spec);
+    }
+    end
+}
+
 /// A spec for `command` under `sh -c`, with no cgroup, no cores and no sandbox.
 fn spec(dir: &Path, command: &str, max_seconds: u64) -> RunSpec {
     let tmp = dir.join("tmp");
@@ -79,7 +88,7 @@ fn a_run_past_its_time_limit_is_stopped_with_the_day_reason() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let marker = dir.path().join("child-pid");
     let command = format!("sleep 1000 & echo $! > {}; sleep 1000", marker.display());
-    let end = run(dir.path(), &spec(dir.path(), &command, 1));
+    let end = run_to_end(dir.path(), &spec(dir.path(), &command, 1));
     assert_eq!(end.status, RunStatus::Failed);
     assert_eq!(
         end.reason.as_deref(),
@@ -117,7 +126,7 @@ fn a_run_near_its_time_limit_gets_sigterm_and_its_grace_to_write_its_result() {
     spec.env
         .push(("R".to_owned(), spec.result_path.display().to_string()));
     spec.checks = vec!["epoch>=18".to_owned()];
-    let end = run(dir.path(), &spec);
+    let end = run_to_end(dir.path(), &spec);
     assert_eq!(end.status, RunStatus::Failed);
     assert_eq!(
         end.reason.as_deref(),
@@ -148,7 +157,7 @@ fn an_org_stop_file_still_empty_is_not_taken_for_a_stop_with_no_reason() {
             fs::write(&said, "org usage limit of $0.01 reached\n").expect("the reason");
         })
     };
-    let end = run(dir.path(), &spec(dir.path(), "echo going; sleep 30", 60));
+    let end = run_to_end(dir.path(), &spec(dir.path(), "echo going; sleep 30", 60));
     writer.join().expect("the writer");
     assert_eq!(end.status, RunStatus::StoppedByOrg, "{end:?}");
     assert_eq!(
@@ -162,7 +171,7 @@ fn a_run_that_ignores_sigterm_is_killed_when_its_grace_is_over() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut spec = spec(dir.path(), "trap '' TERM; echo started; sleep 1000", 2);
     spec.stop_grace_seconds = 1;
-    let end = run(dir.path(), &spec);
+    let end = run_to_end(dir.path(), &spec);
     assert_eq!(end.status, RunStatus::Failed);
     assert_eq!(
         end.duration_seconds, 2,
@@ -289,7 +298,7 @@ fn a_node_obeys_the_decision_for_the_whole_run_and_no_limit_of_its_own() {
             .expect("decided");
         })
     };
-    let end = run(&node_dir, &spec);
+    let end = run_to_end(&node_dir, &spec);
     decider.join().expect("the decider");
     assert_eq!(end.status, RunStatus::Canceled, "{end:?}");
     let log = fs::read_to_string(node_dir.join("log")).expect("a log");
@@ -306,7 +315,7 @@ fn a_node_obeys_the_decision_for_the_whole_run_and_no_limit_of_its_own() {
 #[test]
 fn a_run_within_its_time_limit_ends_on_its_own() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let end = run(dir.path(), &spec(dir.path(), "echo done", 60));
+    let end = run_to_end(dir.path(), &spec(dir.path(), "echo done", 60));
     assert_eq!(end.status, RunStatus::Succeeded);
     assert_eq!(end.reason, None);
     let log = fs::read_to_string(dir.path().join("log")).expect("a log");

@@ -156,6 +156,7 @@ async fn log_stream(
                 }
             }
             let _ = tx.send(div_api::logframe::encode_end(&run)).await;
+            div_runtime::phases::mark(&server.home.run_dir(&id), "end-frame");
             return;
         }
         if !follow {

@@ -15,6 +15,7 @@ use crate::server::Server;
 use crate::settings::Settings;
 use crate::store::{RunInternal, RunRecord, StoreError};
 use div_runtime::clock::{self, now_ms};
+use div_runtime::phases;
 use div_runtime::sandbox::{self, SandboxInput};
 use div_runtime::supervisor::{self, RunSpec};
 use div_runtime::workspace::Overlay;
@@ -55,9 +56,13 @@ pub(crate) fn launch(
     gpus: &[u32],
     disk: Option<u64>,
 ) -> Result<(), LaunchError> {
+    let began = phases::now_us();
     let dir = server.home.run_dir(&record.run.id);
     let (spec, secrets) = prepare(server, record, &dir, cores, gpus, disk)?;
     supervisor::write_json_atomic(&dir.join("spec.json"), &spec)?;
+    let _ = fs::remove_file(dir.join(phases::FILE));
+    phases::mark_at(&dir, "launch", began);
+    phases::mark(&dir, "spec");
     for left in [
         "end.json",
         "stop",
@@ -104,6 +109,7 @@ pub(crate) fn launch(
         secrets: &secrets,
         exited: &server.kick,
     });
+    phases::mark(&dir, "started");
     match handle {
         Ok(handle) => {
             record.internal.handle = Some(handle);

@@ -184,6 +184,7 @@ fn check_running(server: &Server, mut record: RunRecord) -> Result<Option<RunRec
     run.log_bytes = fs::metadata(dir.join("log")).map_or(0, |m| m.len());
     // Recorded even on a full disk: the room kept for the state database is let go first.
     crate::state_reserve::with_room(&server.home, || server.store.update_run(&record))?;
+    div_runtime::phases::mark(&dir, "recorded");
     Ok(None)
 }
 
@@ -570,7 +571,7 @@ mod tests {
         assert_eq!(ended.run.status, RunStatus::Succeeded);
         assert_eq!(ended.run.spent_cents, 7);
         assert_eq!(ended.run.duration_seconds, 7);
-        assert_eq!(ended.run.ended_at.as_deref(), Some("2023-11-14T22:13:27Z"));
+        assert_eq!(ended.run.ended_at.as_deref(), Some("2023-11-14T22:13:27.000Z"));
         assert!(fake.seen().reclaimed.is_empty());
     }
 
