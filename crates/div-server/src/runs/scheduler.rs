@@ -571,7 +571,10 @@ mod tests {
         assert_eq!(ended.run.status, RunStatus::Succeeded);
         assert_eq!(ended.run.spent_cents, 7);
         assert_eq!(ended.run.duration_seconds, 7);
-        assert_eq!(ended.run.ended_at.as_deref(), Some("2023-11-14T22:13:27.000Z"));
+        assert_eq!(
+            ended.run.ended_at.as_deref(),
+            Some("2023-11-14T22:13:27.000Z")
+        );
         assert!(fake.seen().reclaimed.is_empty());
     }
 

@@ -51,10 +51,17 @@ impl Executor for LocalExecutor {
                 let _ = std::io::Write::write_all(&mut pipe, &secrets);
             });
         }
-        // Reap it when it exits, so a finished supervisor is not mistaken for a live one, and
-        // wake the scheduler to gather the end it wrote.
+        // Wake the scheduler to gather the run's end the moment the supervisor writes it
+        // (it lets the run's places go after), and reap the supervisor when it exits, so a
+        // finished one is not mistaken for a live one.
         let exited = Arc::clone(launch.exited);
+        let run_dir = launch.run_dir.to_path_buf();
         std::thread::spawn(move || {
+            let watch = sys::EndWatch::new(&run_dir, "end.json", pid);
+            if watch.wait() == sys::Seen::File {
+                exited.notify_one();
+            }
+            drop(watch);
             let _ = child.wait();
             exited.notify_one();
         });
