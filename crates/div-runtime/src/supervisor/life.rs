@@ -124,7 +124,7 @@ pub(super) fn run(run_dir: &Path, spec: &RunSpec) -> (EndRecord, Option<end::Pla
         Ok(room) => room,
         Err(end) => return (end, None),
     };
-    phases::mark(run_dir, "prepared");
+    phases::mark(run_dir, "mounts");
     let mut run = match launch::launch(spec, &mut room) {
         Ok(run) => run,
         Err(end) => {

@@ -63,6 +63,7 @@ pub(super) fn prepare(run_dir: &Path, spec: &RunSpec) -> Result<Room, EndRecord>
     }
     let tasks = spec.tasks.unwrap_or(rules::MAX_RUN_TASKS);
     let cgroups = make_cgroups(spec, tasks, &mut log);
+    crate::phases::mark(run_dir, "cgroups");
     let sandboxed = spec.mnt_dir.is_some();
     // The run's writable places: on its own disk where it has one (`crate::scratch`), else
     // measured against its size. A copy of the code (no overlay) stays where the launcher
