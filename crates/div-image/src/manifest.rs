@@ -275,6 +275,34 @@ mod tests {
         assert_eq!((c.working_dir, c.user), (None, None));
     }
 
+    /// The words each refusal gives, as they were when these were strings.
+    #[test]
+    fn refusals_say_what_they_said() {
+        let say = |bytes: &[u8]| parse_document(bytes).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(
+            say(br#"{"schemaVersion":1,"fsLayers":[]}"#),
+            Err("schemaVersion is Some(1), and only 2 is supported (docker schema 1 images are obsolete)".to_owned())
+        );
+        assert_eq!(
+            say(br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#),
+            Err("a manifest without `config` and `layers`".to_owned())
+        );
+        assert_eq!(
+            say(b"{").map_err(|e| e.starts_with("EOF while parsing")),
+            Err(true)
+        );
+        assert_eq!(
+            layer_compression("application/x-foo").map_err(|e| e.to_string()),
+            Err("layer media type `application/x-foo` is not supported: expected a tar layer, plain, gzip or zstd".to_owned())
+        );
+        assert_eq!(
+            parse_config(b"[")
+                .map(|_| ())
+                .map_err(|e| e.to_string().starts_with("EOF while parsing")),
+            Err(true)
+        );
+    }
+
     #[test]
     fn refuses_schema_1_and_unknown_layers() {
         assert!(

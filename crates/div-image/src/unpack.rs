@@ -264,7 +264,7 @@ impl Unpacker {
         let mode = item.mode.unwrap_or(0o644) & 0o7777;
         let tree = &mut self.tree;
         match item.kind {
-            Kind::Dir => kinds::make_dir(tree, rel, item, mode).map(|()| Written::default()),
+            Kind::Dir => kinds::make_dir(tree, &rel, item, mode).map(|()| Written::default()),
             Kind::File => kinds::make_file(tree, &mut self.budget, &rel, item, mode, body, buf),
             Kind::Symlink => kinds::make_symlink(tree, &rel, item).map(|()| Written::default()),
             Kind::Link => kinds::make_link(tree, &rel, item, &name).map(|()| Written::default()),

@@ -7,7 +7,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::disk::lstat;
 use crate::entry::Item;
@@ -46,22 +46,21 @@ fn write_error(rel: &Path) -> impl Fn(io::Error) -> UnpackError + '_ {
 /// A directory: kept with its contents where one is, its mode and time set last.
 pub(super) fn make_dir(
     tree: &mut Tree,
-    rel: PathBuf,
+    rel: &Path,
     item: &Item,
     mode: u32,
 ) -> Result<(), UnpackError> {
-    let dest = tree.full(&rel);
-    let write = write_error(&rel);
+    let dest = tree.full(rel);
+    let write = write_error(rel);
     let existing = lstat(&dest);
     if !existing.as_ref().is_some_and(|m| m.is_dir()) {
-        tree.remove_at(&rel).map_err(&write)?;
+        tree.remove_at(rel).map_err(&write)?;
         fs::create_dir(&dest).map_err(&write)?;
     }
     chown(&dest, item.uid, item.gid).map_err(&write)?;
     fs::set_permissions(&dest, fs::Permissions::from_mode(mode | 0o700)).map_err(&write)?;
-    drop(write);
-    tree.know_dir(rel.clone());
-    tree.dirs.set(rel, mode, item.mtime);
+    tree.know_dir(rel.to_path_buf());
+    tree.dirs.set(rel.to_path_buf(), mode, item.mtime);
     Ok(())
 }
 
