@@ -167,36 +167,19 @@ pub(crate) fn classify(e: OciDistributionError, reference: &ImageRef, had_login:
                 .collect::<Vec<_>>()
                 .join("; ");
             let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-            if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::BlobUnknown
-                        | OciErrorCode::NotFound
-                )
-            }) {
-                Failure::Fatal(RegistryError::NotFound {
+            match said(&codes) {
+                Said::NotFound => Failure::Fatal(RegistryError::NotFound {
                     reference,
                     registry,
                     message,
-                })
-            } else if codes
-                .iter()
-                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
-            {
-                unauthorized(message)
-            } else if codes
-                .iter()
-                .any(|c| matches!(c, OciErrorCode::Toomanyrequests))
-            {
-                Failure::Transient(message)
-            } else {
-                Failure::Fatal(RegistryError::Other {
+                }),
+                Said::Refused => unauthorized(message),
+                Said::Busy => Failure::Transient(message),
+                Said::Other => Failure::Fatal(RegistryError::Other {
                     reference,
                     registry,
                     message,
-                })
+                }),
             }
         }
         other => Failure::Fatal(RegistryError::Other {
@@ -204,5 +187,37 @@ pub(crate) fn classify(e: OciDistributionError, reference: &ImageRef, had_login:
             registry,
             message: other.to_string(),
         }),
+    }
+}
+
+/// What the codes of a registry's error envelope say, the first that applies.
+enum Said {
+    /// The image, its repository or a blob is unknown.
+    NotFound,
+    /// Access is refused.
+    Refused,
+    /// Too many requests: worth another attempt.
+    Busy,
+    Other,
+}
+
+fn said(codes: &[&OciErrorCode]) -> Said {
+    let any = |f: fn(&OciErrorCode) -> bool| codes.iter().any(|c| f(c));
+    if any(|c| {
+        matches!(
+            c,
+            OciErrorCode::ManifestUnknown
+                | OciErrorCode::NameUnknown
+                | OciErrorCode::BlobUnknown
+                | OciErrorCode::NotFound
+        )
+    }) {
+        Said::NotFound
+    } else if any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied)) {
+        Said::Refused
+    } else if any(|c| matches!(c, OciErrorCode::Toomanyrequests)) {
+        Said::Busy
+    } else {
+        Said::Other
     }
 }
