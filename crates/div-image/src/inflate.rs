@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
+use crate::hash::Hasher;
 use crate::manifest::Compression;
 use crate::reference::{Algorithm, Digest};
-use crate::registry::Hasher;
 
 /// Bytes a worker reads from its decompressor at once, and sends as one message.
 const CHUNK: usize = 256 << 10;
@@ -141,10 +141,25 @@ pub(crate) fn start(jobs: Vec<Job>, workers: usize) -> Vec<LayerReader> {
     readers
 }
 
+/// Wraps a layer blob in its decompressor.
+pub(crate) fn decompress<'r>(
+    reader: impl Read + 'r,
+    compression: Compression,
+) -> io::Result<Box<dyn Read + 'r>> {
+    Ok(match compression {
+        Compression::None => Box::new(reader),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(reader)),
+        Compression::Zstd => Box::new(
+            ruzstd::decoding::StreamingDecoder::new(reader)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?,
+        ),
+    })
+}
+
 /// Decompresses one job into its channel; a send that fails (its reader dropped) ends it.
 fn run(job: &Job, tx: &SyncSender<Msg>) {
     let mut reader = match fs::File::open(&job.path)
-        .and_then(|f| crate::unpack::decompress(io::BufReader::new(f), job.compression))
+        .and_then(|f| decompress(io::BufReader::new(f), job.compression))
     {
         Ok(r) => r,
         Err(e) => {

@@ -19,8 +19,9 @@ use std::fs;
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
+use crate::disk;
+use crate::entry::{Item, Kind};
 use crate::reference::Digest;
-use crate::unpack::{Item, Kind};
 
 const MAGIC: &[u8] = b"div-layer-index 1\n";
 
@@ -79,7 +80,7 @@ pub(crate) fn disk_bytes(dir: &Path) -> u64 {
             u64::from_le_bytes(b)
         });
     let Some(stored) = stored else {
-        return crate::unpack::tree_size(dir);
+        return disk::tree_size(dir);
     };
     let blocks = |p: PathBuf| {
         fs::symlink_metadata(p).map_or(0, |m| {

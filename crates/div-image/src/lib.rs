@@ -25,7 +25,9 @@
 //! ```
 
 mod auth;
-mod error;
+mod disk;
+mod entry;
+mod hash;
 mod inflate;
 mod layers;
 mod manifest;
@@ -39,13 +41,13 @@ mod unpack;
 mod user;
 
 pub use auth::{AuthFileError, CredentialSources, Credentials, Login};
-pub use error::{EnsureError, StoreError};
 pub use manifest::{Descriptor, ImageConfig};
 pub use platform::{Platform, PlatformError};
 pub use progress::{NoProgress, Progress, ProgressSink};
 pub use push::{PushError, Pusher};
 pub use reference::{Algorithm, DOCKER_HUB, Digest, ImageRef, RefError};
 pub use registry::RegistryOptions;
+pub use store::error::{EnsureError, StoreError};
 pub use store::{
     DiskUsage, Image, ImageInfo, ImageSource, ImageStore, PruneOptions, PruneReport, PullPolicy,
     StoreOptions,

@@ -61,13 +61,28 @@ pub(crate) enum Parsed {
     Manifest(Manifest),
 }
 
-pub(crate) fn parse_document(bytes: &[u8]) -> Result<Parsed, String> {
-    let doc: Document = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+/// Why [`parse_document`] refused a manifest or index; the words are those a pull's
+/// `EnsureError::BadImage` gives as its reason.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DocumentError {
+    /// Not JSON, or not of a manifest's or an index's shape.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    /// Another schema version than 2.
+    #[error(
+        "schemaVersion is {0:?}, and only 2 is supported (docker schema 1 images are obsolete)"
+    )]
+    SchemaVersion(Option<u32>),
+    /// A manifest that lacks its config or its layers.
+    #[error("a manifest without `config` and `layers`")]
+    NotAManifest,
+}
+
+/// Reads a manifest or an index.
+pub(crate) fn parse_document(bytes: &[u8]) -> Result<Parsed, DocumentError> {
+    let doc: Document = serde_json::from_slice(bytes).map_err(DocumentError::Json)?;
     if doc.schema_version != Some(2) {
-        return Err(format!(
-            "schemaVersion is {:?}, and only 2 is supported (docker schema 1 images are obsolete)",
-            doc.schema_version
-        ));
+        return Err(DocumentError::SchemaVersion(doc.schema_version));
     }
     let is_index = matches!(doc.media_type.as_deref(), Some(OCI_INDEX | DOCKER_LIST))
         || (doc.media_type.is_none() && doc.manifests.is_some());
@@ -76,7 +91,7 @@ pub(crate) fn parse_document(bytes: &[u8]) -> Result<Parsed, String> {
     }
     match (doc.config, doc.layers) {
         (Some(config), Some(layers)) => Ok(Parsed::Manifest(Manifest { config, layers })),
-        _ => Err("a manifest without `config` and `layers`".to_owned()),
+        _ => Err(DocumentError::NotAManifest),
     }
 }
 
@@ -88,7 +103,18 @@ pub(crate) enum Compression {
     Zstd,
 }
 
-pub(crate) fn layer_compression(media_type: &str) -> Result<Compression, String> {
+/// A layer whose media type is not a tar layer, plain, gzip or zstd.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "layer media type `{media_type}` is not supported: expected a tar layer, plain, gzip or zstd"
+)]
+pub(crate) struct LayerTypeError {
+    /// The media type the manifest gives.
+    pub(crate) media_type: String,
+}
+
+/// How a layer of `media_type` is compressed.
+pub(crate) fn layer_compression(media_type: &str) -> Result<Compression, LayerTypeError> {
     match media_type {
         "application/vnd.oci.image.layer.v1.tar"
         | "application/vnd.oci.image.layer.nondistributable.v1.tar" => Ok(Compression::None),
@@ -98,9 +124,9 @@ pub(crate) fn layer_compression(media_type: &str) -> Result<Compression, String>
         | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => Ok(Compression::Gzip),
         "application/vnd.oci.image.layer.v1.tar+zstd"
         | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => Ok(Compression::Zstd),
-        other => Err(format!(
-            "layer media type `{other}` is not supported: expected a tar layer, plain, gzip or zstd"
-        )),
+        other => Err(LayerTypeError {
+            media_type: other.to_owned(),
+        }),
     }
 }
 
@@ -166,10 +192,22 @@ struct RawRootfs {
     diff_ids: Vec<String>,
 }
 
+/// Why [`parse_config`] refused an image config; the words are those a pull's
+/// `EnsureError::BadImage` gives after "its config is not valid JSON of an image config: ".
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// Not JSON, or not of a config's shape.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    /// A `diff_ids` entry that is not a digest (escaped as `escape_debug` does).
+    #[error("its diff_id `{0}` is not a digest")]
+    DiffId(String),
+}
+
 /// Parses an image config blob; returns the config and its `diff_ids`, in order (the digest
 /// of each layer's uncompressed tar stream).
-pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, Vec<Digest>), String> {
-    let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, Vec<Digest>), ConfigError> {
+    let raw: RawConfig = serde_json::from_slice(bytes).map_err(ConfigError::Json)?;
     let run = raw.config.unwrap_or(RawRunConfig {
         env: None,
         working_dir: None,
@@ -186,9 +224,9 @@ pub(crate) fn parse_config(bytes: &[u8]) -> Result<(ImageConfig, Vec<Digest>), S
         .iter()
         .map(|d| {
             d.parse::<Digest>()
-                .map_err(|_| format!("its diff_id `{}` is not a digest", d.escape_debug()))
+                .map_err(|_| ConfigError::DiffId(d.escape_debug().to_string()))
         })
-        .collect::<Result<Vec<Digest>, String>>()?;
+        .collect::<Result<Vec<Digest>, ConfigError>>()?;
     Ok((
         ImageConfig {
             env: run.env.unwrap_or_default(),
@@ -229,7 +267,7 @@ mod tests {
         );
         let err =
             parse_config(br#"{"os":"linux","rootfs":{"diff_ids":["sha256:00"]}}"#).unwrap_err();
-        assert_eq!(err, "its diff_id `sha256:00` is not a digest");
+        assert_eq!(err.to_string(), "its diff_id `sha256:00` is not a digest");
         let (c, _) = parse_config(
             br#"{"architecture":"arm64","os":"linux","config":{"WorkingDir":"","User":""}}"#,
         )
@@ -237,16 +275,46 @@ mod tests {
         assert_eq!((c.working_dir, c.user), (None, None));
     }
 
+    /// The words each refusal gives, as they were when these were strings.
+    #[test]
+    fn refusals_say_what_they_said() {
+        let say = |bytes: &[u8]| parse_document(bytes).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(
+            say(br#"{"schemaVersion":1,"fsLayers":[]}"#),
+            Err("schemaVersion is Some(1), and only 2 is supported (docker schema 1 images are obsolete)".to_owned())
+        );
+        assert_eq!(
+            say(br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#),
+            Err("a manifest without `config` and `layers`".to_owned())
+        );
+        assert_eq!(
+            say(b"{").map_err(|e| e.starts_with("EOF while parsing")),
+            Err(true)
+        );
+        assert_eq!(
+            layer_compression("application/x-foo").map_err(|e| e.to_string()),
+            Err("layer media type `application/x-foo` is not supported: expected a tar layer, plain, gzip or zstd".to_owned())
+        );
+        assert_eq!(
+            parse_config(b"[")
+                .map(|_| ())
+                .map_err(|e| e.to_string().starts_with("EOF while parsing")),
+            Err(true)
+        );
+    }
+
     #[test]
     fn refuses_schema_1_and_unknown_layers() {
         assert!(
             parse_document(br#"{"schemaVersion":1,"fsLayers":[]}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("schemaVersion")
         );
         assert!(
             layer_compression("application/x-foo")
                 .unwrap_err()
+                .to_string()
                 .contains("`application/x-foo`")
         );
     }

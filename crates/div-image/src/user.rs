@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::unpack::read_in_root;
+use crate::unpack::paths::read_in_root;
 
 const DB_MAX: u64 = 4 << 20;
 

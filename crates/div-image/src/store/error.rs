@@ -1,8 +1,11 @@
-//! The errors of the store's operations.
+//! The errors of the store's operations: [`EnsureError`] for a pull, [`StoreError`] for the
+//! others. Each of the steps a pull takes has an error of its own (the registry's
+//! [`RegistryError`], the unpacker's [`UnpackError`]); here they become the pull's.
 
 use std::path::PathBuf;
 
 use crate::reference::Digest;
+use crate::registry::error::RegistryError;
 use crate::unpack::{Limit, UnpackError};
 
 /// The error returned by [`ImageStore::ensure`](crate::ImageStore::ensure).
@@ -184,6 +187,94 @@ pub struct StoreError {
     pub(crate) source: std::io::Error,
 }
 
+impl From<RegistryError> for EnsureError {
+    /// The variant of the same name, with the same fields (and so the same words).
+    fn from(e: RegistryError) -> EnsureError {
+        match e {
+            RegistryError::Unreachable {
+                reference,
+                registry,
+                message,
+            } => EnsureError::Unreachable {
+                reference,
+                registry,
+                message,
+            },
+            RegistryError::NotFound {
+                reference,
+                registry,
+                message,
+            } => EnsureError::NotFound {
+                reference,
+                registry,
+                message,
+            },
+            RegistryError::Unauthorized {
+                reference,
+                registry,
+                message,
+                hint,
+            } => EnsureError::Unauthorized {
+                reference,
+                registry,
+                message,
+                hint,
+            },
+            RegistryError::Other {
+                reference,
+                registry,
+                message,
+            } => EnsureError::Registry {
+                reference,
+                registry,
+                message,
+            },
+            RegistryError::NoPlatform {
+                reference,
+                platform,
+                available,
+            } => EnsureError::NoPlatform {
+                reference,
+                platform,
+                available,
+            },
+            RegistryError::DigestMismatch {
+                registry,
+                expected,
+                actual,
+            } => EnsureError::DigestMismatch {
+                registry,
+                expected,
+                actual,
+            },
+            RegistryError::SizeMismatch {
+                registry,
+                digest,
+                expected,
+                what,
+            } => EnsureError::SizeMismatch {
+                registry,
+                digest,
+                expected,
+                what,
+            },
+            RegistryError::Incomplete {
+                registry,
+                digest,
+                attempts,
+                last,
+            } => EnsureError::Incomplete {
+                registry,
+                digest,
+                attempts,
+                last,
+            },
+            RegistryError::BadImage { reference, why } => EnsureError::BadImage { reference, why },
+            RegistryError::Io { path, source } => EnsureError::Io { path, source },
+        }
+    }
+}
+
 pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EnsureError {
     let path = path.into();
     move |source| EnsureError::Io { path, source }
@@ -192,4 +283,81 @@ pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> 
 pub(crate) fn store_io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> StoreError {
     let path = path.into();
     move |source| StoreError { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registry's error reads the same once it is the pull's: the words are written twice
+    /// (the registry's own error, and the public one), and this keeps them the same.
+    #[test]
+    fn a_registry_error_keeps_its_words_as_the_pull_s() {
+        let digest = Digest::sha256_of(b"a");
+        let other = Digest::sha256_of(b"b");
+        let s = String::from;
+        let errors = [
+            RegistryError::Unreachable {
+                reference: s("r"),
+                registry: s("h"),
+                message: s("m"),
+            },
+            RegistryError::NotFound {
+                reference: s("r"),
+                registry: s("h"),
+                message: s("m"),
+            },
+            RegistryError::Unauthorized {
+                reference: s("r"),
+                registry: s("h"),
+                message: s("m"),
+                hint: s("log in"),
+            },
+            RegistryError::Other {
+                reference: s("r"),
+                registry: s("h"),
+                message: s("m"),
+            },
+            RegistryError::NoPlatform {
+                reference: s("r"),
+                platform: s("linux/amd64"),
+                available: s("linux/arm64"),
+            },
+            RegistryError::DigestMismatch {
+                registry: s("h"),
+                expected: digest.clone(),
+                actual: other,
+            },
+            RegistryError::SizeMismatch {
+                registry: s("h"),
+                digest: digest.clone(),
+                expected: 7,
+                what: "larger",
+            },
+            RegistryError::Incomplete {
+                registry: s("h"),
+                digest,
+                attempts: 5,
+                last: s("cut"),
+            },
+            RegistryError::BadImage {
+                reference: s("r"),
+                why: s("w"),
+            },
+            RegistryError::Io {
+                path: PathBuf::from("/p"),
+                source: std::io::Error::other("full"),
+            },
+        ];
+        for e in errors {
+            let words = e.to_string();
+            let source = std::error::Error::source(&e).map(ToString::to_string);
+            let pull = EnsureError::from(e);
+            assert_eq!(pull.to_string(), words);
+            assert_eq!(
+                std::error::Error::source(&pull).map(ToString::to_string),
+                source
+            );
+        }
+    }
 }
