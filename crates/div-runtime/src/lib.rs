@@ -32,4 +32,5 @@ pub mod sandbox;
 pub mod scratch;
 pub mod supervisor;
 pub mod sys;
+pub mod waiting;
 pub mod workspace;

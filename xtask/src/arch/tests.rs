@@ -1,6 +1,7 @@
 //! The rules on small crates written for each test, and on this workspace.
 
 use super::*;
+use std::collections::BTreeSet;
 
 /// A crate written into a temp dir: `(path under src/, text)`.
 fn krate(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {

@@ -29,7 +29,7 @@ pub(super) struct Launched {
     /// bubblewrap, or the unsandboxed run's first process.
     pub(super) child: Child,
     /// Woken when it exits.
-    pub(super) exit: sys::ExitWatch,
+    pub(super) exit: crate::waiting::ExitWatch,
     /// Every process of the run was born in its cgroups and cannot leave them.
     pub(super) contained: bool,
 }
@@ -80,7 +80,7 @@ pub(super) fn launch(spec: &RunSpec, room: &mut Room) -> Result<Launched, EndRec
             let _ = pipe.write_all(&args);
         });
     }
-    let exit = sys::ExitWatch::new(child.id());
+    let exit = crate::waiting::ExitWatch::new(child.id());
     Ok(Launched {
         child,
         exit,

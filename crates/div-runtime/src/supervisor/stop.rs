@@ -13,7 +13,7 @@ use super::spec::RunSpec;
 use super::tree::{tell_init, terminate, tree_rss};
 use super::watch::{Stopped, Watch};
 use crate::clock::now_ms;
-use crate::{decision, sys};
+use crate::decision;
 
 /// When whatever is left of a run told to stop is killed, in ms since its start; `None`: it
 /// is not told (it exited, or is killed at once).
@@ -69,7 +69,7 @@ pub(super) fn grace(
         Some(init) => tell_init(child, sandboxed, init),
         None => terminate(child, sandboxed, &mut told),
     }
-    while sys::child_exited(child).is_ok_and(|exited| !exited)
+    while crate::waiting::child_exited(child).is_ok_and(|exited| !exited)
         && now_ms().saturating_sub(spec.started_ms) < kill_at_ms
     {
         run.exit.wait(Duration::from_millis(20));

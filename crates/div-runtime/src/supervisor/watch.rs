@@ -99,8 +99,8 @@ impl Watch {
     ) -> Stopped {
         let stop_file = run_dir.join(STOP_FILE);
         loop {
-            // Not reaped here: see `sys::child_exited`.
-            match sys::child_exited(run.child.id()) {
+            // Not reaped here: see `crate::waiting::child_exited`.
+            match crate::waiting::child_exited(run.child.id()) {
                 Ok(true) => return Stopped::Exited,
                 Ok(false) => {}
                 Err(_) => return Stopped::Canceled,

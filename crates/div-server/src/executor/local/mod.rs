@@ -57,8 +57,8 @@ impl Executor for LocalExecutor {
         let exited = Arc::clone(launch.exited);
         let run_dir = launch.run_dir.to_path_buf();
         std::thread::spawn(move || {
-            let watch = sys::EndWatch::new(&run_dir, "end.json", pid);
-            if watch.wait() == sys::Seen::File {
+            let watch = div_runtime::waiting::EndWatch::new(&run_dir, "end.json", pid);
+            if watch.wait() == div_runtime::waiting::Seen::File {
                 exited.notify_one();
             }
             drop(watch);
