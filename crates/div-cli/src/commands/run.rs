@@ -1,11 +1,14 @@
 //! `div run`.
 
 use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, shipping_line};
+use div_core::{DryRun, Event, RunOptions, RunOutcome, shipping_line};
 
+use super::shared::connect::connect;
+use super::shared::follow::{LogColours, LogTail, outage_status};
+use super::shared::output::{detached, failure, output_failure, print_json};
+use super::shared::timings::Timings;
 use crate::args::RunArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -23,87 +26,12 @@ struct Seen {
     pulling: bool,
 }
 
-/// How long each step of `div run` took, for `DIVERGENT_TIMINGS`: each mark names the step
-/// that ends there.
-struct Timings {
-    marks: Vec<(&'static str, Instant)>,
-}
-
-impl Timings {
-    fn new() -> Timings {
-        Timings {
-            marks: vec![("", super::started())],
-        }
-    }
-
-    /// The step that ended last.
-    fn last(&self) -> Option<&'static str> {
-        self.marks.last().map(|m| m.0)
-    }
-
-    fn mark(&mut self, step: &'static str) {
-        self.marks.push((step, Instant::now()));
-    }
-
-    /// Marks the step an event ends, if it ends one.
-    fn saw(&mut self, event: &Event) {
-        let step = match event {
-            Event::Step(Step::Validated) => "validate",
-            Event::Step(Step::Listed) => "list",
-            Event::Shipping { .. } => "price",
-            Event::Placing => {
-                // Nothing shipped: pricing ended here and there was no upload.
-                if self.last() == Some("list") {
-                    "price"
-                } else {
-                    "upload"
-                }
-            }
-            Event::Placed { .. } => "create",
-            Event::Log(bytes) if !bytes.is_empty() && self.last() == Some("create") => {
-                "start + first log byte"
-            }
-            Event::Ended(_) => {
-                if self.last() == Some("create") {
-                    "start + run" // a run that printed nothing
-                } else {
-                    "run"
-                }
-            }
-            _ => return,
-        };
-        self.mark(step);
-    }
-
-    /// `timings: validate 0.4 ms · list 2.1 ms · …`, ending with `exit` (until now).
-    fn line(mut self) -> String {
-        self.mark("exit");
-        let steps: Vec<String> = self
-            .marks
-            .windows(2)
-            .map(|w| {
-                let ms = w[1].1.duration_since(w[0].1).as_secs_f64() * 1000.0;
-                format!("{} {ms:.1} ms", w[1].0)
-            })
-            .collect();
-        format!("timings: {}", steps.join(" · "))
-    }
-}
-
 /// Said when Ctrl-C comes while the request that places the run is out.
 const WAITING: &str =
     "waiting to hear whether the run was placed, to say how to follow it; Ctrl-C again to exit now";
 /// Said when a second Ctrl-C exits before the answer came.
 const GAVE_UP: &str =
     "exited before the control plane answered; the run may have been placed: `div runs` finds it";
-
-/// Ctrl-C detaches: the run goes on, and these say how to follow and stop it (`div logs
-/// --follow` says the same on Ctrl-C).
-pub(crate) fn detached(printer: &mut Printer, name: &str) {
-    for line in crate::printer::detached_lines(name) {
-        printer.status(&line);
-    }
-}
 
 /// From now on, a Ctrl-C exits at once. The listener is made before this returns, so a
 /// Ctrl-C that comes right after is not missed.
@@ -172,15 +100,15 @@ pub(crate) async fn run(
     if args.json {
         printer.log_to_stderr();
     }
-    let cp = super::connect(settings).await?;
+    let cp = connect(settings).await?;
 
     let seen = Mutex::new(Seen::default());
     let mut timings = settings.timings.then(Timings::new);
     let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
     let printer_cell = Mutex::new(&mut *printer);
-    let mut tail = super::LogTail::placed_with(placed);
+    let mut tail = LogTail::placed_with(placed);
     // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
-    let mut colours = super::LogColours::new(
+    let mut colours = LogColours::new(
         settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
     );
     let mut sink = |event: Event| {
@@ -259,7 +187,7 @@ pub(crate) async fn run(
     let outcome = outcome.map_err(|e| {
         // Given up past the run's latest end, it cannot go on: its own hint says what to do.
         let gone = matches!(e, div_core::RunError::ControlPlaneGone { .. });
-        let failure = super::failure(e);
+        let failure = failure(e);
         // Placed, the run goes on whatever happened to this `div`: say how to reach it.
         match seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone() {
             Some(name) if !gone => failure.hint(Some(format!(
@@ -400,28 +328,9 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         Event::Ended(_) => crate::printer::following(None),
         Event::Step(_) => {}
         other => {
-            super::outage_status(printer, &other);
+            outage_status(printer, &other);
         }
     }
-}
-
-pub(crate) fn print_json(
-    printer: &mut Printer,
-    value: &impl serde::Serialize,
-) -> Result<(), Failure> {
-    let text =
-        serde_json::to_string_pretty(value).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
-    printer.data(&text).map_err(output_failure)
-}
-
-/// Output that could not be written; a reader that went away (a broken pipe, like `| head`)
-/// ends `div` as SIGPIPE would (`printer::reader_gone`).
-pub(crate) fn output_failure(e: std::io::Error) -> Failure {
-    crate::printer::gone_if_broken(&e);
-    Failure::new(
-        exit_codes::LOCAL,
-        anyhow::Error::new(e).context("could not write the output"),
-    )
 }
 
 fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {

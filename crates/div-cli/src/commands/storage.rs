@@ -6,6 +6,8 @@ use anyhow::anyhow;
 use div_core::{Event, Listing, PutOptions, VolumePath};
 use serde_json::json;
 
+use super::shared::connect::connect;
+use super::shared::output::{columns, failure, output_failure, print_json};
 use crate::args::StorageCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -28,7 +30,7 @@ pub(crate) async fn storage(
                 local: settings.cwd.join(path),
                 to,
             };
-            let cp = super::connect(settings).await?;
+            let cp = connect(settings).await?;
             let printer_cell = std::sync::Mutex::new(&mut *printer);
             let mut sink = |event: Event| {
                 let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,12 +43,12 @@ pub(crate) async fn storage(
             };
             let put = div_core::storage_put(&*cp, &options, &mut sink).await;
             let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
-            let put = put.map_err(super::failure)?;
+            let put = put.map_err(failure)?;
             for warning in &put.warnings {
                 printer.warning(warning, None);
             }
             if json {
-                super::run::print_json(
+                print_json(
                     printer,
                     &json!({
                         "volume": put.volume,
@@ -70,13 +72,13 @@ pub(crate) async fn storage(
             }
         }
         StorageCommand::Get { from, dest, json } => {
-            let from: VolumePath = from.parse().map_err(super::failure)?;
-            let cp = super::connect(settings).await?;
+            let from: VolumePath = from.parse().map_err(failure)?;
+            let cp = connect(settings).await?;
             let got = div_core::storage_get(&*cp, &from, &settings.cwd.join(&dest))
                 .await
-                .map_err(super::failure)?;
+                .map_err(failure)?;
             if json {
-                super::run::print_json(
+                print_json(
                     printer,
                     &json!({"files": got.files, "bytes": got.bytes, "dest": got.dest}),
                 )?;
@@ -97,18 +99,16 @@ pub(crate) async fn storage(
             json,
         } => {
             let at: Option<VolumePath> = match at {
-                Some(a) => Some(a.parse().map_err(super::failure)?),
+                Some(a) => Some(a.parse().map_err(failure)?),
                 None => None,
             };
-            let cp = super::connect(settings).await?;
+            let cp = connect(settings).await?;
             let listing = div_core::storage_ls(&*cp, at.as_ref(), recursive)
                 .await
-                .map_err(super::failure)?;
+                .map_err(failure)?;
             match listing {
-                Listing::Volumes(volumes) if json => super::run::print_json(printer, &volumes)?,
-                Listing::Entries { entries, .. } if json => {
-                    super::run::print_json(printer, &entries)?
-                }
+                Listing::Volumes(volumes) if json => print_json(printer, &volumes)?,
+                Listing::Entries { entries, .. } if json => print_json(printer, &entries)?,
                 Listing::Volumes(volumes) if volumes.is_empty() => printer.status("no volumes"),
                 Listing::Volumes(volumes) => {
                     let mut rows = vec![vec!["NAME".into(), "SIZE".into(), "CREATED".into()]];
@@ -119,9 +119,7 @@ pub(crate) async fn storage(
                             v.created_at.clone(),
                         ]
                     }));
-                    printer
-                        .data(&super::runs::columns(&rows))
-                        .map_err(super::run::output_failure)?;
+                    printer.data(&columns(&rows)).map_err(output_failure)?;
                 }
                 Listing::Entries {
                     entries,
@@ -151,9 +149,7 @@ pub(crate) async fn storage(
                             vec![size, name]
                         })
                         .collect();
-                    printer
-                        .data(&super::runs::columns(&rows))
-                        .map_err(super::run::output_failure)?;
+                    printer.data(&columns(&rows)).map_err(output_failure)?;
                 }
             }
         }
@@ -173,10 +169,8 @@ pub(crate) async fn storage(
                     return Ok(exit_codes::REFUSED);
                 }
             }
-            let cp = super::connect(settings).await?;
-            div_core::storage_rm(&*cp, &volume)
-                .await
-                .map_err(super::failure)?;
+            let cp = connect(settings).await?;
+            div_core::storage_rm(&*cp, &volume).await.map_err(failure)?;
             printer.status(&format!("volume {volume} removed"));
         }
     }
