@@ -63,10 +63,10 @@ pub use project::{
     resolve_project,
 };
 pub use result::{ResultReport, pretty_json, result};
-pub use run::{
-    DEFAULT_IMAGE, DryRun, LARGE_SHIPMENT_BYTES, NewVolume, RunOptions, RunOutcome,
-    ShipmentSummary, run, volumes_named,
+pub use run::options::{
+    DEFAULT_IMAGE, DryRun, NewVolume, RunOptions, RunOutcome, ShipmentSummary, volumes_named,
 };
+pub use run::{LARGE_SHIPMENT_BYTES, run};
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
 pub use storage::{
