@@ -69,10 +69,11 @@ pub use run::options::{
 pub use run::{LARGE_SHIPMENT_BYTES, run};
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
-pub use storage::{
-    GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,
-    storage_rm,
-};
+pub use storage::get::{GetSummary, storage_get};
+pub use storage::ls::{Listing, storage_ls};
+pub use storage::place::VolumePath;
+pub use storage::put::{PutOptions, PutSummary, storage_put};
+pub use storage::storage_rm;
 pub use target::{
     ConfigError, ConfigFileRef, Target, default_local_home, read_config_file, resolve_target,
     user_config_path,

@@ -275,4 +275,49 @@ mod tests {
             []
         );
     }
+
+    /// The flags typed are written back in `div run --help`'s order, defaults left out, and
+    /// `--telemetry` as typed; a `requirements.txt` beside the entrypoint comes with them,
+    /// unless nothing is shipped.
+    #[test]
+    fn the_flags_typed_are_written_back_as_typed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("requirements.txt"), "numpy\n").unwrap();
+        let mut options = RunOptions::new(dir.path(), vec!["train.py".into()]);
+        options.gpu = "cpu".into();
+        options.memory = Some("8".parse().unwrap());
+        options.max_spend = Some("2.50".parse().unwrap());
+        options.pull = Some(div_api::PullPolicy::Always);
+        options.env = env(&[("A", "1 2")]);
+        options.checks = vec!["metrics.accuracy>=0.8".parse().unwrap()];
+        options.telemetry = Some(dir.path().join("layout.toml"));
+        options.detach = true;
+        let placed = PlacedWith::from_options(&options, Some(Path::new("layout.toml")));
+        assert_eq!(
+            placed.flags,
+            [
+                "--gpu",
+                "cpu",
+                "--memory",
+                &options.memory.unwrap().to_string(),
+                "--max-spend",
+                "$2.50",
+                "--pull",
+                "always",
+                "--env",
+                "A=1 2",
+                "--check",
+                &options.checks[0].to_string(),
+                "--telemetry",
+                "layout.toml",
+                "--detach",
+            ]
+        );
+        assert_eq!(placed.requirements.as_deref(), Some("numpy\n"));
+        options.no_upload = true;
+        let placed = PlacedWith::from_options(&options, None);
+        assert_eq!(placed.requirements, None);
+        assert_eq!(placed.flags.last().map(String::as_str), Some("--detach"));
+        assert!(placed.flags.contains(&"--no-upload".to_string()));
+    }
 }

@@ -231,7 +231,7 @@ fn checked_shipment(
     dir: &Path,
     telemetry_layout: &mut Option<String>,
 ) -> Result<Shipment, RunError> {
-    crate::pyscan::check_shipped(entrypoint, &shipment, dir)?;
+    crate::pyscan::shipped::check_shipped(entrypoint, &shipment, dir)?;
     if telemetry_layout.is_none() && shipment.contains("telemetry.toml") {
         let bytes = shipment
             .read("telemetry.toml")
