@@ -80,7 +80,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         );
     }
     let tools = Tools::find()?;
-    let div = crate::bench_run::div_binary(div.as_deref())?;
+    let div = crate::bench_local::div_binary(div.as_deref())?;
     eprintln!("div: {}", div.display());
     let tmp = tempfile::tempdir().context("creating a temporary folder")?;
     let registry = Registry::start(&tools.registry, tmp.path())?;
@@ -435,7 +435,7 @@ fn cached_run(div: &Path, busybox: &str, tmp: &Path, rounds: usize) -> Result<()
     struct Stop<'a>(&'a dyn Fn(&[&str]) -> Command);
     impl Drop for Stop<'_> {
         fn drop(&mut self) {
-            crate::bench_run::stop_runs(self.0);
+            crate::bench_local::stop_runs(self.0);
             let _ = (self.0)(&["server", "stop"]).output();
         }
     }
