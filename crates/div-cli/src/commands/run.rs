@@ -147,6 +147,8 @@ struct Following<'a> {
 
 /// How following the run ended: div-core's answer, or a Ctrl-C after which `div` exits (what
 /// it leaves going is said already).
+// Made once a run and moved once, as div-core's `RunOutcome` it holds (allowed the same).
+#[allow(clippy::large_enum_variant)]
 enum Followed {
     Ended(Result<RunOutcome, RunError>),
     Interrupted,
