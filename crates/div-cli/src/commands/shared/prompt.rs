@@ -1,5 +1,5 @@
-//! A value read without echo: from a file, a prompt that does not echo, or stdin (`div
-//! secrets set`, `div login`'s token).
+//! A secret value read as `div secrets set` and `div login` read one: from a file, a prompt
+//! that does not echo, or stdin; never from the command line.
 
 use std::io::{IsTerminal, Read};
 use std::path::Path;
