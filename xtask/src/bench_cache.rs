@@ -100,7 +100,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         mib > 0 && rate_mib > 0,
         "--mib and --mib-per-second are at least 1"
     );
-    let div = crate::bench_run::div_binary(div.as_deref())?;
+    let div = crate::bench_local::div_binary(div.as_deref())?;
     eprintln!("div: {}", div.display());
     let tmp = tempfile::tempdir().context("creating a temporary folder")?;
     let index = tmp.path().join("index");
@@ -129,7 +129,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
     });
     wait_for(port)?;
 
-    let local = crate::bench_run::Local::start(&div, "")?;
+    let local = crate::bench_local::Local::start(&div, "")?;
     fs::write(local.project.join("requirements.txt"), "divbenchpkg==1.0\n")?;
     let install = format!(
         "pip install -q --disable-pip-version-check --trusted-host 127.0.0.1 --index-url http://127.0.0.1:{port}/simple/ --target /tmp/site -r requirements.txt && python -c 'import sys; sys.path.insert(0, \"/tmp/site\"); import divbenchpkg; print(\"installed\", divbenchpkg.VALUE)'"

@@ -424,7 +424,7 @@ fn ship(repo: &Path, div: &Path, runs: usize, who: Option<&As>) -> Result<()> {
         let (unchanged, ()) = median(runs.min(5), || {
             div_as(repo, div, &last, &["run", "--gpu", "cpu", "--", "true"]).map(|_| ())
         })?;
-        let on_disk = crate::bench_run::du(&[&last.join("div")])?;
+        let on_disk = crate::bench_local::du(&[&last.join("div")])?;
         let each: Vec<String> = div_times
             .iter()
             .zip(&tar_times)

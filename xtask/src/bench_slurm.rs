@@ -39,7 +39,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
         "no Slurm cluster answers (`sinfo -h` with SLURM_CONF={}); `.ci/slurm-up` brings one up (as root)",
         conf.display()
     );
-    let div = crate::bench_run::div_binary(div.as_deref())?;
+    let div = crate::bench_local::div_binary(div.as_deref())?;
     eprintln!("div: {}", div.display());
     let tmp = tempfile::tempdir().context("creating a temporary folder")?;
     let c = OnSlurm::new(&div, tmp.path(), &conf)?;
@@ -146,7 +146,7 @@ impl OnSlurm {
 
 impl Drop for OnSlurm {
     fn drop(&mut self) {
-        crate::bench_run::stop_runs(|args| self.cmd(args));
+        crate::bench_local::stop_runs(|args| self.cmd(args));
         let _ = self.div(&["server", "stop"]);
     }
 }

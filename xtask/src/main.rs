@@ -9,6 +9,7 @@ mod arch;
 mod bench_cache;
 mod bench_dashboard;
 mod bench_image;
+mod bench_local;
 mod bench_run;
 mod bench_ship;
 mod bench_slurm;

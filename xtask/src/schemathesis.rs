@@ -36,7 +36,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
     }
     let div = match div {
         Some(d) => d,
-        None => crate::bench_run::div_binary(None)?,
+        None => crate::bench_local::div_binary(None)?,
     };
     ensure!(
         Command::new("schemathesis")

@@ -46,7 +46,7 @@ pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ApiError, ErrorKind, error_chain};
 pub use models::*;
 pub use options::{Options, Token};
-pub use pack::{PACK_BLOB_MAX_BYTES, PACK_MAX_BYTES, PackBlob, pack_frame, parse_pack};
+pub use pack::{PACK_BLOB_MAX_BYTES, PACK_MAX_BYTES, PackBlob, PackError, pack_frame, parse_pack};
 pub use routes::{IDEMPOTENCY_KEY, Route};
 
 /// Where the bytes of a blob upload come from.

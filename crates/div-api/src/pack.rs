@@ -35,63 +35,92 @@ pub fn pack_frame(blobs: &[PackBlob]) -> Vec<u8> {
     out
 }
 
+/// The error returned by [`parse_pack()`]: what is wrong with a pack body, and where (`blob`
+/// counts from 1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackError {
+    #[error("the pack's blob {blob} at byte {at} has no `HASH LENGTH` line")]
+    NoHeader { blob: usize, at: usize },
+    #[error("the pack's blob {blob} at byte {at}: its header is not text")]
+    HeaderNotText { blob: usize, at: usize },
+    #[error(
+        "the pack's blob {blob} at byte {at}: its header `{}` is not `HASH LENGTH`",
+        .header.escape_debug()
+    )]
+    NotHashLength {
+        blob: usize,
+        at: usize,
+        header: String,
+    },
+    #[error(
+        "the pack's blob {blob}: `{}` is not a blake3 hash (64 lowercase hex digits)",
+        .hash.escape_debug()
+    )]
+    NotAHash { blob: usize, hash: String },
+    #[error("the pack's blob {blob} (`{hash}`): `{}` is not a length", .length.escape_debug())]
+    NotALength {
+        blob: usize,
+        hash: String,
+        length: String,
+    },
+    #[error("the pack's blob {blob} (`{hash}`) says {length} bytes, but only {follow} follow")]
+    Short {
+        blob: usize,
+        hash: String,
+        length: usize,
+        follow: usize,
+    },
+}
+
 /// The blobs of a pack body, as `(hash, bytes)`; or what is wrong with it, saying where.
 /// The hashes are checked for their form here, not against the bytes (the server does that).
-pub fn parse_pack(body: &[u8]) -> Result<Vec<(&str, &[u8])>, String> {
+pub fn parse_pack(body: &[u8]) -> Result<Vec<(&str, &[u8])>, PackError> {
     let mut blobs = Vec::new();
     let mut at = 0usize;
     while at < body.len() {
         let rest = &body[at..];
+        let blob = blobs.len() + 1;
         // A header is at most 64 + 1 + 20 + 1 bytes.
         let Some(end) = rest.iter().take(90).position(|b| *b == b'\n') else {
-            return Err(format!(
-                "the pack's blob {} at byte {at} has no `HASH LENGTH` line",
-                blobs.len() + 1
-            ));
+            return Err(PackError::NoHeader { blob, at });
         };
-        let header = std::str::from_utf8(&rest[..end]).map_err(|_| {
-            format!(
-                "the pack's blob {} at byte {at}: its header is not text",
-                blobs.len() + 1
-            )
-        })?;
-        let (hash, len) = header.split_once(' ').ok_or_else(|| {
-            format!(
-                "the pack's blob {} at byte {at}: its header `{}` is not `HASH LENGTH`",
-                blobs.len() + 1,
-                header.escape_debug()
-            )
-        })?;
+        let header =
+            std::str::from_utf8(&rest[..end]).map_err(|_| PackError::HeaderNotText { blob, at })?;
+        let (hash, len) = header
+            .split_once(' ')
+            .ok_or_else(|| PackError::NotHashLength {
+                blob,
+                at,
+                header: header.to_owned(),
+            })?;
         if hash.len() != 64
             || !hash
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         {
-            return Err(format!(
-                "the pack's blob {}: `{}` is not a blake3 hash (64 lowercase hex digits)",
-                blobs.len() + 1,
-                hash.escape_debug()
-            ));
+            return Err(PackError::NotAHash {
+                blob,
+                hash: hash.to_owned(),
+            });
         }
         let len: usize = len
             .parse()
             .ok()
             .filter(|_| len.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| {
-                format!(
-                    "the pack's blob {} (`{hash}`): `{}` is not a length",
-                    blobs.len() + 1,
-                    len.escape_debug()
-                )
+            .ok_or_else(|| PackError::NotALength {
+                blob,
+                hash: hash.to_owned(),
+                length: len.to_owned(),
             })?;
         let start = end + 1;
-        let data = rest.get(start..start.saturating_add(len)).ok_or_else(|| {
-            format!(
-                "the pack's blob {} (`{hash}`) says {len} bytes, but only {} follow",
-                blobs.len() + 1,
-                rest.len() - start
-            )
-        })?;
+        let data = rest
+            .get(start..start.saturating_add(len))
+            .ok_or_else(|| PackError::Short {
+                blob,
+                hash: hash.to_owned(),
+                length: len,
+                follow: rest.len() - start,
+            })?;
         blobs.push((hash, data));
         at += start + len;
     }
@@ -128,38 +157,45 @@ mod tests {
         assert!(
             parse_pack(cut)
                 .unwrap_err()
+                .to_string()
                 .contains("says 3 bytes, but only 2 follow")
         );
         assert!(
             parse_pack(b"nothash 3\nabc")
                 .unwrap_err()
+                .to_string()
                 .contains("is not a blake3 hash")
         );
         let h = "a".repeat(64);
         assert!(
             parse_pack(format!("{h} -3\nabc").as_bytes())
                 .unwrap_err()
+                .to_string()
                 .contains("is not a length")
         );
         assert!(
             parse_pack(format!("{h} +3\nabc").as_bytes())
                 .unwrap_err()
+                .to_string()
                 .contains("is not a length")
         );
         assert!(
             parse_pack(format!("{h}3\nabc").as_bytes())
                 .unwrap_err()
+                .to_string()
                 .contains("is not `HASH LENGTH`")
         );
         assert!(
             parse_pack(&[b'x'; 200])
                 .unwrap_err()
+                .to_string()
                 .contains("has no `HASH LENGTH` line")
         );
         let huge = format!("{h} 18446744073709551615\n");
         assert!(
             parse_pack(huge.as_bytes())
                 .unwrap_err()
+                .to_string()
                 .contains("but only 0 follow")
         );
     }

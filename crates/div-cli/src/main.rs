@@ -2,20 +2,21 @@
 
 mod args;
 mod commands;
+mod dispatch;
 mod exit_codes;
 mod plot;
 mod printer;
 mod settings;
 
 fn main() {
-    commands::mark_start();
+    commands::shared::timings::mark_start();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // `div --version` needs none of the command tree clap would build first: it answers as
     // clap does (`div 0.1.0`), in about the time `git --version` takes (docs/performance.md).
     if let [_, flag] = argv.as_slice()
         && (flag == "--version" || flag == "-V")
     {
-        std::process::exit(commands::print_version());
+        std::process::exit(dispatch::print_version());
     }
     let cli = args::parse(argv);
     // The local control plane moves every shipped file's bytes: its allocator is tuned for
@@ -28,5 +29,5 @@ fn main() {
     {
         div_server::tune_allocator();
     }
-    std::process::exit(commands::main(cli));
+    std::process::exit(dispatch::main(cli));
 }

@@ -83,6 +83,9 @@ fn env_path(name: &str, cwd: &Path) -> Option<PathBuf> {
         .map(|v| cwd.join(v))
 }
 
+/// A config file read: where it is, and its fields.
+type ConfigFile = (PathBuf, serde_json::Map<String, serde_json::Value>);
+
 impl Settings {
     /// Resolve the settings from the process's environment.
     pub(crate) fn from_env() -> Result<Settings> {
@@ -130,108 +133,11 @@ impl Settings {
             )?)),
             None => None,
         };
-        let mut sources = Vec::new();
-        let mut add =
-            |name, value: String, from: String| sources.push(Source { name, value, from });
-        match &target {
-            Target::Remote { url, from, .. } => add("api_url", url.clone(), from.clone()),
-            Target::Local => add(
-                "api_url",
-                format!("unix://{}", home.join("server.sock").display()),
-                "default: the local control plane".into(),
-            ),
-        }
-        let token_from = if env("DIVERGENT_TOKEN").is_some() {
-            Some("DIVERGENT_TOKEN".to_string())
-        } else {
-            user_config
-                .as_ref()
-                .filter(|(_, m)| m.get("token").is_some_and(|t| t.is_string()))
-                .map(|(p, _)| p.display().to_string())
-        };
-        match token_from {
-            Some(from) => add("token", REDACTED.into(), from),
-            None => add("token", "none".into(), "default".into()),
-        }
-        match div_core::resolve_project(None, env("DIVERGENT_PROJECT").as_deref(), &cwd) {
-            Ok(p) => {
-                let from = match p.origin {
-                    div_core::ProjectOrigin::Flag => "--project".to_string(),
-                    div_core::ProjectOrigin::Env => "DIVERGENT_PROJECT".into(),
-                    div_core::ProjectOrigin::File(f) => f.display().to_string(),
-                    _ => "default: this directory's name".into(),
-                };
-                add("project", p.slug, from)
-            }
-            Err(e) => add("project", format!("none ({e})"), "default".into()),
-        }
-        add(
-            "home",
-            home.display().to_string(),
-            if env("DIVERGENT_HOME").is_some() {
-                "DIVERGENT_HOME".into()
-            } else {
-                "default: $XDG_DATA_HOME/div".into()
-            },
-        );
-        add(
-            "api_timeout",
-            deadline.map_or("30s".into(), |d| format!("{}s", d.as_secs())),
-            if deadline.is_some() {
-                "DIVERGENT_API_TIMEOUT".into()
-            } else {
-                "default".into()
-            },
-        );
-        add(
-            "emulate_gpus",
-            env("DIVERGENT_EMULATE_GPUS").unwrap_or_else(|| "none".into()),
-            if env("DIVERGENT_EMULATE_GPUS").is_some() {
-                "DIVERGENT_EMULATE_GPUS".into()
-            } else {
-                "default: GPUs found with nvidia-smi".into()
-            },
-        );
-        add(
-            "cache",
-            cache
-                .as_ref()
-                .map_or("none".into(), |c| c.join("div").display().to_string()),
-            if env("XDG_CACHE_HOME").is_some() {
-                "XDG_CACHE_HOME".into()
-            } else {
-                "default: ~/.cache/div".into()
-            },
-        );
-        add(
-            "color",
-            if color { "on" } else { "off" }.into(),
-            if env("NO_COLOR").is_some() {
-                "NO_COLOR".into()
-            } else if env("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
-                "CLICOLOR_FORCE".into()
-            } else if env("CLICOLOR").is_some_and(|v| v == "0") {
-                "CLICOLOR".into()
-            } else {
-                "default: on when stderr is a terminal".into()
-            },
-        );
-        add(
-            "user_config",
-            user_config_path
-                .as_ref()
-                .map_or("none".into(), |p| p.display().to_string()),
-            if user_config.is_some() {
-                "found".into()
-            } else {
-                "absent; div login writes it".into()
-            },
-        );
         let git_dir = env_path("GIT_DIR", &cwd);
         let git_work_tree = env_path("GIT_WORK_TREE", &cwd);
-        Ok(Settings {
+        let mut settings = Settings {
             user_config: user_config_path,
-            sources,
+            sources: Vec::new(),
             cwd,
             deadline,
             target,
@@ -254,7 +160,131 @@ impl Settings {
                 docker_config: env("DOCKER_CONFIG"),
                 home: env("HOME"),
             },
-        })
+        };
+        settings.sources = sources(&settings, user_config.as_ref());
+        Ok(settings)
+    }
+}
+
+/// Each setting resolved, its value and where it came from, for `div config`; `user_config`
+/// is the user's config file, when it was read.
+fn sources(settings: &Settings, user_config: Option<&ConfigFile>) -> Vec<Source> {
+    let mut sources = Vec::new();
+    let mut add = |name, value: String, from: String| sources.push(Source { name, value, from });
+    match &settings.target {
+        Target::Remote { url, from, .. } => add("api_url", url.clone(), from.clone()),
+        Target::Local => add(
+            "api_url",
+            format!("unix://{}", settings.home.join("server.sock").display()),
+            "default: the local control plane".into(),
+        ),
+    }
+    match token_from(user_config) {
+        Some(from) => add("token", REDACTED.into(), from),
+        None => add("token", "none".into(), "default".into()),
+    }
+    let (project, from) = project_source(&settings.cwd);
+    add("project", project, from);
+    add(
+        "home",
+        settings.home.display().to_string(),
+        if env("DIVERGENT_HOME").is_some() {
+            "DIVERGENT_HOME".into()
+        } else {
+            "default: $XDG_DATA_HOME/div".into()
+        },
+    );
+    add(
+        "api_timeout",
+        settings
+            .deadline
+            .map_or("30s".into(), |d| format!("{}s", d.as_secs())),
+        if settings.deadline.is_some() {
+            "DIVERGENT_API_TIMEOUT".into()
+        } else {
+            "default".into()
+        },
+    );
+    add(
+        "emulate_gpus",
+        env("DIVERGENT_EMULATE_GPUS").unwrap_or_else(|| "none".into()),
+        if env("DIVERGENT_EMULATE_GPUS").is_some() {
+            "DIVERGENT_EMULATE_GPUS".into()
+        } else {
+            "default: GPUs found with nvidia-smi".into()
+        },
+    );
+    add(
+        "cache",
+        settings
+            .cache_dir
+            .as_ref()
+            .map_or("none".into(), |c| c.display().to_string()),
+        if env("XDG_CACHE_HOME").is_some() {
+            "XDG_CACHE_HOME".into()
+        } else {
+            "default: ~/.cache/div".into()
+        },
+    );
+    add(
+        "color",
+        if settings.color { "on" } else { "off" }.into(),
+        color_from(),
+    );
+    add(
+        "user_config",
+        settings
+            .user_config
+            .as_ref()
+            .map_or("none".into(), |p| p.display().to_string()),
+        if user_config.is_some() {
+            "found".into()
+        } else {
+            "absent; div login writes it".into()
+        },
+    );
+    sources
+}
+
+/// Where the token comes from: `DIVERGENT_TOKEN`, or the user's config file; `None` without
+/// one.
+fn token_from(user_config: Option<&ConfigFile>) -> Option<String> {
+    if env("DIVERGENT_TOKEN").is_some() {
+        Some("DIVERGENT_TOKEN".to_string())
+    } else {
+        user_config
+            .filter(|(_, m)| m.get("token").is_some_and(|t| t.is_string()))
+            .map(|(p, _)| p.display().to_string())
+    }
+}
+
+/// The project of `cwd`'s runs, and where that comes from; why there is none when there is
+/// none.
+fn project_source(cwd: &Path) -> (String, String) {
+    match div_core::resolve_project(None, env("DIVERGENT_PROJECT").as_deref(), cwd) {
+        Ok(p) => {
+            let from = match p.origin {
+                div_core::ProjectOrigin::Flag => "--project".to_string(),
+                div_core::ProjectOrigin::Env => "DIVERGENT_PROJECT".into(),
+                div_core::ProjectOrigin::File(f) => f.display().to_string(),
+                _ => "default: this directory's name".into(),
+            };
+            (p.slug, from)
+        }
+        Err(e) => (format!("none ({e})"), "default".into()),
+    }
+}
+
+/// Which convention decided whether stderr is coloured.
+fn color_from() -> String {
+    if env("NO_COLOR").is_some() {
+        "NO_COLOR".into()
+    } else if env("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+        "CLICOLOR_FORCE".into()
+    } else if env("CLICOLOR").is_some_and(|v| v == "0") {
+        "CLICOLOR".into()
+    } else {
+        "default: on when stderr is a terminal".into()
     }
 }
 

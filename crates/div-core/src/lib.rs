@@ -63,16 +63,17 @@ pub use project::{
     resolve_project,
 };
 pub use result::{ResultReport, pretty_json, result};
-pub use run::{
-    DEFAULT_IMAGE, DryRun, LARGE_SHIPMENT_BYTES, NewVolume, RunOptions, RunOutcome,
-    ShipmentSummary, run, volumes_named,
+pub use run::options::{
+    DEFAULT_IMAGE, DryRun, NewVolume, RunOptions, RunOutcome, ShipmentSummary, volumes_named,
 };
+pub use run::{LARGE_SHIPMENT_BYTES, run};
 pub use runs::{RUNS_PAGE, RunsListing, RunsOptions, latest_run, runs};
 pub use secrets::{secret_list, secret_remove, secret_set};
-pub use storage::{
-    GetSummary, Listing, PutOptions, PutSummary, VolumePath, storage_get, storage_ls, storage_put,
-    storage_rm,
-};
+pub use storage::get::{GetSummary, storage_get};
+pub use storage::ls::{Listing, storage_ls};
+pub use storage::place::VolumePath;
+pub use storage::put::{PutOptions, PutSummary, storage_put};
+pub use storage::storage_rm;
 pub use target::{
     ConfigError, ConfigFileRef, Target, default_local_home, read_config_file, resolve_target,
     user_config_path,

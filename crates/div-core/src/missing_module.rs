@@ -1,6 +1,8 @@
 //! The hint a run that died of `ModuleNotFoundError` ends with: which Python it used, and
 //! how to install the module into the run.
 
+use std::path::Path;
+
 use div_api::{Run, RunStatus};
 
 /// The most of a log's end that [`missing_module_hint`] needs to see.
@@ -39,33 +41,99 @@ impl PlacedWith {
     /// whose typed flags are not at hand): its SKU and GPUs, ceiling, image, environment and
     /// checks.
     pub fn from_record(run: &Run) -> PlacedWith {
+        let flags = PlacedFlags {
+            gpu: (run.sku != "h100").then_some(run.sku.as_str()),
+            gpus: (run.gpus != 1 && run.sku != "cpu").then_some(run.gpus),
+            max_spend: run.max_spend_cents.map(div_spec::Money::from_cents),
+            image: (run.image != div_spec::DEFAULT_IMAGE).then_some(run.image.as_str()),
+            env: run
+                .env
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect(),
+            checks: run.checks.clone(),
+            ..PlacedFlags::default()
+        };
+        PlacedWith {
+            flags: flags.words(),
+            requirements: None,
+        }
+    }
+}
+
+/// `div run`'s flags as a hint writes them back. Each one given is written, in the order `div
+/// run --help` lists them: the one writer behind [`PlacedWith::from_record`] and
+/// `PlacedWith::from_options` (`run/options.rs`), so that a flag reads alike from either.
+#[derive(Debug, Default)]
+pub(crate) struct PlacedFlags<'a> {
+    pub(crate) gpu: Option<&'a str>,
+    pub(crate) gpus: Option<u32>,
+    pub(crate) cpu: Option<u32>,
+    pub(crate) memory: Option<div_spec::MemoryGib>,
+    pub(crate) max_spend: Option<div_spec::Money>,
+    pub(crate) project: Option<&'a str>,
+    pub(crate) image: Option<&'a str>,
+    pub(crate) pull: Option<div_api::PullPolicy>,
+    /// `KEY`, `value`.
+    pub(crate) env: Vec<(&'a str, &'a str)>,
+    pub(crate) checks: Vec<String>,
+    pub(crate) telemetry: Option<&'a Path>,
+    pub(crate) volume: Option<&'a str>,
+    pub(crate) no_upload: bool,
+    pub(crate) detach: bool,
+}
+
+impl PlacedFlags<'_> {
+    /// The flags as words: `["--gpu", "cpu", "--check", "metrics.accuracy >= 0.8"]`.
+    pub(crate) fn words(&self) -> Vec<String> {
         let mut flags = Vec::new();
         let mut flag = |name: &str, value: String| {
             flags.push(format!("--{name}"));
             flags.push(value);
         };
-        if run.sku != "h100" {
-            flag("gpu", run.sku.clone());
+        if let Some(gpu) = self.gpu {
+            flag("gpu", gpu.to_owned());
         }
-        if run.gpus != 1 && run.sku != "cpu" {
-            flag("gpus", run.gpus.to_string());
+        if let Some(gpus) = self.gpus {
+            flag("gpus", gpus.to_string());
         }
-        if let Some(cents) = run.max_spend_cents {
-            flag("max-spend", div_spec::Money::from_cents(cents).to_string());
+        if let Some(cpu) = self.cpu {
+            flag("cpu", cpu.to_string());
         }
-        if run.image != div_spec::DEFAULT_IMAGE {
-            flag("image", run.image.clone());
+        if let Some(memory) = self.memory {
+            flag("memory", memory.to_string());
         }
-        for env in &run.env {
-            flag("env", format!("{}={}", env.key, env.value));
+        if let Some(money) = self.max_spend {
+            flag("max-spend", money.to_string());
         }
-        for check in &run.checks {
+        if let Some(project) = self.project {
+            flag("project", project.to_owned());
+        }
+        if let Some(image) = self.image {
+            flag("image", image.to_owned());
+        }
+        if let Some(pull) = self.pull {
+            flag("pull", pull.to_string());
+        }
+        for (key, value) in &self.env {
+            flag("env", format!("{key}={value}"));
+        }
+        for check in &self.checks {
             flag("check", check.clone());
         }
-        PlacedWith {
-            flags,
-            requirements: None,
+        if let Some(telemetry) = self.telemetry {
+            flag("telemetry", telemetry.display().to_string());
         }
+        if let Some(volume) = self.volume {
+            flag("volume", volume.to_owned());
+        }
+        if self.no_upload {
+            flags.push("--no-upload".into());
+        }
+        if self.detach {
+            flags.push("--detach".into());
+        }
+        flags
     }
 }
 

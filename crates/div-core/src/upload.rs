@@ -3,7 +3,7 @@
 //! files in packs, large ones in pieces, partial blobs resumed.
 
 use div_api::{BlobSource, CommitTree, ControlPlane};
-use div_ship::{Shipment, UploadPlan};
+use div_ship::{PlannedBlob, Shipment, UploadPlan};
 
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
@@ -154,23 +154,11 @@ async fn send_missing(
     sink: &mut dyn EventSink,
     stage: Option<&div_api::StagedTree>,
 ) -> Result<(), RunError> {
-    let api = |during: &'static str| move |e| RunError::api(during, e);
     let asked;
     let (missing, partial) = match stage {
         Some(stage) => (&stage.missing, &stage.partial),
         None => {
-            let mut hashes: Vec<String> = shipment
-                .manifest
-                .entries
-                .iter()
-                .filter_map(|e| e.hash.clone())
-                .collect();
-            hashes.sort();
-            hashes.dedup();
-            asked = cp
-                .missing_blobs(volume, &hashes)
-                .await
-                .map_err(api(words.ask))?;
+            asked = ask_missing(cp, shipment, volume, words).await?;
             (&asked.missing, &asked.partial)
         }
     };
@@ -179,18 +167,52 @@ async fn send_missing(
         bytes: plan.total_bytes,
         blobs: plan.blobs.len() as u64,
     });
-    let mut sent = 0;
     // Small whole files go together, in packs of up to PACK_BYTES: a project of many small
     // files does not cost a request each. The rest go one by one, resumably.
     let (small, large): (Vec<_>, Vec<_>) = plan
         .blobs
         .iter()
         .partition(|b| b.offset == 0 && b.size <= div_api::PACK_BLOB_MAX_BYTES);
-    // Each pack's files are read on a blocking thread while the pack before is sent, so the
-    // reading here and the writing at the server overlap.
+    let packs = Packs {
+        cp,
+        shipment,
+        volume,
+        words,
+        stage,
+    };
+    let mut sent = packs.send(pack_groups(&small), sink).await?;
+    for blob in large {
+        send_large(cp, volume, words, blob, &mut sent, sink).await?;
+    }
+    Ok(())
+}
+
+/// Which of `shipment`'s blobs `volume` lacks, and how much of each it holds already.
+async fn ask_missing(
+    cp: &dyn ControlPlane,
+    shipment: &Shipment,
+    volume: &str,
+    words: &UploadWords,
+) -> Result<div_api::MissingBlobs, RunError> {
+    let mut hashes: Vec<String> = shipment
+        .manifest
+        .entries
+        .iter()
+        .filter_map(|e| e.hash.clone())
+        .collect();
+    hashes.sort();
+    hashes.dedup();
+    cp.missing_blobs(volume, &hashes)
+        .await
+        .map_err(|e| RunError::api(words.ask, e))
+}
+
+/// The small files, hash and path, in groups of a pack each: at most [`PACK_BYTES`] (a file
+/// may take a pack past it) and [`PACK_BLOBS`] files.
+fn pack_groups(small: &[&PlannedBlob]) -> Vec<Vec<(String, std::path::PathBuf)>> {
     let mut groups: Vec<Vec<(String, std::path::PathBuf)>> = Vec::new();
     let mut group_bytes = 0u64;
-    for blob in &small {
+    for blob in small {
         if groups
             .last()
             .is_none_or(|g| group_bytes >= PACK_BYTES || g.len() >= PACK_BLOBS)
@@ -203,105 +225,149 @@ async fn send_missing(
         }
         group_bytes += blob.size;
     }
-    let read = |group: Vec<(String, std::path::PathBuf)>| {
-        let kept = shipment.kept.clone();
-        tokio::task::spawn_blocking(move || read_pack(group, &kept))
-    };
-    let got = |reading: Result<_, tokio::task::JoinError>| match reading {
-        Ok(read) => read,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(RunError::Read {
-            path: shipment.root.clone(),
-            source: std::io::Error::other(e),
-        }),
-    };
-    // Two packs are in flight at all times, so the server writes one while it checks the
-    // other (its two requests are served on two threads): each that ends is followed at once
-    // by the next, whose files are read on a blocking thread two packs ahead.
-    let mut groups = groups.into_iter();
-    let mut reading: std::collections::VecDeque<_> = groups.by_ref().take(2).map(read).collect();
-    type Sending<'a> =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, RunError>> + Send + 'a>>;
-    type Read = tokio::task::JoinHandle<Result<(Vec<div_api::PackBlob>, u64), RunError>>;
-    let send = |reading: Read| -> Sending<'_> {
-        Box::pin(async move {
-            let (pack, bytes) = got(reading.await)?;
-            match stage {
-                Some(stage) => cp.upload_staged_pack(volume, &stage.id, &pack).await,
-                None => cp.upload_pack(volume, &pack).await,
-            }
-            .map_err(api(words.send))?;
-            Ok(bytes)
-        })
-    };
-    let mut slots: [Option<Sending<'_>>; 2] = [None, None];
-    loop {
-        for slot in slots.iter_mut().filter(|s| s.is_none()) {
-            *slot = reading.pop_front().map(send);
-            reading.extend(groups.next().map(read));
-        }
-        if slots.iter().all(Option::is_none) {
-            break;
-        }
-        let (i, done) = std::future::poll_fn(|cx| {
-            for (i, slot) in slots.iter_mut().enumerate() {
-                if let Some(sending) = slot
-                    && let std::task::Poll::Ready(done) = sending.as_mut().poll(cx)
-                {
-                    return std::task::Poll::Ready((i, done));
+    groups
+}
+
+/// Where packs go: the volume, or its staged tree.
+struct Packs<'a> {
+    cp: &'a dyn ControlPlane,
+    shipment: &'a Shipment,
+    volume: &'a str,
+    words: &'a UploadWords,
+    stage: Option<&'a div_api::StagedTree>,
+}
+
+impl Packs<'_> {
+    /// Sends a pack of each group; returns the bytes sent. Each pack's files are read on a
+    /// blocking thread while the pack before is sent, so the reading here and the writing at
+    /// the server overlap.
+    async fn send(
+        &self,
+        groups: Vec<Vec<(String, std::path::PathBuf)>>,
+        sink: &mut dyn EventSink,
+    ) -> Result<u64, RunError> {
+        let Packs {
+            cp,
+            shipment,
+            volume,
+            words,
+            stage,
+        } = *self;
+        let api = |during: &'static str| move |e| RunError::api(during, e);
+        let mut sent = 0;
+        let read = |group: Vec<(String, std::path::PathBuf)>| {
+            let kept = shipment.kept.clone();
+            tokio::task::spawn_blocking(move || read_pack(group, &kept))
+        };
+        let got = |reading: Result<_, tokio::task::JoinError>| match reading {
+            Ok(read) => read,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(RunError::Read {
+                path: shipment.root.clone(),
+                source: std::io::Error::other(e),
+            }),
+        };
+        // Two packs are in flight at all times, so the server writes one while it checks the
+        // other (its two requests are served on two threads): each that ends is followed at
+        // once by the next, whose files are read on a blocking thread two packs ahead.
+        let mut groups = groups.into_iter();
+        let mut reading: std::collections::VecDeque<_> =
+            groups.by_ref().take(2).map(read).collect();
+        type Sending<'a> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, RunError>> + Send + 'a>>;
+        type Read = tokio::task::JoinHandle<Result<(Vec<div_api::PackBlob>, u64), RunError>>;
+        let send = |reading: Read| -> Sending<'_> {
+            Box::pin(async move {
+                let (pack, bytes) = got(reading.await)?;
+                match stage {
+                    Some(stage) => cp.upload_staged_pack(volume, &stage.id, &pack).await,
+                    None => cp.upload_pack(volume, &pack).await,
                 }
+                .map_err(api(words.send))?;
+                Ok(bytes)
+            })
+        };
+        let mut slots: [Option<Sending<'_>>; 2] = [None, None];
+        loop {
+            for slot in slots.iter_mut().filter(|s| s.is_none()) {
+                *slot = reading.pop_front().map(send);
+                reading.extend(groups.next().map(read));
             }
-            std::task::Poll::Pending
-        })
-        .await;
-        slots[i] = None;
-        sent += done?;
-        sink.event(Event::UploadProgress { sent });
-    }
-    for blob in large {
-        // A large file goes in pieces, so progress shows while it is sent; the client resumes
-        // a cut piece itself (div-api's `upload.rs`): one loop, one budget.
-        let end = blob.offset + blob.len;
-        let mut at = blob.offset;
-        while at < end {
-            let len = (end - at).min(UPLOAD_PIECE_BYTES);
-            let data = BlobSource::File {
-                path: blob.path.clone(),
-                offset: at,
-                len,
-            };
-            match cp
-                .upload_blob(volume, &blob.hash, at, blob.size, data)
-                .await
-            {
-                Ok(_) => {}
-                // The server holds another amount of this blob than the plan began from
-                // (another upload of the same blob, in this project, was cut or discarded), or
-                // it resumed from a partial whose bytes were not the file's (a crash of the
-                // server's machine can leave one) and discarded it: send the whole file
-                // again, once, from what the server holds.
-                Err(e)
-                    if e.code() == Some("offset_mismatch")
-                        || (e.code() == Some("hash_mismatch") && blob.offset > 0) =>
-                {
-                    let whole = BlobSource::File {
-                        path: blob.path.clone(),
-                        offset: 0,
-                        len: blob.size,
-                    };
-                    div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
-                        .await
-                        .map_err(api(words.send))?;
-                    sent += end - at;
-                    sink.event(Event::UploadProgress { sent });
-                    break;
+            if slots.iter().all(Option::is_none) {
+                break;
+            }
+            let (i, done) = std::future::poll_fn(|cx| {
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if let Some(sending) = slot
+                        && let std::task::Poll::Ready(done) = sending.as_mut().poll(cx)
+                    {
+                        return std::task::Poll::Ready((i, done));
+                    }
                 }
-                Err(e) => return Err(api(words.send)(e)),
-            }
-            at += len;
-            sent += len;
+                std::task::Poll::Pending
+            })
+            .await;
+            slots[i] = None;
+            sent += done?;
             sink.event(Event::UploadProgress { sent });
         }
+        Ok(sent)
+    }
+}
+
+/// Sends a blob too large for a pack, in pieces of [`UPLOAD_PIECE_BYTES`] so that progress
+/// shows while it goes; `sent` counts its bytes.
+async fn send_large(
+    cp: &dyn ControlPlane,
+    volume: &str,
+    words: &UploadWords,
+    blob: &PlannedBlob,
+    sent: &mut u64,
+    sink: &mut dyn EventSink,
+) -> Result<(), RunError> {
+    let api = |during: &'static str| move |e| RunError::api(during, e);
+    // A large file goes in pieces, so progress shows while it is sent; the client resumes
+    // a cut piece itself (div-api's `upload.rs`): one loop, one budget.
+    let end = blob.offset + blob.len;
+    let mut at = blob.offset;
+    while at < end {
+        let len = (end - at).min(UPLOAD_PIECE_BYTES);
+        let data = BlobSource::File {
+            path: blob.path.clone(),
+            offset: at,
+            len,
+        };
+        match cp
+            .upload_blob(volume, &blob.hash, at, blob.size, data)
+            .await
+        {
+            Ok(_) => {}
+            // The server holds another amount of this blob than the plan began from
+            // (another upload of the same blob, in this project, was cut or discarded), or
+            // it resumed from a partial whose bytes were not the file's (a crash of the
+            // server's machine can leave one) and discarded it: send the whole file
+            // again, once, from what the server holds.
+            Err(e)
+                if e.code() == Some("offset_mismatch")
+                    || (e.code() == Some("hash_mismatch") && blob.offset > 0) =>
+            {
+                let whole = BlobSource::File {
+                    path: blob.path.clone(),
+                    offset: 0,
+                    len: blob.size,
+                };
+                div_api::upload_blob_resuming(cp, volume, &blob.hash, &whole)
+                    .await
+                    .map_err(api(words.send))?;
+                *sent += end - at;
+                sink.event(Event::UploadProgress { sent: *sent });
+                break;
+            }
+            Err(e) => return Err(api(words.send)(e)),
+        }
+        at += len;
+        *sent += len;
+        sink.event(Event::UploadProgress { sent: *sent });
     }
     Ok(())
 }

@@ -82,33 +82,7 @@ fn list_repo(
             repo: workdir.to_owned(),
         });
     }
-    // Like git, which only verifies the index checksum in `git fsck`: skipping it saves a
-    // hash over the whole index on every listing.
-    let index_path = repo.index_path();
-    let index = if index_path.exists() {
-        gix::index::File::at(
-            &index_path,
-            repo.object_hash(),
-            true,
-            gix::index::decode::Options::default(),
-        )
-        .map_err(|source| ShipError::Git {
-            repo: workdir.to_owned(),
-            source: Box::new(source),
-        })?
-    } else {
-        gix::index::File::from_state(gix::index::State::new(repo.object_hash()), index_path)
-    };
-    // A sparse index holds whole folders outside the sparse cone as one entry (their tree);
-    // git expands them before it lists anything (`ensure_full_index`), and so does div.
-    let index = if index.is_sparse() {
-        expand_sparse(repo, &index).map_err(|source| ShipError::Git {
-            repo: workdir.to_owned(),
-            source,
-        })?
-    } else {
-        index
-    };
+    let index = read_index(repo, workdir)?;
     let dir_prefix = if prefix.is_empty() {
         String::new()
     } else {
@@ -160,8 +134,51 @@ fn list_repo(
         }
     }
 
-    // Submodules and nested repositories, alike: each one's own set, and a word about it, in
-    // the order of their paths (the walk finds them in no set order).
+    list_nested(nested, workdir, out_prefix, out, warnings)
+}
+
+/// The repository's index as git reads it (its checksum not verified, as git verifies it only
+/// in `git fsck`), with a sparse index expanded; an empty one when there is none.
+fn read_index(repo: &gix::Repository, workdir: &Path) -> Result<gix::index::File, ShipError> {
+    // Like git, which only verifies the index checksum in `git fsck`: skipping it saves a
+    // hash over the whole index on every listing.
+    let index_path = repo.index_path();
+    let index = if index_path.exists() {
+        gix::index::File::at(
+            &index_path,
+            repo.object_hash(),
+            true,
+            gix::index::decode::Options::default(),
+        )
+        .map_err(|source| ShipError::Git {
+            repo: workdir.to_owned(),
+            source: Box::new(source),
+        })?
+    } else {
+        gix::index::File::from_state(gix::index::State::new(repo.object_hash()), index_path)
+    };
+    // A sparse index holds whole folders outside the sparse cone as one entry (their tree);
+    // git expands them before it lists anything (`ensure_full_index`), and so does div.
+    if index.is_sparse() {
+        expand_sparse(repo, &index).map_err(|source| ShipError::Git {
+            repo: workdir.to_owned(),
+            source,
+        })
+    } else {
+        Ok(index)
+    }
+}
+
+/// Submodules and nested repositories, alike: each one's own set, and a word about it, in the
+/// order of their paths (the walk finds them in no set order). `nested` holds each one's
+/// path in the manifest's form, its path relative to the listing, and what it is.
+fn list_nested(
+    mut nested: Vec<(String, String, Inner)>,
+    workdir: &Path,
+    out_prefix: &str,
+    out: &mut Vec<Listed>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ShipError> {
     nested.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, rel, inner) in nested {
         let sub_workdir = workdir.join(on_disk(&path));

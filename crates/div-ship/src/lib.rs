@@ -30,6 +30,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+mod cache;
 mod git;
 mod git_walk;
 mod hash;
@@ -40,7 +41,8 @@ mod plan;
 mod repo;
 mod walk;
 
-pub use hash::{HashStats, cache_file_for, hash_file};
+pub use cache::cache_file_for;
+pub use hash::{HashStats, hash_file};
 pub use manifest::{EntryKind, Manifest, ManifestEntry, TreeEntry};
 pub use materialise::{
     EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, link_into, materialise,
@@ -370,7 +372,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             options
                 .cache
                 .as_deref()
-                .map(|p| hash::Cache::load(p, &root))
+                .map(|p| cache::Cache::load(p, &root))
                 .unwrap_or_default()
         });
         let listing = list_sorted(&root, options);
@@ -393,7 +395,7 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
             .iter()
             .filter_map(|l| Some((l.entry.path.as_str(), l.key?, l.entry.hash.as_deref()?)))
             .collect();
-        if let Err(err) = hash::save_cache(cache_path, &root, &records) {
+        if let Err(err) = cache::save_cache(cache_path, &root, &records) {
             warnings.push(format!(
                 "cannot write the hash cache `{}`: {err}",
                 cache_path.display()

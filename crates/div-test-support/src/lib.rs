@@ -36,7 +36,8 @@ pub mod mock;
 pub mod proxy;
 mod wait;
 
-pub use conformance::{ConformanceContext, ConformanceReport, conformance, quick_run};
-pub use fake::{FAKE_IMAGES, FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
+pub use conformance::conformance;
+pub use conformance::context::{ConformanceContext, ConformanceReport, quick_run};
+pub use fake::state::{FAKE_IMAGES, FAKE_TIME, FakeControlPlane, FakeStages, sample_catalogue};
 pub use filters::filter_snapshot;
 pub use wait::{poll_until, poll_until_async, wait_until, wait_until_async};

@@ -48,20 +48,26 @@ impl std::fmt::Display for PullPolicy {
 }
 
 impl std::str::FromStr for PullPolicy {
-    type Err = String;
+    type Err = UnknownPullPolicy;
 
-    fn from_str(typed: &str) -> Result<PullPolicy, String> {
+    fn from_str(typed: &str) -> Result<PullPolicy, UnknownPullPolicy> {
         match typed {
             "missing" => Ok(PullPolicy::Missing),
             "always" => Ok(PullPolicy::Always),
             "never" => Ok(PullPolicy::Never),
-            _ => Err(format!(
-                "`{}` is not a pull policy; write `missing` (the default: pull only what is not cached), `always` (ask the registry each time) or `never` (use the cache alone)",
-                typed.escape_debug()
-            )),
+            _ => Err(UnknownPullPolicy(typed.to_owned())),
         }
     }
 }
+
+/// The error returned by [`PullPolicy`]'s `from_str`: a word that is not a pull policy (the
+/// word as typed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{}` is not a pull policy; write `missing` (the default: pull only what is not cached), `always` (ask the registry each time) or `never` (use the cache alone)",
+    .0.escape_debug()
+)]
+pub struct UnknownPullPolicy(pub String);
 
 /// How the image a pull ended with was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,9 @@
 
 use anyhow::anyhow;
 
+use super::shared::local::inventory_in_effect;
+use super::shared::output::{columns, output_failure, print_json};
+use super::shared::prompt::read_value;
 use crate::args::{ConfigArgs, LoginArgs};
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -17,7 +20,7 @@ pub(crate) async fn config(
 ) -> Result<i32, Failure> {
     let mut sources = settings.sources.clone();
     if matches!(settings.target, Target::Local) {
-        let (value, from) = match super::server::inventory_in_effect(settings).await {
+        let (value, from) = match inventory_in_effect(settings).await {
             Some(words) => (words, "the local control plane running now".to_owned()),
             None => (
                 "none running".to_owned(),
@@ -31,16 +34,14 @@ pub(crate) async fn config(
         });
     }
     if args.json {
-        super::run::print_json(printer, &sources)?;
+        print_json(printer, &sources)?;
         return Ok(exit_codes::SUCCESS);
     }
     let rows: Vec<Vec<String>> = sources
         .iter()
         .map(|s| vec![s.name.to_string(), s.value.clone(), format!("({})", s.from)])
         .collect();
-    printer
-        .data(&super::runs::columns(&rows))
-        .map_err(super::run::output_failure)?;
+    printer.data(&columns(&rows)).map_err(output_failure)?;
     Ok(exit_codes::SUCCESS)
 }
 
@@ -64,7 +65,7 @@ pub(crate) async fn login(
             anyhow!("neither XDG_CONFIG_HOME nor HOME is set, so there is no user config file"),
         )
     })?;
-    let token = super::secrets::read_value("token (not shown): ", None).await?;
+    let token = read_value("token (not shown): ", None).await?;
     write_credentials(&path, &args.api_url, &token)
         .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
     printer.status(&format!(

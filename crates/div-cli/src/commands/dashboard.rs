@@ -3,6 +3,7 @@
 
 use anyhow::anyhow;
 
+use super::shared::local::connect_local;
 use crate::args::DashboardArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -25,7 +26,7 @@ pub(crate) async fn dashboard(
         )));
     }
     // Started on demand, as for any command.
-    super::server::connect_local(settings, div_api::Options::default()).await?;
+    connect_local(settings, div_api::Options::default()).await?;
     let socket = div_server::socket_path(&settings.home);
     let link = div_server::open_dashboard(&socket)
         .await

@@ -8,6 +8,7 @@ use anyhow::anyhow;
 
 use clap::CommandFactory;
 
+use super::shared::output::output_failure;
 use crate::args::{Cli, Generate};
 use crate::exit_codes;
 use crate::printer::Failure;
@@ -47,12 +48,12 @@ pub(crate) fn generate(what: Generate, dir: Option<&Path>) -> Result<i32, Failur
         }
         Generate::Man => clap_mangen::Man::new(command)
             .render(&mut out)
-            .map_err(super::run::output_failure)?,
+            .map_err(output_failure)?,
     }
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(&out)
         .and_then(|()| stdout.flush())
-        .map_err(super::run::output_failure)?;
+        .map_err(output_failure)?;
     Ok(exit_codes::SUCCESS)
 }

@@ -3,6 +3,8 @@
 //! control plane's is `<home>/images`; its prune takes the cache's lock, so it waits for
 //! pulls under way and a pull waits for it.
 
+use super::shared::connect::connect;
+use super::shared::output::failure;
 use crate::args::ImageCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -13,10 +15,10 @@ pub(crate) async fn image(
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    let cp = super::connect(settings).await?;
+    let cp = connect(settings).await?;
     match command {
         ImageCommand::Ls => {
-            let cache = div_core::image_list(&*cp).await.map_err(super::failure)?;
+            let cache = div_core::image_list(&*cp).await.map_err(failure)?;
             let images = cache.images;
             // One row a reference (a tag names one image: the one it last resolved to), and
             // one for an image no reference names any more (`<none>`, as docker writes it).
@@ -72,7 +74,7 @@ pub(crate) async fn image(
             ));
         }
         ImageCommand::Prune => {
-            let pruned = div_core::image_prune(&*cp).await.map_err(super::failure)?;
+            let pruned = div_core::image_prune(&*cp).await.map_err(failure)?;
             printer.status(&format!(
                 "removed {} image{} and {} blob{}, {} freed; kept {} that queued or running runs use",
                 pruned.images.len(),

@@ -2,6 +2,9 @@
 
 use div_core::{Event, LogsOptions};
 
+use super::shared::connect::{connect, which_run_named};
+use super::shared::follow::{LogColours, LogTail, outage_status};
+use super::shared::output::{detached, failure, print_json};
 use crate::args::LogsArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -12,19 +15,19 @@ pub(crate) async fn logs(
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    let cp = super::connect(settings).await?;
+    let cp = connect(settings).await?;
     if args.json {
         printer.log_to_stderr();
     }
-    let (run, called) = super::which_run_named(&*cp, settings, printer, args.run).await?;
+    let (run, called) = which_run_named(&*cp, settings, printer, args.run).await?;
     let options = LogsOptions {
         run,
         follow: args.follow,
         node: args.node,
     };
-    let mut tail = super::LogTail::default();
+    let mut tail = LogTail::default();
     // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
-    let mut colours = super::LogColours::new(
+    let mut colours = LogColours::new(
         settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
     );
     let mut sink = |event: Event| {
@@ -41,7 +44,7 @@ pub(crate) async fn logs(
                 return;
             }
             other => {
-                super::outage_status(printer, &other);
+                outage_status(printer, &other);
                 return;
             }
         };
@@ -73,13 +76,13 @@ pub(crate) async fn logs(
     };
     crate::printer::following(None);
     let Some(ended) = ended else {
-        super::run::detached(printer, &called);
+        detached(printer, &called);
         return Ok(exit_codes::INTERRUPTED);
     };
-    let run = ended.map_err(super::failure)?;
+    let run = ended.map_err(failure)?;
     tail.end(printer, &run);
     if args.json {
-        super::run::print_json(printer, &run)?;
+        print_json(printer, &run)?;
     }
     // Followed to its end, the log is as good as having stayed attached: `div run`'s exit
     // code. Without `--follow`, printing what there is succeeded.

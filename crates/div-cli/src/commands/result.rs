@@ -4,6 +4,8 @@ use std::io::IsTerminal;
 
 use div_api::CheckOutcome;
 
+use super::shared::connect::{connect, which_run};
+use super::shared::output::{failure, output_failure};
 use crate::args::ResultArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -14,11 +16,11 @@ pub(crate) async fn result(
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    let cp = super::connect(settings).await?;
-    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let cp = connect(settings).await?;
+    let named = which_run(&*cp, settings, printer, args.run).await?;
     let report = div_core::result(&*cp, &named, &args.check)
         .await
-        .map_err(super::failure)?;
+        .map_err(failure)?;
     let stored_missed = report
         .result
         .verdicts
@@ -41,7 +43,7 @@ pub(crate) async fn result(
             serde_json::to_string(&shown).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
         printer
             .data(&div_core::pretty_json(&compact))
-            .map_err(super::run::output_failure)?;
+            .map_err(output_failure)?;
         return Ok(code);
     }
     let mut out = String::new();
@@ -90,9 +92,7 @@ pub(crate) async fn result(
     }
     if !out.is_empty() {
         // The JSON and each verdict line (`paint_verdict`) were escaped above.
-        printer
-            .data_escaped(&out)
-            .map_err(super::run::output_failure)?;
+        printer.data_escaped(&out).map_err(output_failure)?;
     }
     Ok(code)
 }

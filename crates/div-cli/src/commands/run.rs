@@ -1,11 +1,15 @@
 //! `div run`.
 
 use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::anyhow;
-use div_core::{DryRun, Event, RunOptions, RunOutcome, Step, shipping_line};
+use div_api::ControlPlane;
+use div_core::{DryRun, Event, RunError, RunOptions, RunOutcome, shipping_line};
 
+use super::shared::connect::connect;
+use super::shared::follow::{LogColours, LogTail, outage_status};
+use super::shared::output::{detached, failure, output_failure, print_json};
+use super::shared::timings::Timings;
 use crate::args::RunArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -23,87 +27,12 @@ struct Seen {
     pulling: bool,
 }
 
-/// How long each step of `div run` took, for `DIVERGENT_TIMINGS`: each mark names the step
-/// that ends there.
-struct Timings {
-    marks: Vec<(&'static str, Instant)>,
-}
-
-impl Timings {
-    fn new() -> Timings {
-        Timings {
-            marks: vec![("", super::started())],
-        }
-    }
-
-    /// The step that ended last.
-    fn last(&self) -> Option<&'static str> {
-        self.marks.last().map(|m| m.0)
-    }
-
-    fn mark(&mut self, step: &'static str) {
-        self.marks.push((step, Instant::now()));
-    }
-
-    /// Marks the step an event ends, if it ends one.
-    fn saw(&mut self, event: &Event) {
-        let step = match event {
-            Event::Step(Step::Validated) => "validate",
-            Event::Step(Step::Listed) => "list",
-            Event::Shipping { .. } => "price",
-            Event::Placing => {
-                // Nothing shipped: pricing ended here and there was no upload.
-                if self.last() == Some("list") {
-                    "price"
-                } else {
-                    "upload"
-                }
-            }
-            Event::Placed { .. } => "create",
-            Event::Log(bytes) if !bytes.is_empty() && self.last() == Some("create") => {
-                "start + first log byte"
-            }
-            Event::Ended(_) => {
-                if self.last() == Some("create") {
-                    "start + run" // a run that printed nothing
-                } else {
-                    "run"
-                }
-            }
-            _ => return,
-        };
-        self.mark(step);
-    }
-
-    /// `timings: validate 0.4 ms · list 2.1 ms · …`, ending with `exit` (until now).
-    fn line(mut self) -> String {
-        self.mark("exit");
-        let steps: Vec<String> = self
-            .marks
-            .windows(2)
-            .map(|w| {
-                let ms = w[1].1.duration_since(w[0].1).as_secs_f64() * 1000.0;
-                format!("{} {ms:.1} ms", w[1].0)
-            })
-            .collect();
-        format!("timings: {}", steps.join(" · "))
-    }
-}
-
 /// Said when Ctrl-C comes while the request that places the run is out.
 const WAITING: &str =
     "waiting to hear whether the run was placed, to say how to follow it; Ctrl-C again to exit now";
 /// Said when a second Ctrl-C exits before the answer came.
 const GAVE_UP: &str =
     "exited before the control plane answered; the run may have been placed: `div runs` finds it";
-
-/// Ctrl-C detaches: the run goes on, and these say how to follow and stop it (`div logs
-/// --follow` says the same on Ctrl-C).
-pub(crate) fn detached(printer: &mut Printer, name: &str) {
-    for line in crate::printer::detached_lines(name) {
-        printer.status(&line);
-    }
-}
 
 /// From now on, a Ctrl-C exits at once. The listener is made before this returns, so a
 /// Ctrl-C that comes right after is not missed.
@@ -126,21 +55,58 @@ pub(crate) async fn run(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     if let Some(nodes) = &args.nodes {
-        let hint = match nodes.parse::<u32>() {
-            Ok(n) if n > 0 => format!(
-                "for {n} nodes of eight, ask for `--gpus {}`",
-                n.saturating_mul(8)
-            ),
-            _ => "ask for the GPUs themselves, like `--gpus 32`".to_string(),
-        };
-        return Err(Failure::new(
-            exit_codes::REFUSED,
-            anyhow!("runs are placed in GPUs, not nodes: `--gpus 32` asks for the same hardware as four nodes of eight"),
-        )
-        .hint(Some(hint)));
+        return Err(nodes_refused(nodes));
     }
-    let placed = placed_with(&args, &settings.cwd);
-    let options = RunOptions {
+    let json = args.json;
+    // `--telemetry` as typed, for a hint that places the run again.
+    let telemetry = args.telemetry.clone();
+    let options = options(args, settings);
+    let placed = div_core::PlacedWith::from_options(&options, telemetry.as_deref());
+    if json {
+        printer.log_to_stderr();
+    }
+    let cp = connect(settings).await?;
+
+    let seen = Mutex::new(Seen::default());
+    let mut timings = settings.timings.then(Timings::new);
+    let mut tail = LogTail::placed_with(placed);
+    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
+    let mut colours = LogColours::new(
+        settings.color && (json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    );
+    let following = Following {
+        seen: &seen,
+        timings: &mut timings,
+        tail: &mut tail,
+        colours: &mut colours,
+    };
+    let outcome = match place_and_follow(&*cp, &options, printer, following).await? {
+        Followed::Ended(outcome) => outcome,
+        Followed::Interrupted => return Ok(exit_codes::INTERRUPTED),
+    };
+    let outcome = outcome.map_err(|e| run_failure(e, &seen))?;
+    report(printer, outcome, json, timings, &tail)
+}
+
+/// `--nodes`, refused: runs are placed in GPUs.
+fn nodes_refused(nodes: &str) -> Failure {
+    let hint = match nodes.parse::<u32>() {
+        Ok(n) if n > 0 => format!(
+            "for {n} nodes of eight, ask for `--gpus {}`",
+            n.saturating_mul(8)
+        ),
+        _ => "ask for the GPUs themselves, like `--gpus 32`".to_string(),
+    };
+    Failure::new(
+        exit_codes::REFUSED,
+        anyhow!("runs are placed in GPUs, not nodes: `--gpus 32` asks for the same hardware as four nodes of eight"),
+    )
+    .hint(Some(hint))
+}
+
+/// What was typed, as div-core's options.
+fn options(args: RunArgs, settings: &Settings) -> RunOptions {
+    RunOptions {
         dir: settings.cwd.clone(),
         command: args.command,
         args: args.args,
@@ -168,21 +134,43 @@ pub(crate) async fn run(
         git_dir: settings.git_dir.clone(),
         git_work_tree: settings.git_work_tree.clone(),
         idempotency_key: None,
-    };
-    if args.json {
-        printer.log_to_stderr();
     }
-    let cp = super::connect(settings).await?;
+}
 
-    let seen = Mutex::new(Seen::default());
-    let mut timings = settings.timings.then(Timings::new);
-    let (placed_tx, mut placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
-    let printer_cell = Mutex::new(&mut *printer);
-    let mut tail = super::LogTail::placed_with(placed);
-    // The log goes to stdout, or to stderr with `--json` (whose terminal `color` speaks for).
-    let mut colours = super::LogColours::new(
-        settings.color && (args.json || std::io::IsTerminal::is_terminal(&std::io::stdout())),
-    );
+/// What following a run keeps as its events go by, beside the printer.
+struct Following<'a> {
+    seen: &'a Mutex<Seen>,
+    timings: &'a mut Option<Timings>,
+    tail: &'a mut LogTail,
+    colours: &'a mut LogColours,
+}
+
+/// How following the run ended: div-core's answer, or a Ctrl-C after which `div` exits (what
+/// it leaves going is said already).
+// Made once a run and moved once, as div-core's `RunOutcome` it holds (allowed the same).
+#[allow(clippy::large_enum_variant)]
+enum Followed {
+    Ended(Result<RunOutcome, RunError>),
+    Interrupted,
+}
+
+/// Places the run and follows it through div-core, rendering each event as it comes (a
+/// verdict line coloured whole, the log's end kept, each step timed); a Ctrl-C is
+/// [`until_ended_or_interrupted`]'s.
+async fn place_and_follow(
+    cp: &dyn ControlPlane,
+    options: &RunOptions,
+    printer: &mut Printer,
+    following: Following<'_>,
+) -> Result<Followed, Failure> {
+    let Following {
+        seen,
+        timings,
+        tail,
+        colours,
+    } = following;
+    let (placed_tx, placed_rx) = tokio::sync::watch::channel::<Option<String>>(None);
+    let printer_cell = Mutex::new(printer);
     let mut sink = |event: Event| {
         let event = match event {
             Event::Log(bytes) => {
@@ -191,7 +179,7 @@ pub(crate) async fn run(
                 let now = colours.feed(bytes);
                 if idle && !now.is_empty() {
                     let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-                    render(&mut p, &seen, Event::Log(now));
+                    render(&mut p, seen, Event::Log(now));
                     Event::Log(Default::default())
                 } else {
                     Event::Log(now)
@@ -202,7 +190,7 @@ pub(crate) async fn run(
                 let held = colours.feed(Default::default());
                 if !held.is_empty() {
                     let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-                    render(&mut p, &seen, Event::Log(held));
+                    render(&mut p, seen, Event::Log(held));
                 }
                 Event::Ended(run)
             }
@@ -215,62 +203,84 @@ pub(crate) async fn run(
             placed_tx.send_replace(Some(run.name.clone()));
         }
         let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-        render(&mut p, &seen, event);
+        render(&mut p, seen, event);
     };
-    let outcome = {
-        let work = div_core::run(&*cp, &options, &mut sink);
-        tokio::pin!(work);
-        // Set once a Ctrl-C came while the request that places the run was out: `div` waits
-        // for the answer, so it can say which run goes on; a second Ctrl-C exits at once.
-        let mut waiting = false;
-        loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                _ = tokio::signal::ctrl_c(), if !waiting => {
-                    let (placed, placing) = {
-                        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                        (seen.placed.clone(), seen.placing)
-                    };
-                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(name) = placed {
-                        detached(&mut p, &name);
-                        return Ok(exit_codes::INTERRUPTED);
-                    }
-                    if !placing {
-                        p.status("interrupted before the run was placed; no run was made");
-                        return Ok(exit_codes::INTERRUPTED);
-                    }
-                    exit_on_second_ctrl_c()?;
-                    p.status(WAITING);
-                    waiting = true;
+    let work = div_core::run(cp, options, &mut sink);
+    until_ended_or_interrupted(work, seen, &printer_cell, placed_rx).await
+}
+
+/// Waits for `work`, div-core placing and following the run. A Ctrl-C detaches: a run placed
+/// goes on, and `div` says how to follow it; before the request that places the run is out,
+/// no run was made; while it is out, `div` waits for the answer, so it can say which run goes
+/// on, and a second Ctrl-C exits at once.
+async fn until_ended_or_interrupted(
+    work: impl Future<Output = Result<RunOutcome, RunError>>,
+    seen: &Mutex<Seen>,
+    printer_cell: &Mutex<&mut Printer>,
+    mut placed_rx: tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<Followed, Failure> {
+    tokio::pin!(work);
+    // Set once a Ctrl-C came while the request that places the run was out.
+    let mut waiting = false;
+    loop {
+        tokio::select! {
+            outcome = &mut work => return Ok(Followed::Ended(outcome)),
+            _ = tokio::signal::ctrl_c(), if !waiting => {
+                let (placed, placing) = {
+                    let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    (seen.placed.clone(), seen.placing)
+                };
+                let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(name) = placed {
+                    detached(&mut p, &name);
+                    return Ok(Followed::Interrupted);
                 }
-                changed = placed_rx.changed(), if waiting => {
-                    let name = placed_rx.borrow().clone();
-                    if let (Ok(()), Some(name)) = (changed, name) {
-                        let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-                        detached(&mut p, &name);
-                        return Ok(exit_codes::INTERRUPTED);
-                    }
+                if !placing {
+                    p.status("interrupted before the run was placed; no run was made");
+                    return Ok(Followed::Interrupted);
+                }
+                exit_on_second_ctrl_c()?;
+                p.status(WAITING);
+                waiting = true;
+            }
+            changed = placed_rx.changed(), if waiting => {
+                let name = placed_rx.borrow().clone();
+                if let (Ok(()), Some(name)) = (changed, name) {
+                    let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
+                    detached(&mut p, &name);
+                    return Ok(Followed::Interrupted);
                 }
             }
         }
-    };
-    let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());
-    let outcome = outcome.map_err(|e| {
-        // Given up past the run's latest end, it cannot go on: its own hint says what to do.
-        let gone = matches!(e, div_core::RunError::ControlPlaneGone { .. });
-        let failure = super::failure(e);
-        // Placed, the run goes on whatever happened to this `div`: say how to reach it.
-        match seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone() {
-            Some(name) if !gone => failure.hint(Some(format!(
-                "{name} goes on: follow it again with `div logs {name} --follow`, stop it with `div stop {name}`"
-            ))),
-            _ => failure,
-        }
-    })?;
+    }
+}
+
+/// div-core's failure, as `div` says it. Placed, the run goes on whatever happened to this
+/// `div`: the hint says how to reach it.
+fn run_failure(e: RunError, seen: &Mutex<Seen>) -> Failure {
+    // Given up past the run's latest end, it cannot go on: its own hint says what to do.
+    let gone = matches!(e, RunError::ControlPlaneGone { .. });
+    let failure = failure(e);
+    match seen.lock().unwrap_or_else(|e| e.into_inner()).placed.clone() {
+        Some(name) if !gone => failure.hint(Some(format!(
+            "{name} goes on: follow it again with `div logs {name} --follow`, stop it with `div stop {name}`"
+        ))),
+        _ => failure,
+    }
+}
+
+/// What `div run` prints once div-core answers, and its exit code: a dry run's report, a
+/// detached run's name, or an ended run's last lines (and hint); each `--json` when asked.
+fn report(
+    printer: &mut Printer,
+    outcome: RunOutcome,
+    json: bool,
+    timings: Option<Timings>,
+    tail: &LogTail,
+) -> Result<i32, Failure> {
     match outcome {
         RunOutcome::DryRun(dry) => {
-            if args.json {
+            if json {
                 print_json(printer, &dry.request)?;
             } else {
                 dry_run_report(printer, &dry)?;
@@ -281,7 +291,7 @@ pub(crate) async fn run(
             Ok(exit_codes::SUCCESS)
         }
         RunOutcome::Detached(run) => {
-            if args.json {
+            if json {
                 print_json(printer, &run)?;
             } else {
                 printer.data(&run.name).map_err(output_failure)?;
@@ -290,7 +300,7 @@ pub(crate) async fn run(
         }
         RunOutcome::Ended(run) => {
             tail.end(printer, &run);
-            if args.json {
+            if json {
                 print_json(printer, &run)?;
             }
             if let Some(t) = timings {
@@ -400,28 +410,9 @@ fn render(printer: &mut Printer, seen: &Mutex<Seen>, event: Event) {
         Event::Ended(_) => crate::printer::following(None),
         Event::Step(_) => {}
         other => {
-            super::outage_status(printer, &other);
+            outage_status(printer, &other);
         }
     }
-}
-
-pub(crate) fn print_json(
-    printer: &mut Printer,
-    value: &impl serde::Serialize,
-) -> Result<(), Failure> {
-    let text =
-        serde_json::to_string_pretty(value).map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
-    printer.data(&text).map_err(output_failure)
-}
-
-/// Output that could not be written; a reader that went away (a broken pipe, like `| head`)
-/// ends `div` as SIGPIPE would (`printer::reader_gone`).
-pub(crate) fn output_failure(e: std::io::Error) -> Failure {
-    crate::printer::gone_if_broken(&e);
-    Failure::new(
-        exit_codes::LOCAL,
-        anyhow::Error::new(e).context("could not write the output"),
-    )
 }
 
 fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
@@ -467,69 +458,4 @@ fn dry_run_report(printer: &mut Printer, dry: &DryRun) -> Result<(), Failure> {
     out.push_str(&format!("at most    {most}\n"));
     out.push_str("nothing was placed (--dry-run)");
     printer.data(&out).map_err(output_failure)
-}
-
-/// How this run is placed, for a hint that places it again: every flag typed but `--name` (a
-/// second run cannot have it) and those that only say how to print (`--json`, `--dry-run`),
-/// and the `requirements.txt` beside the entrypoint, which is shipped with it.
-fn placed_with(args: &RunArgs, cwd: &std::path::Path) -> div_core::PlacedWith {
-    let mut flags: Vec<String> = Vec::new();
-    let mut flag = |name: &str, value: String| {
-        flags.push(format!("--{name}"));
-        flags.push(value);
-    };
-    if args.gpu != "h100" {
-        flag("gpu", args.gpu.clone());
-    }
-    if args.gpus != 1 {
-        flag("gpus", args.gpus.to_string());
-    }
-    if let Some(cpu) = args.cpu {
-        flag("cpu", cpu.to_string());
-    }
-    if let Some(memory) = &args.memory {
-        flag("memory", memory.to_string());
-    }
-    if let Some(money) = &args.max_spend {
-        flag("max-spend", money.to_string());
-    }
-    if let Some(project) = &args.project {
-        flag("project", project.clone());
-    }
-    if let Some(image) = &args.image {
-        flag("image", image.clone());
-    }
-    if let Some(pull) = args.pull {
-        flag("pull", div_api::PullPolicy::from(pull).to_string());
-    }
-    for env in &args.env {
-        flag("env", format!("{}={}", env.key, env.value));
-    }
-    for check in &args.check {
-        flag("check", check.to_string());
-    }
-    if let Some(telemetry) = &args.telemetry {
-        flag("telemetry", telemetry.display().to_string());
-    }
-    if let Some(volume) = &args.volume {
-        flag("volume", volume.clone());
-    }
-    if args.no_upload {
-        flags.push("--no-upload".into());
-    }
-    if args.detach {
-        flags.push("--detach".into());
-    }
-    // At most a megabyte: a requirements file, not a data file of that name.
-    let requirements = std::fs::File::open(cwd.join("requirements.txt"))
-        .ok()
-        .filter(|f| {
-            f.metadata()
-                .is_ok_and(|m| m.is_file() && m.len() <= 1 << 20)
-        })
-        .and_then(|f| std::io::read_to_string(f).ok());
-    div_core::PlacedWith {
-        flags,
-        requirements: if args.no_upload { None } else { requirements },
-    }
 }

@@ -3,6 +3,8 @@
 use div_api::{CheckOutcome, Run};
 use div_core::RunsOptions;
 
+use super::shared::connect::connect;
+use super::shared::output::{columns, failure, output_failure, print_json};
 use crate::args::RunsArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -28,14 +30,12 @@ pub(crate) async fn runs(
             options.project_env.as_deref(),
             &options.dir,
         )
-        .map_err(|e| super::failure(e.into()))?;
+        .map_err(|e| failure(e.into()))?;
     }
-    let cp = super::connect(settings).await?;
-    let listing = div_core::runs(&*cp, &options)
-        .await
-        .map_err(super::failure)?;
+    let cp = connect(settings).await?;
+    let listing = div_core::runs(&*cp, &options).await.map_err(failure)?;
     if args.json {
-        super::run::print_json(printer, &listing.runs)?;
+        print_json(printer, &listing.runs)?;
         return Ok(exit_codes::SUCCESS);
     }
     if listing.runs.is_empty() {
@@ -51,7 +51,7 @@ pub(crate) async fn runs(
     let now = now_unix();
     printer
         .data(&table(&listing.runs, args.all, now, table_width(settings)))
-        .map_err(super::run::output_failure)?;
+        .map_err(output_failure)?;
     if listing.more {
         printer.status(&format!(
             "the newest {}; `--limit` shows more",
@@ -145,34 +145,6 @@ pub(crate) fn table(
         }
     }
     columns(&rows)
-}
-
-/// Rows as columns separated by two spaces, the last left ragged.
-pub(crate) fn columns(rows: &[Vec<String>]) -> String {
-    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..n)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                let pad = widths[i] - cell.chars().count() + 2;
-                line.push_str(&" ".repeat(pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// `H100 · 1 core · 8 GiB`, `8× H100 · 8 cores · 64 GiB`, `CPU · 1 core · 2 GiB`.

@@ -1,157 +1,18 @@
-//! `div server …`, `div __supervise`, and starting the local control plane on demand.
+//! `div server …` and `div __supervise` (starting the local control plane on demand is
+//! `shared/local.rs`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use div_api::{ControlPlane, Endpoint, HttpControlPlane, ListRuns, Options, RunStatus};
-use div_server::{
-    GpuSource, LocalControlPlane, SandboxMode, ServerOptions, StartError, SupervisorCommand,
-};
+use div_api::{ControlPlane, ListRuns, Options, RunStatus};
+use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
 
+use super::shared::local::{STOP_DEADLINE, answering, client, pid, signal_terminate, start};
 use crate::args::ServerCommand;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
 use crate::settings::{ImageEnv, Settings};
-
-/// How long `div server stop` waits for it to go.
-const STOP_DEADLINE: Duration = Duration::from_secs(10);
-
-/// The local control plane of the settings' home, served by this `div`.
-fn local(settings: &Settings) -> Result<LocalControlPlane, Failure> {
-    let exe = std::env::current_exe()
-        .context("could not find the div executable to start the local control plane")
-        .map_err(|e| Failure::new(exit_codes::UNREACHABLE, e))?;
-    Ok(LocalControlPlane::new(&settings.home, exe).emulate_gpus(settings.emulate_gpus.clone()))
-}
-
-fn client(settings: &Settings, options: Options) -> Result<HttpControlPlane, Failure> {
-    let socket = div_server::socket_path(&settings.home);
-    HttpControlPlane::new(Endpoint::unix(socket), options)
-        .map_err(|e| Failure::new(exit_codes::LOCAL, e))
-}
-
-/// Whether the local control plane answers `/v1/health` now.
-async fn answering(settings: &Settings) -> bool {
-    match local(settings) {
-        Ok(local) => local.answering().await,
-        Err(_) => false,
-    }
-}
-
-fn start_failure(e: StartError) -> Failure {
-    let hint = e.hint();
-    Failure::new(exit_codes::UNREACHABLE, e).hint(hint)
-}
-
-/// The local control plane, started in the background when it is not answering.
-pub(crate) async fn connect_local(
-    settings: &Settings,
-    options: Options,
-) -> Result<Box<dyn ControlPlane>, Failure> {
-    if answering(settings).await {
-        match_inventory(settings).await?;
-    }
-    let cp = local(settings)?
-        .connect(options)
-        .await
-        .map_err(start_failure)?;
-    Ok(Box::new(cp))
-}
-
-/// The GPU inventory of the local control plane running now, in words (`emulated GPUs
-/// \`h100:8\``, `this machine's own GPUs`); `None` when none answers. Nothing is started.
-pub(crate) async fn inventory_in_effect(settings: &Settings) -> Option<String> {
-    if !answering(settings).await {
-        return None;
-    }
-    let health = client(settings, Options::default())
-        .ok()?
-        .health()
-        .await
-        .ok()?;
-    let in_effect = health.extra.get("emulated_gpus")?;
-    Some(inventory_words(in_effect.as_str()))
-}
-
-/// Words for an inventory: `emulated GPUs h100:8`, or `this machine's own GPUs`.
-fn inventory_words(gpus: Option<&str>) -> String {
-    match gpus {
-        Some(g) => format!("emulated GPUs `{g}`"),
-        None => "this machine's own GPUs".to_owned(),
-    }
-}
-
-/// A running local control plane whose GPU inventory is not the one asked for
-/// (`DIVERGENT_EMULATE_GPUS`) is stopped, so that it starts again with the
-/// one asked for, when no run is going on it; otherwise the failure says exactly that.
-async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
-    let cp = client(settings, Options::default())?;
-    let Ok(health) = cp.health().await else {
-        return Ok(());
-    };
-    // A server that does not say which inventory it has is left as it is.
-    let Some(in_effect) = health.extra.get("emulated_gpus") else {
-        return Ok(());
-    };
-    let in_effect = in_effect.as_str().map(str::to_owned);
-    // Only a declared inventory is asked for: a `div` without `DIVERGENT_EMULATE_GPUS` uses
-    // whichever server is running (its dashboard link, its runs) rather than restart it.
-    let Some(text) = settings.emulate_gpus.as_deref() else {
-        return Ok(());
-    };
-    // A declaration the server cannot read is its to refuse, once started with it.
-    let asked = Some(div_server::canonical_gpus(text).unwrap_or_else(|_| text.to_owned()));
-    if asked == in_effect {
-        return Ok(());
-    }
-    let mut going = 0;
-    for status in [RunStatus::Running, RunStatus::Queued] {
-        let query = ListRuns {
-            status: Some(status),
-            limit: Some(1000),
-            ..ListRuns::default()
-        };
-        let list = cp.list_runs(&query).await.map_err(|e| {
-            Failure::new(exit_codes::CONTROL_PLANE, anyhow!(div_api::error_chain(&e)))
-        })?;
-        going += list.runs.len();
-    }
-    if going > 0 {
-        let runs = if going == 1 { "1 run is" } else { "runs are" };
-        return Err(Failure::new(
-            exit_codes::REFUSED,
-            anyhow!(
-                "the local control plane is running with {}, not the {} asked for, and {runs} going on it, so it cannot be restarted with them now",
-                inventory_words(in_effect.as_deref()),
-                inventory_words(asked.as_deref()),
-            ),
-        )
-        .hint(Some(match in_effect {
-            Some(g) => format!(
-                "wait for its runs to end (`div runs`) or stop them (`div stop RUN`), or use the inventory in effect with `DIVERGENT_EMULATE_GPUS={g}`"
-            ),
-            None => "wait for its runs to end (`div runs`) or stop them (`div stop RUN`), or use the inventory in effect by unsetting `DIVERGENT_EMULATE_GPUS`".to_owned(),
-        })));
-    }
-    let Some(pid) = pid(&settings.home) else {
-        return Ok(());
-    };
-    if !signal_terminate(pid) {
-        return Ok(());
-    }
-    let deadline = Instant::now() + STOP_DEADLINE;
-    while answering(settings).await && Instant::now() <= deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
-/// Start `<this exe> server run` in its own session, its output in `home/server.log`, and
-/// wait for it to answer.
-async fn start(settings: &Settings) -> Result<u32, Failure> {
-    local(settings)?.start().await.map_err(start_failure)
-}
 
 pub(crate) async fn server(
     command: ServerCommand,
@@ -221,16 +82,6 @@ async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure>
     Ok(exit_codes::SUCCESS)
 }
 
-/// The pid in `home/server.pid`, when there is one.
-fn pid(home: &Path) -> Option<i32> {
-    std::fs::read_to_string(home.join("server.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|p| *p > 0)
-}
-
 async fn stop(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {
     let running = answering(settings).await;
     let Some(pid) = pid(&settings.home).filter(|_| running) else {
@@ -260,12 +111,6 @@ async fn stop(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure
         "stopped the local control plane (pid {pid}); runs go on under their supervisors"
     ));
     Ok(exit_codes::SUCCESS)
-}
-
-/// SIGTERM to `pid` (which `pid()` already checked is positive).
-fn signal_terminate(pid: i32) -> bool {
-    use rustix::process::{Pid, Signal, kill_process};
-    Pid::from_raw(pid).is_some_and(|pid| kill_process(pid, Signal::TERM).is_ok())
 }
 
 async fn status(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {

@@ -2,6 +2,8 @@
 
 use div_core::{StopOutcome, last_line};
 
+use super::shared::connect::{connect, which_run};
+use super::shared::output::{failure, print_json};
 use crate::args::StopArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -12,9 +14,9 @@ pub(crate) async fn stop(
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    let cp = super::connect(settings).await?;
-    let named = super::which_run(&*cp, settings, printer, args.run).await?;
-    let run = match div_core::stop(&*cp, &named).await.map_err(super::failure)? {
+    let cp = connect(settings).await?;
+    let named = which_run(&*cp, settings, printer, args.run).await?;
+    let run = match div_core::stop(&*cp, &named).await.map_err(failure)? {
         StopOutcome::Stopped(run) => {
             printer.status(&last_line(&run));
             run
@@ -26,7 +28,7 @@ pub(crate) async fn stop(
         }
     };
     if args.json {
-        super::run::print_json(printer, &run)?;
+        print_json(printer, &run)?;
     }
     Ok(exit_codes::SUCCESS)
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use div_api::TelemetryPoint;
 use div_core::Layout;
 
+use super::shared::connect::{connect, which_run};
+use super::shared::output::{failure, output_failure};
 use crate::args::TelemetryArgs;
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
@@ -38,20 +40,20 @@ pub(crate) async fn telemetry(
         Some(path) => {
             let path = settings.cwd.join(path);
             let text = std::fs::read_to_string(&path)
-                .map_err(|source| super::failure(div_core::RunError::Read { path, source }))?;
-            Some(Layout::parse(&text).map_err(|e| super::failure(e.into()))?)
+                .map_err(|source| failure(div_core::RunError::Read { path, source }))?;
+            Some(Layout::parse(&text).map_err(|e| failure(e.into()))?)
         }
         None => None,
     };
-    let cp = super::connect(settings).await?;
-    let named = super::which_run(&*cp, settings, printer, args.run).await?;
+    let cp = connect(settings).await?;
+    let named = which_run(&*cp, settings, printer, args.run).await?;
     let first = div_core::telemetry(&*cp, &named, 0)
         .await
-        .map_err(super::failure)?;
+        .map_err(failure)?;
     let layout = match given {
         Some(layout) => Some(layout),
         None => match &first.run.telemetry_layout {
-            Some(text) => Some(Layout::parse(text).map_err(|e| super::failure(e.into()))?),
+            Some(text) => Some(Layout::parse(text).map_err(|e| failure(e.into()))?),
             None => None,
         },
     };
@@ -85,7 +87,7 @@ pub(crate) async fn telemetry(
             text.push_str(&p.point.to_string());
             text.push('\n');
         }
-        printer.data(&text).map_err(super::run::output_failure)
+        printer.data(&text).map_err(output_failure)
     };
     if args.json || (args.follow && !terminal) {
         print_points(printer, &points)?;
@@ -96,14 +98,14 @@ pub(crate) async fn telemetry(
             if terminal && !args.json {
                 printer
                     .data_after_control("\x1b[H\x1b[2J", &draw(&points))
-                    .map_err(super::run::output_failure)?;
+                    .map_err(output_failure)?;
                 printer.status(&div_core::last_line(&run));
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
             let after = points.last().map_or(0, |p| p.line);
             let next = div_core::telemetry(&*cp, &run.id, after)
                 .await
-                .map_err(super::failure)?;
+                .map_err(failure)?;
             if args.json || !terminal {
                 print_points(printer, &next.telemetry.points)?;
             }
@@ -113,16 +115,14 @@ pub(crate) async fn telemetry(
         if terminal && !args.json {
             printer
                 .data_after_control("\x1b[H\x1b[2J", "")
-                .map_err(super::run::output_failure)?;
+                .map_err(output_failure)?;
         }
     }
     if !args.json {
         if points.is_empty() {
             printer.status(&format!("{} has no telemetry points", run.name));
         } else {
-            printer
-                .data(&draw(&points))
-                .map_err(super::run::output_failure)?;
+            printer.data(&draw(&points)).map_err(output_failure)?;
         }
     }
     if args.follow {

@@ -26,7 +26,7 @@ pub(crate) fn store_pack(
     stage: Option<&str>,
 ) -> Result<serde_json::Value, UploadError> {
     require_volume(vols, volume)?;
-    let blobs = div_api::parse_pack(body).map_err(UploadError::NotAPack)?;
+    let blobs = div_api::parse_pack(body).map_err(|e| UploadError::NotAPack(e.to_string()))?;
     for (hash, data) in &blobs {
         if data.len() as u64 > div_api::PACK_BLOB_MAX_BYTES {
             return Err(UploadError::TooLargeForAPack {
