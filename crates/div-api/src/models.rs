@@ -9,9 +9,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod eval;
 mod images;
 
 pub use div_spec::{EntryKind, TreeEntry};
+pub use eval::*;
 pub use images::*;
 
 /// Fields a model does not name, kept as they arrived.
@@ -332,6 +334,10 @@ pub struct CreateRun {
     /// The telemetry layout (a `telemetry.toml`'s text), when one was given or shipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry_layout: Option<String>,
+    /// For an eval run, the model version it judges: `NAME`, `NAME:vN` or `NAME@sha256:…`
+    /// (`NAME` alone is its latest version, resolved when the run is placed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -398,6 +404,9 @@ pub struct Run {
     /// Bytes in its log so far.
     #[serde(default)]
     pub log_bytes: u64,
+    /// For an eval run, the model version it judges and its evaluation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<RunModel>,
     #[serde(flatten)]
     pub extra: Extra,
 }

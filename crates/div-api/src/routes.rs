@@ -313,6 +313,22 @@ routes! {
         SetSecret = SET_SECRET: PUT "/v1/secrets/{name}", SetSecret => SecretInfo;
         /// Remove a secret.
         DeleteSecret = DELETE_SECRET: DELETE "/v1/secrets/{name}", Nothing => Nothing;
+        /// Every model, with its latest version.
+        ListModels = LIST_MODELS: GET "/v1/models", Nothing => ModelList;
+        /// A model: its versions and their evaluations.
+        GetModel = GET_MODEL: GET "/v1/models/{name}", Nothing => Model;
+        /// A new version of a model, from a volume's tree or folder (the same as the latest:
+        /// answered as it is, 200).
+        PushModel = PUSH_MODEL: POST "/v1/models/{name}/versions", PushModel => ModelVersion;
+        /// Remove a model, every version (refused while an evaluation runs against one).
+        DeleteModel = DELETE_MODEL: DELETE "/v1/models/{name}", Nothing => Nothing;
+        /// Remove one version (refused while an evaluation runs against it).
+        DeleteModelVersion = DELETE_MODEL_VERSION:
+            DELETE "/v1/models/{name}/versions/{version}", Nothing => Nothing;
+        /// Evaluations, newest first (`?model=`, `?version=`).
+        ListEvaluations = LIST_EVALUATIONS: GET "/v1/evaluations", Nothing => EvaluationList;
+        /// An evaluation by id.
+        GetEvaluation = GET_EVALUATION: GET "/v1/evaluations/{id}", Nothing => Evaluation;
     }
 }
 

@@ -2,8 +2,8 @@
 //! it names, the exit code. Above every command, and named by `main.rs` alone.
 
 use crate::commands::{
-    config, dashboard, generate, image, logs, result, run, runs, secrets, server, stop, storage,
-    telemetry,
+    config, dashboard, generate, image, logs, models, result, run, runs, secrets, server, stop,
+    storage, telemetry,
 };
 use crate::exit_codes;
 use crate::printer::Failure;
@@ -67,6 +67,12 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args, &settings, &mut printer).await,
+            Command::Eval(args) => match eval_as_run(args) {
+                Ok(args) => run::run(args, &settings, &mut printer).await,
+                Err(failure) => Err(failure),
+            },
+            Command::Evals(args) => models::evals(args, &settings, &mut printer).await,
+            Command::Models(command) => models::models(command, &settings, &mut printer).await,
             Command::Logs(args) => logs::logs(args, &settings, &mut printer).await,
             Command::Stop(args) => stop::stop(args, &settings, &mut printer).await,
             Command::Runs(args) => runs::runs(args, &settings, &mut printer).await,
@@ -91,6 +97,23 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             failure.code
         }
     }
+}
+
+/// `div eval MODEL …` is `div run … --model MODEL`: every flag of `div run`, its output and
+/// its exit code. The model is named once, first.
+fn eval_as_run(args: crate::args::EvalArgs) -> Result<crate::args::RunArgs, Failure> {
+    let mut run = args.run;
+    if let Some(also) = &run.model {
+        return Err(Failure::new(
+            exit_codes::REFUSED,
+            anyhow::anyhow!(
+                "`div eval` names its model first; `--model {also}` names another as well"
+            ),
+        )
+        .hint(Some(format!("drop `--model`: `div eval {} …`", args.model))));
+    }
+    run.model = Some(args.model);
+    Ok(run)
 }
 
 /// `div --version`, as clap prints it (`div 0.1.0`), without building the command tree.

@@ -33,6 +33,14 @@ pub(crate) const CODE_UPLOAD: UploadWords = UploadWords {
     commit: "commit the code",
 };
 
+/// `div models push`.
+pub(crate) const MODEL_PUSH: UploadWords = UploadWords {
+    make: "make the volume models are kept in",
+    ask: "ask which files of the model the control plane lacks",
+    send: "send the model's files",
+    commit: "commit the model's tree",
+};
+
 /// `div storage put`.
 pub(crate) const STORAGE_PUT: UploadWords = UploadWords {
     make: "make the volume for `div storage put`",

@@ -34,6 +34,7 @@ mod fault;
 mod home;
 mod http;
 mod inventory;
+mod models;
 mod org;
 mod rules;
 mod runs;

@@ -11,6 +11,7 @@ pub(crate) mod files;
 mod images;
 pub(crate) mod listen;
 mod logstream;
+mod models;
 mod pull;
 mod refusal;
 mod runs;
@@ -120,6 +121,13 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         Route::ListSecrets => secrets::list(server).await,
         Route::SetSecret => secrets::set(server, &found, req).await,
         Route::DeleteSecret => secrets::delete(server, &found).await,
+        Route::ListModels => models::list(server).await,
+        Route::GetModel => models::get(server, &found).await,
+        Route::PushModel => models::push(server, &found, req).await,
+        Route::DeleteModel => models::delete(server, &found, false).await,
+        Route::DeleteModelVersion => models::delete(server, &found, true).await,
+        Route::ListEvaluations => models::evaluations(server, &q).await,
+        Route::GetEvaluation => models::evaluation(server, &found).await,
     }
 }
 

@@ -7,6 +7,9 @@ use serde_json::json;
 use super::error::{ErrorCode, HttpError};
 use crate::fault::StateError;
 use crate::images::{CacheError, ResolveError};
+use crate::models::{
+    EvaluationError, PushModelError, RemoveModelError, ResolveModelError, UnknownModel,
+};
 use crate::runs::{CreateRunError, RunError};
 use crate::secrets::{DeleteSecretError, SetSecretError};
 use crate::store::StoreError;
@@ -126,7 +129,12 @@ impl From<UploadError> for HttpError {
 impl From<CommitError> for HttpError {
     fn from(e: CommitError) -> HttpError {
         match e {
-            CommitError::NoVolume(_) | CommitError::NoStage(_) => said(ErrorCode::NotFound, &e),
+            CommitError::NoVolume(_) | CommitError::NoStage(_) | CommitError::NoSource(_) => {
+                said(ErrorCode::NotFound, &e)
+            }
+            CommitError::NotAFolderOrFile(_)
+            | CommitError::Empty(_)
+            | CommitError::TooManyEntries(_) => said(ErrorCode::Invalid, &e),
             CommitError::Path(e) => e.into(),
             CommitError::BadTree(_) | CommitError::NoHash(_) | CommitError::Written(_) => {
                 said(ErrorCode::Invalid, &e)
@@ -217,6 +225,12 @@ impl From<CreateRunError> for HttpError {
             E::UsageLimit { ref usage, .. } => said(ErrorCode::UsageLimitReached, &e)
                 .with_details(serde_json::to_value(usage).unwrap_or_default()),
             E::NameTaken(_) | E::KeyReused(_) => said(ErrorCode::Conflict, &e),
+            // An unknown model or version is a value the run cannot have: 422, like an
+            // unknown SKU, never a 404 of the route.
+            E::Model(e) => match e {
+                ResolveModelError::State(e) => e.into(),
+                e => said(ErrorCode::Invalid, &e),
+            },
             E::State(e) => e.into(),
             E::Unreadable(_)
             | E::NoProject
@@ -241,6 +255,53 @@ impl From<RunError> for HttpError {
             RunError::BadCursor(_) => said(ErrorCode::Malformed, &e),
             RunError::BadProject(_) => said(ErrorCode::Invalid, &e),
             RunError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<UnknownModel> for HttpError {
+    fn from(e: UnknownModel) -> HttpError {
+        said(ErrorCode::NotFound, &e)
+    }
+}
+
+impl From<ResolveModelError> for HttpError {
+    fn from(e: ResolveModelError) -> HttpError {
+        match e {
+            ResolveModelError::NotAReference(_) => said(ErrorCode::Invalid, &e),
+            ResolveModelError::Unknown(e) => e.into(),
+            ResolveModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<PushModelError> for HttpError {
+    fn from(e: PushModelError) -> HttpError {
+        match e {
+            PushModelError::BadName(_) => said(ErrorCode::Invalid, &e),
+            PushModelError::Tree(e) => e.into(),
+            PushModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<RemoveModelError> for HttpError {
+    fn from(e: RemoveModelError) -> HttpError {
+        match e {
+            RemoveModelError::Resolve(e) => e.into(),
+            RemoveModelError::InUse { .. } => said(ErrorCode::Conflict, &e),
+            RemoveModelError::Tree(e) => e.into(),
+            RemoveModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<EvaluationError> for HttpError {
+    fn from(e: EvaluationError) -> HttpError {
+        match e {
+            EvaluationError::NoEvaluation(_) => said(ErrorCode::NotFound, &e),
+            EvaluationError::Resolve(e) => e.into(),
+            EvaluationError::State(e) => e.into(),
         }
     }
 }

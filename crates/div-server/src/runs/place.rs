@@ -11,7 +11,7 @@
 use std::fs;
 use std::sync::Arc;
 
-use div_api::{CreateRun, Run, RunStatus};
+use div_api::{CreateRun, Run, RunModel, RunStatus};
 
 use super::error::CreateRunError;
 use super::validation::{self, Valid};
@@ -146,8 +146,16 @@ fn record(
             }
         },
     };
+    let model = valid.model.clone().map(|row| RunModel {
+        path: crate::models::mount_of(&server.volumes(), &row.path, server.sandboxed),
+        name: row.model,
+        version: row.version,
+        digest: row.digest,
+        evaluation: format!("ev_{}", random_base36(16)),
+        extra: Default::default(),
+    });
     let record = RunRecord {
-        run: new_run(name.clone(), request, valid),
+        run: new_run(name.clone(), request, valid, model),
         internal: RunInternal::default(),
     };
     // The image goes into the run's directory before the run is queued, so the scheduler
@@ -183,8 +191,9 @@ fn record(
     }
 }
 
-/// The run `request` asks for, as `valid`ated, named `name`, queued now.
-fn new_run(name: String, request: &CreateRun, valid: Valid) -> Run {
+/// The run `request` asks for, as `valid`ated, named `name`, queued now; for an eval run, the
+/// model version it judges.
+fn new_run(name: String, request: &CreateRun, valid: Valid, model: Option<RunModel>) -> Run {
     Run {
         id: format!("r_{}", random_base36(16)),
         name,
@@ -215,6 +224,7 @@ fn new_run(name: String, request: &CreateRun, valid: Valid) -> Run {
         ended_at: None,
         duration_seconds: 0,
         log_bytes: 0,
+        model,
         extra: Default::default(),
     }
 }

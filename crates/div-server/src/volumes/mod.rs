@@ -13,7 +13,8 @@
 //! - `tree`: a tree committed at a path; `put`: a tree put into the volume's root, as `cp`.
 //! - `stage`: staged commits, a snapshot written as its packs arrive; `pack`: a pack of
 //!   small blobs, stored or written into its stage.
-//! - `read`: listings, files, whether a tree is held.
+//! - `read`: listings, files, whether a tree is held; `snapshot`: a volume's folder kept as
+//!   a committed tree (a model version made from what a run wrote).
 //! - `retention`: code snapshots kept and removed; `leftovers`: what earlier servers left.
 
 use std::fs;
@@ -35,6 +36,7 @@ mod paths;
 mod put;
 mod read;
 pub(crate) mod retention;
+mod snapshot;
 pub(crate) mod stage;
 mod stages;
 mod tree;
@@ -47,6 +49,7 @@ pub(crate) use error::{
 pub(crate) use pack::store_pack;
 pub(crate) use paths::{commit_lock, valid_hash};
 pub(crate) use read::{list_tree, open_file, tree_held};
+pub(crate) use snapshot::snapshot;
 pub(crate) use stage::{commit_stage, stage_tree};
 pub(crate) use stages::Stages;
 pub(crate) use tree::commit_tree;
