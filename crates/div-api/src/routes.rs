@@ -333,13 +333,14 @@ routes! {
 }
 
 /// The dashboard's own API: what its pages ask the local control plane's dashboard listener
-/// (`docs/dashboard.md`), never `/v1`. Its pages (`/`, `/runs/{run}`) and assets are not
+/// (`docs/dashboard.md`), never `/v1`. Its pages (`/`, `/runs/{run}`, `/models`,
+/// `/models/{name}`) and assets are not
 /// routes of an API and are not here.
 pub mod dashboard {
     use serde_json::Value;
 
     use super::{Nothing, Octets};
-    use crate::models::{Run, RunList};
+    use crate::models::{Model, ModelList, Run, RunList};
 
     routes! {
         /// A route of the dashboard's API.
@@ -354,6 +355,10 @@ pub mod dashboard {
             Log = LOG: GET "/api/runs/{run}/log", Nothing => Octets;
             /// A run's charts, laid out by its `telemetry.toml`.
             Charts = CHARTS: GET "/api/runs/{run}/charts", Nothing => Value;
+            /// Models, each with its latest version (as `GET /v1/models`).
+            ListModels = LIST_MODELS: GET "/api/models", Nothing => ModelList;
+            /// A model's versions and evaluations (as `GET /v1/models/{name}`).
+            GetModel = GET_MODEL: GET "/api/models/{name}", Nothing => Model;
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use div_api::Model;
 use div_api::routes::{self, Found};
 use hyper::Request;
 use hyper::body::Incoming;
@@ -11,7 +10,7 @@ use hyper::body::Incoming;
 use super::error::HttpError;
 use super::volumes::made_or_found;
 use super::wire::{Resp, answer, blocking, empty, param, request};
-use crate::models::{self, EvaluationError, evaluations};
+use crate::models::{self, evaluations};
 use crate::server::Server;
 
 pub(super) async fn list(server: &Arc<Server>) -> Result<Resp, HttpError> {
@@ -22,16 +21,7 @@ pub(super) async fn list(server: &Arc<Server>) -> Result<Resp, HttpError> {
 pub(super) async fn get(server: &Arc<Server>, found: &Found<'_>) -> Result<Resp, HttpError> {
     let name = found.param("name").to_owned();
     let model = blocking(server, move |s| {
-        let vols = s.volumes();
-        let versions =
-            models::versions(&vols, &name, s.sandboxed).map_err(EvaluationError::from)?;
-        let evaluations = evaluations::of_model(&vols, &name)?;
-        Ok::<_, EvaluationError>(Model {
-            name,
-            versions,
-            evaluations,
-            extra: Default::default(),
-        })
+        evaluations::model(&s.volumes(), &name, s.sandboxed)
     })
     .await?;
     Ok(answer(&routes::GET_MODEL, 200, &model))

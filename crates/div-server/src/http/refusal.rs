@@ -102,6 +102,7 @@ impl From<DeleteVolumeError> for HttpError {
     fn from(e: DeleteVolumeError) -> HttpError {
         match e {
             DeleteVolumeError::NoVolume(_) => said(ErrorCode::NotFound, &e),
+            DeleteVolumeError::KeepsModels { .. } => said(ErrorCode::Conflict, &e),
             DeleteVolumeError::State(e) => e.into(),
         }
     }

@@ -71,8 +71,25 @@ pub(crate) fn get(vols: &Volumes<'_>, id: &str) -> Result<Evaluation, Evaluation
     view(vols, &row)
 }
 
-/// The evaluations of one model, newest first (`GET /v1/models/{name}`).
-pub(crate) fn of_model(vols: &Volumes<'_>, name: &str) -> Result<Vec<Evaluation>, EvaluationError> {
+/// A model: its versions, oldest first, and its evaluations, newest first
+/// (`GET /v1/models/{name}`, and the dashboard's model page).
+pub(crate) fn model(
+    vols: &Volumes<'_>,
+    name: &str,
+    sandboxed: bool,
+) -> Result<div_api::Model, EvaluationError> {
+    let versions = super::versions(vols, name, sandboxed)?;
+    let evaluations = of_model(vols, name)?;
+    Ok(div_api::Model {
+        name: name.to_owned(),
+        versions,
+        evaluations,
+        extra: Default::default(),
+    })
+}
+
+/// The evaluations of one model, newest first.
+fn of_model(vols: &Volumes<'_>, name: &str) -> Result<Vec<Evaluation>, EvaluationError> {
     let rows = vols.store.evaluations(Some(name), None, MAX_LISTED)?;
     let mut evaluations = Vec::with_capacity(rows.len());
     for row in rows {

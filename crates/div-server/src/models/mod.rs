@@ -27,8 +27,7 @@ pub(crate) use error::{
     EvaluationError, PushModelError, RemoveModelError, ResolveModelError, UnknownModel,
 };
 
-/// The volume models' versions are kept in.
-pub(crate) const MODELS_VOLUME: &str = "div-models";
+pub(crate) use crate::home::MODELS_VOLUME;
 
 /// Where `name`'s versions are, in [`MODELS_VOLUME`].
 fn trees_of(name: &str) -> String {
@@ -80,7 +79,7 @@ pub(crate) fn push(
     volumes::check_name(name).map_err(|e| PushModelError::BadName(e.to_string()))?;
     vols.store
         .create_volume(MODELS_VOLUME, &clock::now_rfc3339())?;
-    std::fs::create_dir_all(vols.home.volume_dir(MODELS_VOLUME))?;
+    vols.home.make_volume_dir(MODELS_VOLUME)?;
     let prefix = trees_of(name);
     let committed = body.volume == MODELS_VOLUME
         && body.path.starts_with(&format!("{prefix}/"))

@@ -180,7 +180,7 @@ fn record(
             // queued.
             for volume in rules::volumes_named(&record.run.command, &record.run.env) {
                 if server.store.create_volume(&volume, &clock::now_rfc3339())? {
-                    fs::create_dir_all(server.home.volume_dir(&volume))?;
+                    server.home.make_volume_dir(&volume)?;
                 }
             }
             scheduler::refresh_queue(server)?;

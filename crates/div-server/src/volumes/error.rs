@@ -53,6 +53,12 @@ state_errors!(CreateVolumeError);
 pub(crate) enum DeleteVolumeError {
     #[error(transparent)]
     NoVolume(#[from] NoVolume),
+    /// The models' volume, while it keeps a version of a model.
+    #[error(
+        "the volume `{volume}` keeps the versions of the models {}: remove them with `div models rm NAME` first",
+        models.join(", ")
+    )]
+    KeepsModels { volume: String, models: Vec<String> },
     #[error(transparent)]
     State(#[from] StateError),
 }

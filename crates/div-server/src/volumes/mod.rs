@@ -88,7 +88,7 @@ pub(crate) fn create_volume(
 ) -> Result<(bool, Volume), CreateVolumeError> {
     check_name(name)?;
     let created = vols.store.create_volume(name, &clock::now_rfc3339())?;
-    fs::create_dir_all(vols.home.volume_dir(name))?;
+    vols.home.make_volume_dir(name)?;
     let volume = vols
         .store
         .volume(name)?
@@ -106,6 +106,15 @@ pub(crate) fn list_volumes(vols: &Volumes<'_>) -> Result<Vec<Volume>, crate::fau
 }
 
 pub(crate) fn delete_volume(vols: &Volumes<'_>, name: &str) -> Result<(), DeleteVolumeError> {
+    if name == crate::home::MODELS_VOLUME {
+        let models: Vec<String> = vols.store.models()?.into_iter().map(|(m, _)| m).collect();
+        if !models.is_empty() {
+            return Err(DeleteVolumeError::KeepsModels {
+                volume: name.to_owned(),
+                models,
+            });
+        }
+    }
     if !vols.store.delete_volume(name)? {
         return Err(NoVolume(name.to_owned()).into());
     }

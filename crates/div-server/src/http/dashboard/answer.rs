@@ -1,6 +1,7 @@
 //! What the dashboard answers behind its session cookie: its pages and assets, and its own
 //! API (`/api/…`): the runs list and a run's page (its result, how it was placed, what it ran
-//! in), its log by ranges or whole, its charts' points, and stopping a run as `div stop` does.
+//! in), its log by ranges or whole, its charts' points, and stopping a run as `div stop` does;
+//! the models and a model's versions and evaluations.
 
 use std::sync::Arc;
 
@@ -15,8 +16,8 @@ use super::{assets, replay};
 use crate::http::error::{ErrorCode, HttpError};
 use crate::http::files;
 use crate::http::wire::{self, Resp, blocking, decode_segment, fail, header, param};
-use crate::runs;
 use crate::server::Server;
+use crate::{models, runs};
 
 /// The most bytes of a log one request answers.
 pub(super) const MAX_LOG_READ: u64 = 4 << 20;
@@ -39,6 +40,8 @@ pub(super) async fn route(
         return match (&method, seg.as_slice()) {
             (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
             (&Method::GET, ["runs", _]) => Ok(assets::page(assets::RUN)),
+            (&Method::GET, ["models"]) => Ok(assets::page(assets::MODELS)),
+            (&Method::GET, ["models", _]) => Ok(assets::page(assets::MODEL)),
             _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
         };
     };
@@ -81,6 +84,18 @@ pub(super) async fn route(
             }
             let range = header(&req, "range");
             log_range(file, range).await
+        }
+        DashboardRoute::ListModels => {
+            let list = blocking(server, |s| models::list(&s.volumes(), s.sandboxed)).await?;
+            Ok(wire::answer(&dashboard::LIST_MODELS, 200, &list))
+        }
+        DashboardRoute::GetModel => {
+            let name = found.param("name").to_owned();
+            let model = blocking(server, move |s| {
+                models::evaluations::model(&s.volumes(), &name, s.sandboxed)
+            })
+            .await?;
+            Ok(wire::answer(&dashboard::GET_MODEL, 200, &model))
         }
         DashboardRoute::Charts => {
             let run = found.param("run").to_owned();

@@ -6,6 +6,8 @@ use super::super::wire::{self, Resp};
 
 pub(crate) const INDEX: &[u8] = include_bytes!("../../../assets/index.html");
 pub(crate) const RUN: &[u8] = include_bytes!("../../../assets/run.html");
+pub(crate) const MODELS: &[u8] = include_bytes!("../../../assets/models.html");
+pub(crate) const MODEL: &[u8] = include_bytes!("../../../assets/model.html");
 pub(crate) const UNAUTHORIZED: &[u8] = include_bytes!("../../../assets/unauthorized.html");
 
 /// The files under `/assets/`, by name, with their type.
@@ -29,6 +31,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "run.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../assets/run.js"),
+    ),
+    (
+        "models.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/models.js"),
     ),
     (
         "uPlot.iife.min.js",
