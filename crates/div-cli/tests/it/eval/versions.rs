@@ -226,3 +226,52 @@ fn evaluations_kept(local: &crate::support::Local, d1: &str, d2: &str) {
     let show = text(&out.stdout);
     assert!(show.contains(d1) && show.contains(d2), "{show}");
 }
+
+/// What is not a model's version is refused before anything is made, saying what was wrong.
+#[test]
+fn bad_input_is_refused_before_anything_is_made() {
+    let local = project();
+    let empty = local.tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let missing = local.tmp.path().join("missing");
+    let (empty, missing) = (empty.to_string_lossy(), missing.to_string_lossy());
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["models", "push", "bad", "/dev/null"],
+            "`/dev/null` is a device; a model's version is a folder or a file",
+        ),
+        (&["models", "push", "bad", &missing], "could not read"),
+        (&["models", "push", "bad", &empty], "holds no file to push"),
+        (
+            &["models", "push", "Bad_Name", &empty],
+            "`Bad_Name` is not a model's name",
+        ),
+        (
+            &["models", "push", "bad", "--from", "nosuchvol/x"],
+            "no volume `nosuchvol`",
+        ),
+        (
+            &["models", "rm", "bad"],
+            "no model `bad`; there are no models yet",
+        ),
+        (&["models", "show", "bad"], "no model `bad`"),
+        (&["evals", "bad"], "no model `bad`"),
+        (
+            &["evals", "--check", "metrics.a>=1"],
+            "there is no evaluation to judge",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = local.div(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(200), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let out = local.div(&["models", "ls", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        list["models"],
+        serde_json::json!([]),
+        "a refused push made a model"
+    );
+}
