@@ -10,9 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 mod images;
+mod team;
 
 pub use div_spec::{EntryKind, TreeEntry};
 pub use images::*;
+pub use team::*;
 
 /// Fields a model does not name, kept as they arrived.
 pub type Extra = Map<String, Value>;
@@ -398,6 +400,10 @@ pub struct Run {
     /// Bytes in its log so far.
     #[serde(default)]
     pub log_bytes: u64,
+    /// The member who placed it (`owner` for the server's own user, and for runs placed
+    /// before a control plane had members); absent from a control plane without members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_by: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -502,6 +508,9 @@ pub struct ListRuns {
     /// The `next_cursor` of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// Only the runs this member placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_by: Option<String>,
 }
 
 /// The answer to `POST /v1/runs/validate` when the run would be placed (a refusal is an

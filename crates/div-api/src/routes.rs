@@ -313,6 +313,24 @@ routes! {
         SetSecret = SET_SECRET: PUT "/v1/secrets/{name}", SetSecret => SecretInfo;
         /// Remove a secret.
         DeleteSecret = DELETE_SECRET: DELETE "/v1/secrets/{name}", Nothing => Nothing;
+        /// Who the control plane takes the caller for (docs/team.md).
+        WhoAmI = WHOAMI: GET "/v1/whoami", Nothing => WhoAmI;
+        /// The org's members, revoked ones included.
+        ListMembers = LIST_MEMBERS: GET "/v1/members", Nothing => MemberList;
+        /// Add a member, or a service token: its token, shown this once.
+        CreateMember = CREATE_MEMBER: POST "/v1/members", CreateMember => MemberCreated;
+        /// Revoke a member's token, at once.
+        RevokeMember = REVOKE_MEMBER: DELETE "/v1/members/{name}", Nothing => Member;
+        /// A member's monthly usage limit.
+        SetMemberLimit = SET_MEMBER_LIMIT:
+            PUT "/v1/members/{name}/limit", MemberLimit => Member;
+        /// The Slurm account a member's runs are charged to.
+        SetMemberSlurmAccount = SET_MEMBER_SLURM_ACCOUNT:
+            PUT "/v1/members/{name}/slurm-account", MemberSlurmAccount => Member;
+        /// The org's monthly usage limit.
+        SetOrgLimit = SET_ORG_LIMIT: PUT "/v1/org/limit", OrgLimit => OrgLimit;
+        /// The audit log, newest first: no route changes it.
+        Audit = AUDIT: GET "/v1/audit", Nothing => AuditList;
     }
 }
 
@@ -323,7 +341,7 @@ pub mod dashboard {
     use serde_json::Value;
 
     use super::{Nothing, Octets};
-    use crate::models::{Run, RunList};
+    use crate::models::{Run, RunList, SignIn, WhoAmI};
 
     routes! {
         /// A route of the dashboard's API.
@@ -338,6 +356,12 @@ pub mod dashboard {
             Log = LOG: GET "/api/runs/{run}/log", Nothing => Octets;
             /// A run's charts, laid out by its `telemetry.toml`.
             Charts = CHARTS: GET "/api/runs/{run}/charts", Nothing => Value;
+            /// Who is signed in, and what they may do (docs/team.md).
+            Session = SESSION: GET "/api/session", Nothing => WhoAmI;
+            /// Sign in with a member's token: the session's cookie is set.
+            SignIn = SIGN_IN: POST "/api/session", SignIn => WhoAmI;
+            /// Sign out: the session ends, and its cookie with it.
+            SignOut = SIGN_OUT: DELETE "/api/session", Nothing => Nothing;
         }
     }
 }

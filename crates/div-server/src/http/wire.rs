@@ -196,7 +196,8 @@ pub(crate) async fn blocking<T: Send + 'static, E: Into<HttpError> + Send + 'sta
         .map_err(Into::into)
 }
 
-/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor` (empty ones are absent).
+/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor`, `placed_by` (empty ones are
+/// absent).
 pub(crate) fn list_query(q: &[(String, String)]) -> Result<div_api::ListRuns, HttpError> {
     let given = |key| param(q, key).filter(|v| !v.is_empty());
     Ok(div_api::ListRuns {
@@ -216,6 +217,7 @@ pub(crate) fn list_query(q: &[(String, String)]) -> Result<div_api::ListRuns, Ht
             None => None,
         },
         cursor: given("cursor"),
+        placed_by: given("placed_by"),
     })
 }
 

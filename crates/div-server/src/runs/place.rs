@@ -215,6 +215,7 @@ fn new_run(name: String, request: &CreateRun, valid: Valid) -> Run {
         ended_at: None,
         duration_seconds: 0,
         log_bytes: 0,
+        placed_by: None,
         extra: Default::default(),
     }
 }

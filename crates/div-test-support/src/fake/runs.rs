@@ -285,6 +285,7 @@ pub(crate) async fn create_run(
         ended_at: None,
         duration_seconds: 0,
         log_bytes: 0,
+        placed_by: None,
         extra: Default::default(),
     };
     state
