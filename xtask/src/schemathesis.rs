@@ -53,6 +53,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             addr,
             token: TOKEN.to_owned(),
         }),
+        team: None,
         gpus: GpuSource::Emulate("h100:8".into()),
         supervisor: SupervisorCommand {
             program: div,

@@ -50,6 +50,7 @@ async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure>
     let options = ServerOptions {
         home: settings.home.clone(),
         tcp: None,
+        team: None,
         gpus: match &settings.emulate_gpus {
             Some(g) => GpuSource::Emulate(g.clone()),
             None => GpuSource::Detect,

@@ -35,11 +35,13 @@ use serde_json::json;
 
 use super::error::{ErrorCode, HttpError};
 use super::wire::{self, Resp, fail, header, param, query};
+use crate::members::Actor;
 use crate::server::Server;
 
 mod answer;
 mod assets;
 mod replay;
+pub(crate) mod team;
 
 /// How many links' and sessions' tokens are kept: each `div dashboard` adds a link, each
 /// link used a session; the oldest go first.
@@ -107,6 +109,14 @@ impl State {
     fn knows_session(&self, given: &str) -> bool {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         find(&sessions, given).is_some()
+    }
+
+    /// Ends the session whose token is `given`, if there is one.
+    fn end_session(&self, given: &str) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = find(&sessions, given) {
+            sessions.remove(i);
+        }
     }
 }
 
@@ -219,7 +229,7 @@ async fn accept(
 
 /// The headers every answer carries: only this origin's scripts and styles, no framing, no
 /// sniffing, no referrer (the first URL holds the token), nothing cached.
-fn secure(mut resp: Resp) -> Resp {
+pub(super) fn secure(mut resp: Resp) -> Resp {
     let h = resp.headers_mut();
     for (name, value) in [
         (
@@ -238,7 +248,7 @@ fn secure(mut resp: Resp) -> Resp {
     resp
 }
 
-fn refuse(status: StatusCode, message: &str) -> Resp {
+pub(super) fn refuse(status: StatusCode, message: &str) -> Resp {
     wire::full(
         status.as_u16(),
         "application/json",
@@ -248,7 +258,7 @@ fn refuse(status: StatusCode, message: &str) -> Resp {
 }
 
 /// The token the request's cookie `name` holds.
-fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
+pub(super) fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers()
         .get_all("cookie")
         .iter()
@@ -316,10 +326,10 @@ async fn serve(
         }
         return unauthorized(&req);
     }
-    if session.is_none() {
+    let Some(session) = session else {
         return unauthorized(&req);
-    }
-    if req.method() == Method::POST {
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
         let expected = format!("http://127.0.0.1:{port}");
         let expected_localhost = format!("http://localhost:{port}");
         let origin_ok =
@@ -331,7 +341,25 @@ async fn serve(
             );
         }
     }
-    answer::route(server, req, &q).await.unwrap_or_else(fail)
+    // The owner's own dashboard: its sessions are the owner's, an admin's.
+    let owner = Actor::owner(format!("dashboard {}", addr.ip()));
+    if req.method() == Method::DELETE && req.uri().path() == "/api/session" {
+        state.end_session(&session);
+        return Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .header(
+                "set-cookie",
+                format!(
+                    "{}=; Max-Age=0; HttpOnly; SameSite=Strict; Path=/",
+                    cookie_name(port)
+                ),
+            )
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+    }
+    answer::route(server, &owner, req, &q)
+        .await
+        .unwrap_or_else(fail)
 }
 
 /// Where the first load goes on to: the same path, when it is one of this origin's

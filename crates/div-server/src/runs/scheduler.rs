@@ -10,6 +10,7 @@ use div_api::{RunQueue, RunStatus};
 
 use crate::executor::Liveness;
 use crate::runs::admission::admit;
+use crate::runs::fair;
 use crate::server::Server;
 use crate::store::{RunInternal, RunRecord, StoreError};
 use crate::{org, rules};
@@ -72,7 +73,13 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             .collect();
         return Ok(changed);
     }
-    let (started, mut waiting) = admit(server, &running, queued, true)?;
+    // Members take turns; a member at its own limit has its runs stopped and its queue held.
+    let turns = fair::turns(server, &running, queued)?;
+    for (record, reason) in &turns.stop {
+        stop_by_org(server, record, reason);
+    }
+    let (started, mut waiting) = admit(server, &running, turns.queued, true)?;
+    waiting.extend(turns.held);
     executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(changed || started)
@@ -124,7 +131,9 @@ pub(crate) fn refresh_queue(server: &Server) -> Result<(), StoreError> {
         .partition(RunRecord::launched);
     let mut running = server.store.runs_with_status(RunStatus::Running)?;
     running.extend(launched);
-    let (_, mut waiting) = admit(server, &running, queued, false)?;
+    let turns = fair::turns(server, &running, queued)?;
+    let (_, mut waiting) = admit(server, &running, turns.queued, false)?;
+    waiting.extend(turns.held);
     executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(())
