@@ -37,8 +37,7 @@ pub trait Team: Send + Sync {
     async fn set_org_limit(&self, cents: Option<i64>) -> Result<OrgLimit, ApiError>;
     /// A page of the audit log, newest first, from `cursor` (a previous page's
     /// `next_cursor`).
-    async fn audit(&self, limit: Option<u32>, cursor: Option<&str>)
-    -> Result<AuditList, ApiError>;
+    async fn audit(&self, limit: Option<u32>, cursor: Option<&str>) -> Result<AuditList, ApiError>;
 }
 
 #[async_trait]
@@ -93,11 +92,7 @@ impl Team for HttpControlPlane {
         self.tell(&routes::SET_ORG_LIMIT, path, &body).await
     }
 
-    async fn audit(
-        &self,
-        limit: Option<u32>,
-        cursor: Option<&str>,
-    ) -> Result<AuditList, ApiError> {
+    async fn audit(&self, limit: Option<u32>, cursor: Option<&str>) -> Result<AuditList, ApiError> {
         let mut params = Vec::new();
         if let Some(limit) = limit {
             params.push(format!("limit={limit}"));

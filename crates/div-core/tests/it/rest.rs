@@ -15,6 +15,7 @@ async fn placed(cp: &FakeControlPlane, name: &str, project: &str) -> String {
 
 fn listing(project: Option<&str>, all: bool, limit: u32) -> RunsOptions {
     RunsOptions {
+        placed_by: None,
         dir: std::env::temp_dir(),
         project: project.map(String::from),
         project_env: None,

@@ -123,6 +123,7 @@ pub(crate) fn forbidden(actor: &Actor, right: Right) -> HttpError {
     .with_details(json!({
         "right": right.as_str(),
         "role": actor.role.as_str(),
+        "needs": right.least_role().as_str(),
         "member": actor.name,
     }))
 }

@@ -253,6 +253,7 @@ impl From<RunError> for HttpError {
             } => said(ErrorCode::Forbidden, &e).with_details(json!({
                 "right": Right::StopAnyRun.as_str(),
                 "role": role.as_str(),
+                "needs": Right::StopAnyRun.least_role().as_str(),
                 "member": actor,
                 "placed_by": owner,
             })),
