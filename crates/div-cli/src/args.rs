@@ -616,15 +616,12 @@ fn money_or_none(typed: &str) -> Result<LimitArg, String> {
     if typed == "none" {
         return Ok(LimitArg::None);
     }
-    let money: Money = typed
-        .parse()
-        .map_err(|e: div_spec::MoneyError| e.to_string())?;
-    if money.cents() < 0 {
-        return Err(format!(
-            "`{typed}` is less than nothing; a limit is $0 or more, or `none`"
-        ));
+    match typed.parse::<Money>() {
+        Ok(money) => Ok(LimitArg::Amount(money)),
+        // A limit of nothing is one: every run of its member stops, and none starts.
+        Err(div_spec::MoneyError::Zero { .. }) => Ok(LimitArg::Amount(Money::from_cents(0))),
+        Err(e) => Err(format!("{e}; or `none` for no limit")),
     }
-    Ok(LimitArg::Amount(money))
 }
 
 /// `div`'s arguments, parsed; an unknown flag after `div run`'s entrypoint gets the tip that
