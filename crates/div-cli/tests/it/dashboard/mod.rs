@@ -8,14 +8,16 @@
 //! By page: `list.rs` (the runs' list), `run_page.rs` (a run's page: its log, stop, its end,
 //! placing it again, its image), `telemetry.rs` (the telemetry tab), `security.rs` (markup
 //! inert, no secret shown, the token and the origin), `command.rs` (`div dashboard` and the
-//! browser the tests drive), `bench.rs` (the list with many runs stored); here, the browser
-//! and what they share.
+//! browser the tests drive), `bench.rs` (the list with many runs stored), `team.rs` (a team's
+//! dashboard over TLS: sign-in, its session, stop by right, cross-site requests, sign-out);
+//! here, the browser and what they share.
 
 mod bench;
 mod command;
 mod list;
 mod run_page;
 mod security;
+mod team;
 mod telemetry;
 
 use std::path::{Path, PathBuf};
@@ -215,6 +217,9 @@ impl Browser {
         };
         let caps: serde_json::Map<String, Value> = json!({
             "browserName": "chrome",
+            // The team's dashboard is served over TLS with a certificate of the test's own CA
+            // (`team.rs`), which this browser's profile does not hold.
+            "acceptInsecureCerts": true,
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": [
