@@ -587,6 +587,63 @@ mod tests {
         assert!(fake.seen().reclaimed.is_empty());
     }
 
+    /// Round-robin between members: one member's many queued runs put one run ahead of
+    /// another member's one, never all of them; and a member at its own limit holds no one.
+    #[test]
+    fn a_members_many_queued_runs_do_not_starve_anothers_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let by = |id: &str, member: &str| {
+            let mut r = record(&server, id);
+            r.run.placed_by = Some(member.to_owned());
+            server.store.update_run(&r).unwrap();
+        };
+        // Alice's first run takes every core; then 20 more of hers, then Bob's one.
+        let first = queue(&server, "a0", 4);
+        by(&first, "alice");
+        let alices: Vec<String> = (1..=20)
+            .map(|i| queue(&server, &format!("a{i}"), 4))
+            .collect();
+        for id in &alices {
+            by(id, "alice");
+        }
+        let bobs = queue(&server, "b0", 4);
+        by(&bobs, "bob");
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &first).run.status, RunStatus::Running);
+        let queue = server.queue().clone();
+        // Alice's a0 runs; Bob's turn comes next, before her 20 others.
+        assert_eq!(
+            queue[&bobs].ahead, 0,
+            "bob waits for cores, behind no run of alice's"
+        );
+        assert_eq!(queue[&alices[0]].ahead, 1);
+        assert_eq!(queue[&alices[19]].ahead, 20);
+
+        // Alice reaches a limit of her own: her queue waits, saying so, and holds no one.
+        let added = crate::members::add(
+            &server.store,
+            &crate::members::Actor::owner("test"),
+            &div_api::CreateMember {
+                name: "alice".into(),
+                role: div_api::Role::Member,
+                kind: div_api::MemberKind::User,
+                slurm_account: None,
+            },
+        )
+        .unwrap();
+        crate::members::set_limit(&server.store, &added.member.name, Some(0)).unwrap();
+        fake.seen().gone.push(1001);
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &bobs).run.status, RunStatus::Running);
+        let queue = server.queue().clone();
+        assert_eq!(
+            queue[&alices[0]].reason,
+            "waiting: `alice`'s monthly limit of $0.00 reached"
+        );
+    }
+
     #[test]
     fn a_run_its_executor_cannot_start_fails_saying_why() {
         let dir = tempfile::tempdir().unwrap();

@@ -109,3 +109,25 @@ pub(super) fn accounting_args(
 pub(super) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::accounting_args;
+
+    #[test]
+    fn the_job_names_its_member_and_is_charged_to_their_account() {
+        let mut run = div_test_support::mock::sample_run("run-k4t9", div_api::RunStatus::Queued);
+        run.placed_by = Some("alice".into());
+        assert_eq!(
+            accounting_args(&run, "alice", Some("vision")),
+            [
+                "--comment=div run run-k4t9 placed by alice",
+                "--account=vision"
+            ]
+        );
+        assert_eq!(
+            accounting_args(&run, "owner", None),
+            ["--comment=div run run-k4t9 placed by owner"]
+        );
+    }
+}
