@@ -525,6 +525,7 @@ pub(crate) enum UsersCommand {
     },
     /// Revoke a member's token, at once
     Revoke {
+        /// The member's name
         #[arg(value_name = "NAME")]
         name: String,
     },
@@ -533,6 +534,7 @@ pub(crate) enum UsersCommand {
   div server users set alice --monthly-limit 50
   div server users set alice --monthly-limit none --slurm-account vision")]
     Set {
+        /// The member's name
         #[arg(value_name = "NAME")]
         name: String,
         /// Dollars a calendar month (UTC) their runs may spend, beside the org's limit; `none`
@@ -569,6 +571,7 @@ pub(crate) enum TokensCommand {
     },
     /// Revoke a service token, at once
     Revoke {
+        /// The token's name
         #[arg(value_name = "NAME")]
         name: String,
     },
