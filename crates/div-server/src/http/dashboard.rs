@@ -31,15 +31,16 @@ use div_api::routes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
 
 use super::error::{ErrorCode, HttpError};
 use super::wire::{self, Resp, fail, header, param, query};
 use crate::members::Actor;
 use crate::server::Server;
+use headers::{cookie_token, refuse, secure};
 
 mod answer;
 mod assets;
+mod headers;
 mod replay;
 pub(crate) mod team;
 
@@ -225,48 +226,6 @@ async fn accept(
                 .await;
         });
     }
-}
-
-/// The headers every answer carries: only this origin's scripts and styles, no framing, no
-/// sniffing, no referrer (the first URL holds the token), nothing cached.
-pub(super) fn secure(mut resp: Resp) -> Resp {
-    let h = resp.headers_mut();
-    for (name, value) in [
-        (
-            "content-security-policy",
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        ),
-        ("x-content-type-options", "nosniff"),
-        ("x-frame-options", "DENY"),
-        ("referrer-policy", "no-referrer"),
-        ("cache-control", "no-store"),
-        ("cross-origin-resource-policy", "same-origin"),
-    ] {
-        h.insert(name, http::HeaderValue::from_static(value));
-    }
-    resp
-}
-
-pub(super) fn refuse(status: StatusCode, message: &str) -> Resp {
-    wire::full(
-        status.as_u16(),
-        "application/json",
-        serde_json::to_vec(&json!({"error": {"code": "forbidden", "message": message}}))
-            .unwrap_or_default(),
-    )
-}
-
-/// The token the request's cookie `name` holds.
-pub(super) fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.headers()
-        .get_all("cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
 }
 
 async fn serve(

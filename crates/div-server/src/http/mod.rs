@@ -8,6 +8,7 @@
 //! the blob upload `upload`'s, the dashboards `dashboard`'s, the listeners `listen`'s (TLS
 //! `tls`'s), and the slowing of bad tokens `slowdown`'s.
 
+pub(crate) mod audited;
 pub(crate) mod auth;
 pub(crate) mod dashboard;
 pub(crate) mod error;
@@ -20,7 +21,7 @@ mod pull;
 mod refusal;
 mod runs;
 mod secrets;
-mod slowdown;
+pub(crate) mod slowdown;
 pub(crate) mod tls;
 mod upload;
 mod volumes;
@@ -31,14 +32,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use div_api::routes::{self, Found, Route};
-use http_body_util::BodyExt;
 use hyper::Request;
 use hyper::body::Incoming;
 use serde_json::json;
 
 use crate::members::Actor;
 use crate::server::Server;
-use auth::Audit;
+use audited::audited;
 use error::{ErrorCode, HttpError};
 use wire::{Resp, answer, blocking, decode_segment, fail, header, query};
 
@@ -100,7 +100,14 @@ pub(crate) async fn handle(
         Access::Team { peer, tls } => {
             // Past `/v1/` is the dashboard, which signs in once and keeps a session.
             if !req.uri().path().starts_with("/v1/") {
-                return Ok(dashboard::team::serve(&shared, peer, tls, req).await);
+                let team = dashboard::team::Listener {
+                    server: &shared.server,
+                    slowdown: &shared.slowdown,
+                    sessions: &shared.sessions,
+                    peer,
+                    tls,
+                };
+                return Ok(team.serve(req).await);
             }
             match auth::authenticate(&shared.server, &shared.slowdown, &req, peer.ip()).await {
                 Ok(actor) => actor,
@@ -186,65 +193,6 @@ async fn answer_route(
         Route::SetOrgLimit => members::set_org_limit(server, req).await,
         Route::Audit => members::audit(server, &q).await,
     }
-}
-
-/// `resp`, after its change is appended to the audit log as `audit` says: `actor` did it, to
-/// what the answer names (its `name`, a member's, or a tree's `volume/path`), else to what the
-/// route's path names. The answer itself is unchanged; a log that cannot be written is said on
-/// the server's log (the change is made, and answered as made).
-pub(crate) async fn audited<T>(
-    server: &Arc<Server>,
-    actor: &Actor,
-    audit: Audit,
-    found: &Found<'_, T>,
-    resp: Resp,
-) -> Resp {
-    let status = resp.status().as_u16();
-    let action = match audit {
-        Audit::Always(action) if (200..300).contains(&status) => action,
-        Audit::IfMade(action) if status == 201 => action,
-        _ => return resp,
-    };
-    let (parts, body) = resp.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    let target = audit_target(found, &answer);
-    let (actor, action_owned) = (actor.clone(), action.to_owned());
-    let written = blocking(server, move |s| {
-        crate::audit::record(&s.store, &actor, &action_owned, &target)
-    })
-    .await;
-    if let Err(e) = written {
-        server.warn_once(&format!(
-            "the audit log could not be appended to ({action}): {}",
-            e.message
-        ));
-    }
-    hyper::Response::from_parts(parts, http_body_util::Full::new(bytes).boxed())
-}
-
-/// What a change was made to: the answer's `name` (a run's, a volume's, a secret's, a
-/// member's), `member.name`, or a tree's `volume/path`; else the route's path's parameters.
-fn audit_target<T>(found: &Found<'_, T>, answer: &serde_json::Value) -> String {
-    if let Some(name) = answer["name"].as_str() {
-        return name.to_owned();
-    }
-    if let Some(name) = answer["member"]["name"].as_str() {
-        return name.to_owned();
-    }
-    if let (Some(volume), Some(path)) = (answer["volume"].as_str(), answer["path"].as_str()) {
-        return format!("{volume}/{path}");
-    }
-    ["run", "name"]
-        .iter()
-        .map(|p| found.param(p))
-        .filter(|p| !p.is_empty())
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 /// `GET /v1/health`: the server, its version, where it runs runs.

@@ -150,7 +150,7 @@ fn a_member_signs_in_once_stops_by_right_and_signs_out() {
         // A page of another site cannot stop a run with bob's session: the browser sends it
         // no cookie, and the server wants the dashboard's own `Origin` anyway.
         let forged = request(
-            &team,
+            team,
             "POST",
             "/api/runs/bobs-run/stop",
             &[("Cookie", &cookie), ("Origin", "https://evil.example")],
@@ -158,14 +158,14 @@ fn a_member_signs_in_once_stops_by_right_and_signs_out() {
         );
         assert_eq!(status(&forged), 403, "{forged}");
         let no_origin = request(
-            &team,
+            team,
             "POST",
             "/api/runs/bobs-run/stop",
             &[("Cookie", &cookie)],
             "",
         );
         assert_eq!(status(&no_origin), 403, "{no_origin}");
-        cross_site_form(&b, &team).await;
+        cross_site_form(&b, team).await;
         // His own: stopped.
         b.goto(&format!("{base}/runs/bobs-run")).await;
         b.until(
@@ -187,7 +187,7 @@ fn a_member_signs_in_once_stops_by_right_and_signs_out() {
             "return !!document.getElementById('token')",
         )
         .await;
-        let after = request(&team, "GET", "/api/runs", &[("Cookie", &cookie)], "");
+        let after = request(team, "GET", "/api/runs", &[("Cookie", &cookie)], "");
         assert_eq!(status(&after), 401, "{after}");
     });
     let runs = alice.ok(&["runs", "--all", "--json"]);

@@ -5,19 +5,30 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use div_api::WhoAmI;
 use div_api::routes::{dashboard, dashboard::DashboardRoute};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use super::{assets, replay, team};
+use super::{assets, replay};
+use crate::http::audited::audited;
 use crate::http::error::{ErrorCode, HttpError};
 use crate::http::wire::{self, Resp, blocking, decode_segment, fail, header, param};
-use crate::http::{audited, auth, files};
+use crate::http::{auth, files};
 use crate::members::{Actor, Right};
 use crate::runs;
 use crate::server::Server;
+
+/// Who `actor` is, as the dashboard's session route answers.
+pub(super) fn who(actor: &Actor) -> WhoAmI {
+    WhoAmI {
+        name: actor.name.clone(),
+        role: actor.role,
+        extra: Default::default(),
+    }
+}
 
 /// The most bytes of a log one request answers.
 pub(super) const MAX_LOG_READ: u64 = 4 << 20;
@@ -82,7 +93,7 @@ pub(super) async fn route(
             let resp = wire::answer(&dashboard::STOP_RUN, 200, &r);
             Ok(audited(server, &actor, rule.audit, &found, resp).await)
         }
-        DashboardRoute::Session => Ok(wire::answer(&dashboard::SESSION, 200, &team::who(&actor))),
+        DashboardRoute::Session => Ok(wire::answer(&dashboard::SESSION, 200, &who(&actor))),
         // Each listener signs in and out its own way, before this.
         DashboardRoute::SignIn | DashboardRoute::SignOut => Err(HttpError::not_found(
             "this dashboard does not sign in with a token: open the link `div dashboard` prints",

@@ -22,18 +22,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use div_api::SignIn;
 use div_api::routes::dashboard::{self as routes, DashboardRoute};
-use div_api::{SignIn, WhoAmI};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::{answer, assets, cookie_token, refuse, secure};
+use super::headers::{cookie_token, refuse, secure};
+use super::{answer, assets};
+use crate::http::audited::audited;
 use crate::http::auth::{self, Audit};
 use crate::http::error::{ErrorCode, HttpError};
+use crate::http::slowdown::Slowdown;
 use crate::http::wire::{self, Resp, blocking, fail, header, query, read_json};
-use crate::http::{Shared, audited};
 use crate::members::{self, Actor, token};
+use crate::server::Server;
 
 /// The most sessions kept; past it, the oldest ends.
 pub(crate) const MAX_SESSIONS: usize = 10_000;
@@ -102,60 +105,140 @@ fn set_cookie(tls: bool, value: Option<&str>) -> String {
     }
 }
 
-/// A request on the team's listener outside `/v1/`: the dashboard.
-pub(crate) async fn serve(
-    shared: &Arc<Shared>,
-    peer: SocketAddr,
-    tls: bool,
-    req: Request<Incoming>,
-) -> Resp {
-    secure(answer_team(shared, peer, tls, req).await)
+/// The team's listener, as its dashboard needs it.
+#[derive(Debug)]
+pub(crate) struct Listener<'a> {
+    pub(crate) server: &'a Arc<Server>,
+    pub(crate) slowdown: &'a Slowdown,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) peer: SocketAddr,
+    /// Whether it serves TLS.
+    pub(crate) tls: bool,
 }
 
-async fn answer_team(
-    shared: &Arc<Shared>,
-    peer: SocketAddr,
-    tls: bool,
-    req: Request<Incoming>,
-) -> Resp {
-    if req.method() == Method::GET
-        && let Some(name) = req.uri().path().strip_prefix("/assets/")
-    {
-        return assets::asset(name)
-            .unwrap_or_else(|| fail(HttpError::not_found(format!("no asset `{name}`"))));
+impl Listener<'_> {
+    /// A request on the team's listener outside `/v1/`: the dashboard.
+    pub(crate) async fn serve(&self, req: Request<Incoming>) -> Resp {
+        secure(self.answer(req).await)
     }
-    let change = req.method() != Method::GET && req.method() != Method::HEAD;
-    if change && !same_origin(&req, tls) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "a change needs a request from the dashboard's own page (its `Origin`)",
-        );
-    }
-    let path = req.uri().path().to_owned();
-    let from = format!("dashboard {}", peer.ip());
-    if req.method() == Method::POST && path == "/api/session" {
-        return sign_in(shared, peer, tls, req, from).await;
-    }
-    let hash = cookie_token(&req, cookie_name(tls)).map(|t| token::hash(&t));
-    let actor = match &hash {
-        Some(hash) => session_actor(shared, hash, &from).await,
-        None => Ok(None),
-    };
-    let actor = match actor {
-        Ok(Some(actor)) => actor,
-        Ok(None) => return signed_out(&path),
-        Err(e) => return fail(e),
-    };
-    if req.method() == Method::DELETE && path == "/api/session" {
-        if let Some(hash) = &hash {
-            shared.sessions.end(hash);
+
+    async fn answer(&self, req: Request<Incoming>) -> Resp {
+        if req.method() == Method::GET
+            && let Some(name) = req.uri().path().strip_prefix("/assets/")
+        {
+            return assets::asset(name)
+                .unwrap_or_else(|| fail(HttpError::not_found(format!("no asset `{name}`"))));
         }
-        return sign_out(shared, &actor, tls).await;
+        let change = req.method() != Method::GET && req.method() != Method::HEAD;
+        if change && !same_origin(&req, self.tls) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "a change needs a request from the dashboard's own page (its `Origin`)",
+            );
+        }
+        let path = req.uri().path().to_owned();
+        let from = format!("dashboard {}", self.peer.ip());
+        if req.method() == Method::POST && path == "/api/session" {
+            return self.sign_in(req, from).await;
+        }
+        let hash = cookie_token(&req, cookie_name(self.tls)).map(|t| token::hash(&t));
+        let actor = match &hash {
+            Some(hash) => self.session_actor(hash, &from).await,
+            None => Ok(None),
+        };
+        let actor = match actor {
+            Ok(Some(actor)) => actor,
+            Ok(None) => return signed_out(&path),
+            Err(e) => return fail(e),
+        };
+        if req.method() == Method::DELETE && path == "/api/session" {
+            if let Some(hash) = &hash {
+                self.sessions.end(hash);
+            }
+            return self.sign_out(&actor).await;
+        }
+        let q = query(&req);
+        answer::route(self.server, &actor, req, &q)
+            .await
+            .unwrap_or_else(fail)
     }
-    let q = query(&req);
-    answer::route(&shared.server, &actor, req, &q)
-        .await
-        .unwrap_or_else(fail)
+
+    /// The member of the session whose cookie hashes to `hash`; `None` for no session, or
+    /// one whose member was revoked since (the session then ends).
+    async fn session_actor(&self, hash: &str, from: &str) -> Result<Option<Actor>, HttpError> {
+        let Some(id) = self.sessions.member(hash) else {
+            return Ok(None);
+        };
+        let from = from.to_owned();
+        let actor = blocking(self.server, move |s| {
+            members::still_live(&s.store, id, &from)
+        })
+        .await?;
+        if actor.is_none() {
+            self.sessions.end(hash);
+        }
+        Ok(actor)
+    }
+
+    /// `POST /api/session`: a member's token in the body begins a session.
+    async fn sign_in(&self, req: Request<Incoming>, from: String) -> Resp {
+        let body: SignIn = match read_json(req).await {
+            Ok(b) => b,
+            Err(e) => return fail(e),
+        };
+        let actor =
+            auth::member_of_token(self.server, self.slowdown, body.token, self.peer.ip(), from)
+                .await;
+        let (actor, member) = match actor {
+            Ok(a) => match a.member {
+                Some(id) => (a, id),
+                None => return fail(auth::no_member()),
+            },
+            Err(e) => return fail(e),
+        };
+        let session = match token::random_hex(32) {
+            Ok(t) => t,
+            Err(e) => {
+                return fail(HttpError::internal(format!(
+                    "could not read /dev/urandom for a session: {e}"
+                )));
+            }
+        };
+        self.sessions.begin(token::hash(&session), member);
+        let me = answer::who(&actor);
+        let resp = with_cookie(
+            wire::answer(&routes::SIGN_IN, 200, &me),
+            self.tls,
+            Some(&session),
+        );
+        match DashboardRoute::find("POST", &["api", "session"]) {
+            Some(found) => {
+                let rule = auth::dashboard_rule(found.route);
+                audited(self.server, &actor, rule.audit, &found, resp).await
+            }
+            None => resp,
+        }
+    }
+
+    /// `DELETE /api/session`: the session is over; its cookie is cleared.
+    async fn sign_out(&self, actor: &Actor) -> Resp {
+        let resp = with_cookie(
+            Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Full::new(Bytes::new()).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
+            self.tls,
+            None,
+        );
+        match DashboardRoute::find("DELETE", &["api", "session"]) {
+            Some(found) => {
+                let audit = auth::dashboard_rule(found.route).audit;
+                debug_assert_ne!(audit, Audit::No);
+                audited(self.server, actor, audit, &found, resp).await
+            }
+            None => resp,
+        }
+    }
 }
 
 /// Whether a change comes from the dashboard's own page: its `Origin` is this listener's
@@ -166,27 +249,6 @@ fn same_origin(req: &Request<Incoming>, tls: bool) -> bool {
         (Some(origin), Some(host)) => origin == format!("{scheme}://{host}"),
         _ => false,
     }
-}
-
-/// The member of the session whose cookie hashes to `hash`; `None` for no session, or one
-/// whose member was revoked since (the session then ends).
-async fn session_actor(
-    shared: &Arc<Shared>,
-    hash: &str,
-    from: &str,
-) -> Result<Option<Actor>, HttpError> {
-    let Some(id) = shared.sessions.member(hash) else {
-        return Ok(None);
-    };
-    let from = from.to_owned();
-    let actor = blocking(&shared.server, move |s| {
-        members::still_live(&s.store, id, &from)
-    })
-    .await?;
-    if actor.is_none() {
-        shared.sessions.end(hash);
-    }
-    Ok(actor)
 }
 
 /// Without a session: the sign-in page for a page, 401 for the dashboard's API.
@@ -200,92 +262,11 @@ fn signed_out(path: &str) -> Resp {
     wire::full(401, "text/html; charset=utf-8", assets::SIGN_IN)
 }
 
-/// `POST /api/session`: a member's token in the body begins a session.
-async fn sign_in(
-    shared: &Arc<Shared>,
-    peer: SocketAddr,
-    tls: bool,
-    req: Request<Incoming>,
-    from: String,
-) -> Resp {
-    let body: SignIn = match read_json(req).await {
-        Ok(b) => b,
-        Err(e) => return fail(e),
-    };
-    let actor = auth::member_of_token(
-        &shared.server,
-        &shared.slowdown,
-        body.token,
-        peer.ip(),
-        from,
-    )
-    .await;
-    let (actor, member) = match actor {
-        Ok(a) => match a.member {
-            Some(id) => (a, id),
-            None => return fail(auth::no_member()),
-        },
-        Err(e) => return fail(e),
-    };
-    let session = match token::random_hex(32) {
-        Ok(t) => t,
-        Err(e) => {
-            return fail(HttpError::internal(format!(
-                "could not read /dev/urandom for a session: {e}"
-            )));
-        }
-    };
-    shared.sessions.begin(token::hash(&session), member);
-    let me = who(&actor);
-    let resp = with_cookie(
-        wire::answer(&routes::SIGN_IN, 200, &me),
-        tls,
-        Some(&session),
-    );
-    let found = DashboardRoute::find("POST", &["api", "session"]);
-    match found {
-        Some(found) => {
-            let rule = auth::dashboard_rule(found.route);
-            audited(&shared.server, &actor, rule.audit, &found, resp).await
-        }
-        None => resp,
-    }
-}
-
-/// `DELETE /api/session`: the session is over; its cookie is cleared.
-async fn sign_out(shared: &Arc<Shared>, actor: &Actor, tls: bool) -> Resp {
-    let resp = with_cookie(
-        Response::builder()
-            .status(StatusCode::NO_CONTENT)
-            .body(Full::new(Bytes::new()).boxed())
-            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
-        tls,
-        None,
-    );
-    match DashboardRoute::find("DELETE", &["api", "session"]) {
-        Some(found) => {
-            let audit = auth::dashboard_rule(found.route).audit;
-            debug_assert_ne!(audit, Audit::No);
-            audited(&shared.server, actor, audit, &found, resp).await
-        }
-        None => resp,
-    }
-}
-
 fn with_cookie(mut resp: Resp, tls: bool, value: Option<&str>) -> Resp {
     if let Ok(v) = http::HeaderValue::from_str(&set_cookie(tls, value)) {
         resp.headers_mut().insert("set-cookie", v);
     }
     resp
-}
-
-/// Who `actor` is, as the dashboard's session route answers.
-pub(crate) fn who(actor: &Actor) -> WhoAmI {
-    WhoAmI {
-        name: actor.name.clone(),
-        role: actor.role,
-        extra: Default::default(),
-    }
 }
 
 #[cfg(test)]
