@@ -5,11 +5,13 @@
 //!
 //! `roles.rs`: two members and a viewer, who sees what and is refused what, the audit log,
 //! revocation; `tokens.rs`: bad tokens slowed down, no token in the clear on disk;
-//! `limits.rs`: a member's monthly limit. The dashboard's sign-in is tested in a browser in
+//! `limits.rs`: a member's monthly limit; `serving.rs`: the listener from the settings file, and
+//! plain HTTP refused off loopback. The dashboard's sign-in is tested in a browser in
 //! `dashboard/team.rs`.
 
 mod limits;
 mod roles;
+mod serving;
 mod tokens;
 
 use std::path::{Path, PathBuf};
@@ -41,16 +43,9 @@ impl Team {
     /// A CA, a certificate for `localhost`, and the owner's control plane serving it on a free
     /// loopback port.
     pub(crate) fn start() -> Team {
-        let tmp = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir_all(tmp.path().join("certs")).expect("certs");
-        crate::https::certificates(&tmp.path().join("certs"));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let team = Team { tmp, port };
+        let team = Team::new();
         let certs = team.tmp.path().join("certs");
-        let listen = format!("127.0.0.1:{port}");
+        let listen = format!("127.0.0.1:{}", team.port);
         let cert = certs.join("server.pem").display().to_string();
         let key = certs.join("server.key").display().to_string();
         let out = team.admin(&[
@@ -75,6 +70,18 @@ impl Team {
             "{said}"
         );
         team
+    }
+
+    /// A CA, a certificate for `localhost` and a free loopback port; nothing started.
+    pub(crate) fn new() -> Team {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir_all(tmp.path().join("certs")).expect("certs");
+        crate::https::certificates(&tmp.path().join("certs"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        Team { tmp, port }
     }
 
     /// The owner's state directory.
