@@ -13,12 +13,12 @@ use crate::client::{Call, CallBody, HttpControlPlane};
 use crate::error::{ApiError, ErrorKind};
 use crate::models::*;
 use crate::routes::{self, Nothing, TypedRoute, query_value};
-use crate::{BlobSource, ByteSink, ControlPlane, ExactResult, LogStream, PackBlob};
+use crate::{BlobSource, ByteSink, ControlPlane, ExactResult, LogStream, PackBlob, Team};
 
 impl HttpControlPlane {
     /// `route`'s JSON answer to a request without a body, at `path` (the route's, filled
     /// in, with its query).
-    async fn ask<Resp: DeserializeOwned>(
+    pub(crate) async fn ask<Resp: DeserializeOwned>(
         &self,
         route: &TypedRoute<Nothing, Resp>,
         path: String,
@@ -27,7 +27,7 @@ impl HttpControlPlane {
     }
 
     /// `route`'s JSON answer to `body`, at `path`.
-    async fn tell<Req: Serialize, Resp: DeserializeOwned>(
+    pub(crate) async fn tell<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         route: &TypedRoute<Req, Resp>,
         path: String,
@@ -318,6 +318,9 @@ impl ControlPlane for HttpControlPlane {
         if let Some(cursor) = &query.cursor {
             params.push(format!("cursor={}", query_value(cursor)));
         }
+        if let Some(member) = &query.placed_by {
+            params.push(format!("placed_by={}", query_value(member)));
+        }
         let mut path = routes::LIST_RUNS.path(&[]);
         if !params.is_empty() {
             path = format!("{path}?{}", params.join("&"));
@@ -457,5 +460,9 @@ impl ControlPlane for HttpControlPlane {
     async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
         self.ask(&routes::GET_EVALUATION, routes::GET_EVALUATION.path(&[id]))
             .await
+    }
+
+    fn team(&self) -> Option<&dyn Team> {
+        Some(self)
     }
 }

@@ -32,6 +32,7 @@ pub mod pack;
 mod read_file;
 mod retry;
 pub mod routes;
+mod team;
 mod tls;
 mod transport;
 mod upload;
@@ -48,6 +49,7 @@ pub use models::*;
 pub use options::{Options, Token};
 pub use pack::{PACK_BLOB_MAX_BYTES, PACK_MAX_BYTES, PackBlob, PackError, pack_frame, parse_pack};
 pub use routes::{IDEMPOTENCY_KEY, Route};
+pub use team::Team;
 
 /// Where the bytes of a blob upload come from.
 #[derive(Debug, Clone)]
@@ -404,5 +406,10 @@ pub trait ControlPlane: Send + Sync {
     async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
         let _ = id;
         Err(no_models())
+    }
+    /// The org's side of the control plane (members, their tokens and limits, the audit
+    /// log), where it has one; `None`, as this default answers, where it has no members.
+    fn team(&self) -> Option<&dyn Team> {
+        None
     }
 }

@@ -11,10 +11,12 @@ use serde_json::{Map, Value};
 
 mod eval;
 mod images;
+mod team;
 
 pub use div_spec::{EntryKind, TreeEntry};
 pub use eval::*;
 pub use images::*;
+pub use team::*;
 
 /// Fields a model does not name, kept as they arrived.
 pub type Extra = Map<String, Value>;
@@ -407,6 +409,10 @@ pub struct Run {
     /// For an eval run, the model version it judges and its evaluation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<RunModel>,
+    /// The member who placed it (`owner` for the server's own user, and for runs placed
+    /// before a control plane had members); absent from a control plane without members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_by: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -511,6 +517,9 @@ pub struct ListRuns {
     /// The `next_cursor` of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// Only the runs this member placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_by: Option<String>,
 }
 
 /// The answer to `POST /v1/runs/validate` when the run would be placed (a refusal is an

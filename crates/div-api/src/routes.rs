@@ -329,6 +329,24 @@ routes! {
         ListEvaluations = LIST_EVALUATIONS: GET "/v1/evaluations", Nothing => EvaluationList;
         /// An evaluation by id.
         GetEvaluation = GET_EVALUATION: GET "/v1/evaluations/{id}", Nothing => Evaluation;
+        /// Who the control plane takes the caller for (docs/team.md).
+        WhoAmI = WHOAMI: GET "/v1/whoami", Nothing => WhoAmI;
+        /// The org's members, revoked ones included.
+        ListMembers = LIST_MEMBERS: GET "/v1/members", Nothing => MemberList;
+        /// Add a member, or a service token: its token, shown this once.
+        CreateMember = CREATE_MEMBER: POST "/v1/members", CreateMember => MemberCreated;
+        /// Revoke a member's token, at once.
+        RevokeMember = REVOKE_MEMBER: DELETE "/v1/members/{name}", Nothing => Member;
+        /// A member's monthly usage limit.
+        SetMemberLimit = SET_MEMBER_LIMIT:
+            PUT "/v1/members/{name}/limit", MemberLimit => Member;
+        /// The Slurm account a member's runs are charged to.
+        SetMemberSlurmAccount = SET_MEMBER_SLURM_ACCOUNT:
+            PUT "/v1/members/{name}/slurm-account", MemberSlurmAccount => Member;
+        /// The org's monthly usage limit.
+        SetOrgLimit = SET_ORG_LIMIT: PUT "/v1/org/limit", OrgLimit => OrgLimit;
+        /// The audit log, newest first: no route changes it.
+        Audit = AUDIT: GET "/v1/audit", Nothing => AuditList;
     }
 }
 
@@ -340,7 +358,7 @@ pub mod dashboard {
     use serde_json::Value;
 
     use super::{Nothing, Octets};
-    use crate::models::{Model, ModelList, Run, RunList};
+    use crate::models::{Model, ModelList, Run, RunList, SignIn, WhoAmI};
 
     routes! {
         /// A route of the dashboard's API.
@@ -359,6 +377,12 @@ pub mod dashboard {
             ListModels = LIST_MODELS: GET "/api/models", Nothing => ModelList;
             /// A model's versions and evaluations (as `GET /v1/models/{name}`).
             GetModel = GET_MODEL: GET "/api/models/{name}", Nothing => Model;
+            /// Who is signed in, and what they may do (docs/team.md).
+            Session = SESSION: GET "/api/session", Nothing => WhoAmI;
+            /// Sign in with a member's token: the session's cookie is set.
+            SignIn = SIGN_IN: POST "/api/session", SignIn => WhoAmI;
+            /// Sign out: the session ends, and its cookie with it.
+            SignOut = SIGN_OUT: DELETE "/api/session", Nothing => Nothing;
         }
     }
 }

@@ -13,6 +13,9 @@ pub(crate) use models::{EvalArgs, EvalsArgs, ModelsCommand};
 pub(crate) use run::RunArgs;
 use run::check;
 
+mod server;
+pub(crate) use server::{AuditArgs, OrgLimitArgs, RoleArg, ServeArgs, TokensCommand, UsersCommand};
+
 /// Place runs on GPUs
 #[derive(Debug, Parser)]
 #[command(name = "div", version, propagate_version = true, max_term_width = 100)]
@@ -140,6 +143,9 @@ pub(crate) struct RunsArgs {
     /// How many runs at most
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub(crate) limit: u32,
+    /// Only the runs you placed (on a team's control plane: the member your token is)
+    #[arg(long)]
+    pub(crate) mine: bool,
     /// Print the runs as JSON
     #[arg(long)]
     pub(crate) json: bool,
@@ -322,13 +328,23 @@ pub(crate) enum ImageCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ServerCommand {
     /// Run the local control plane in the foreground until interrupted
-    Run,
+    Run(ServeArgs),
     /// Start the local control plane in the background, unless it is running
-    Start,
+    Start(ServeArgs),
     /// Stop the local control plane; runs keep going under their supervisors
     Stop,
     /// Say whether the local control plane is running, and where
     Status,
+    /// Add, list and revoke the org's members, and set their limits (docs/team.md)
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Add, list and revoke service tokens, for CI
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+    /// Print the audit log, newest first: who changed what, when and from where
+    Audit(AuditArgs),
+    /// Set or remove the org's monthly usage limit
+    Limit(OrgLimitArgs),
 }
 
 /// `div`'s arguments, parsed; an unknown flag after `div run`'s entrypoint gets the tip that

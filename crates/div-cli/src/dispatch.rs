@@ -1,9 +1,10 @@
 //! What was typed, run: clap's parse, the settings resolved once, the runtime, the command
 //! it names, the exit code. Above every command, and named by `main.rs` alone.
 
+use crate::args::ServerCommand;
 use crate::commands::{
-    config, dashboard, generate, image, logs, models, result, run, runs, secrets, server, stop,
-    storage, telemetry,
+    config, dashboard, generate, image, logs, models, result, run, runs, secrets, server,
+    server_users, stop, storage, telemetry,
 };
 use crate::exit_codes;
 use crate::printer::Failure;
@@ -84,6 +85,18 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             Command::Login(args) => config::login(args, &settings, &mut printer).await,
             Command::Image(command) => image::image(command, &settings, &mut printer).await,
             Command::Dashboard(args) => dashboard::dashboard(args, &settings, &mut printer).await,
+            Command::Server(ServerCommand::Users(c)) => {
+                server_users::users(c, &settings, &mut printer).await
+            }
+            Command::Server(ServerCommand::Tokens(c)) => {
+                server_users::tokens(c, &settings, &mut printer).await
+            }
+            Command::Server(ServerCommand::Audit(args)) => {
+                server_users::audit(args, &settings, &mut printer).await
+            }
+            Command::Server(ServerCommand::Limit(args)) => {
+                server_users::org_limit(args, &settings, &mut printer).await
+            }
             Command::Server(command) => server::server(command, &settings, &mut printer).await,
             Command::Supervise { .. } | Command::Generate { .. } => Ok(exit_codes::LOCAL),
         }

@@ -23,7 +23,7 @@ fn main() {
     // that, before its first thread (a short-lived command is faster untuned: a small
     // project's run took 2–3 ms longer tuned, docs/performance.md).
     if let Ok(args::Cli {
-        command: args::Command::Server(args::ServerCommand::Run),
+        command: args::Command::Server(args::ServerCommand::Run(_)),
         ..
     }) = &cli
     {

@@ -161,6 +161,13 @@ pub enum RunError {
     /// caches): `div image ls` and `div image prune` have nothing to `what`.
     #[error("this control plane has no image cache to {what}")]
     NoImageCache { what: &'static str },
+    /// The control plane has no members (an older one, or one that is not shared by an org):
+    /// there are none to `what`.
+    #[error("this control plane has no members to {what}")]
+    NoTeam { what: &'static str },
+    /// No live member has that name.
+    #[error("there is no member `{0}`")]
+    MemberNotFound(String),
     /// A telemetry layout cannot be read.
     #[error("the telemetry layout is not valid: {0}")]
     Layout(String),
@@ -231,6 +238,8 @@ impl RunError {
             | RunError::NotInVolume { .. }
             | RunError::SecretNotFound(_)
             | RunError::NoModelVersion(_)
+            | RunError::MemberNotFound(_)
+            | RunError::NoTeam { .. }
             | RunError::NoImageCache { .. } => FailureKind::NotFound,
             RunError::Write { .. } => FailureKind::Local,
             RunError::ControlPlaneGone { .. } => FailureKind::Unreachable,
@@ -337,12 +346,43 @@ impl RunError {
                     accepted.first().map(String::as_str).unwrap_or("cpu")
                 }
             )),
-            RunError::Api { source, .. } => match source.kind() {
-                ErrorKind::Unauthorized => Some("check DIVERGENT_TOKEN".into()),
-                _ => unreachable_registry(source),
-            },
+            RunError::NoTeam { .. } => Some(
+                "members are a team's control plane's: serve one with `div server start --listen ADDR --tls-cert FILE --tls-key FILE` (docs/team.md)"
+                    .into(),
+            ),
+            RunError::MemberNotFound(_) => Some("`div server users ls` lists them".into()),
+            RunError::Api { source, .. } => api_hint(source),
             _ => None,
         }
+    }
+}
+
+/// What would be right after the control plane refused or failed a request: a role with the
+/// right it names (403), a token it takes (401), a wait (429), a registry it reaches.
+fn api_hint(source: &div_api::ApiError) -> Option<String> {
+    match (source.kind(), source.code()) {
+        (ErrorKind::Unauthorized, Some("forbidden")) => {
+            let details = source.details();
+            let role = details["role"].as_str().unwrap_or("?");
+            let needs = details["needs"].as_str().unwrap_or("another");
+            Some(match details["placed_by"].as_str() {
+                Some(owner) => format!(
+                    "ask `{owner}` or an admin of this control plane to stop it (it needs the `{needs}` role; yours is `{role}`)"
+                ),
+                None => format!(
+                    "ask an admin of this control plane for a token with the `{needs}` role or above (yours is `{role}`)"
+                ),
+            })
+        }
+        (ErrorKind::Unauthorized, _) => Some(
+            "the token was refused: it may be revoked or mistyped; ask an admin for one and store it with `div login --api-url URL` (or set DIVERGENT_TOKEN)"
+                .into(),
+        ),
+        (_, Some("too_many_attempts")) => Some(
+            "too many bad tokens came from this address: wait, then use a member's token (`div login --api-url URL`)"
+                .into(),
+        ),
+        _ => unreachable_registry(source),
     }
 }
 

@@ -46,6 +46,7 @@ mod runs;
 mod secrets;
 mod storage;
 mod target;
+mod team;
 mod telemetry;
 mod upload;
 
@@ -81,6 +82,9 @@ pub use storage::storage_rm;
 pub use target::{
     ConfigError, ConfigFileRef, Target, default_local_home, read_config_file, resolve_target,
     user_config_path,
+};
+pub use team::{
+    MemberChange, audit, member_add, member_revoke, member_set, members, org_limit, whoami,
 };
 pub use telemetry::{
     Chart, ChartSpec, Layout, LayoutError, Series, TelemetryRead, X_LINE, X_STEP, charts,

@@ -26,6 +26,9 @@ pub struct RunsOptions {
     pub status: Option<RunStatus>,
     /// How many runs at most.
     pub limit: u32,
+    /// `--mine`: only the runs this member placed (the caller asks the control plane who it
+    /// is, [`crate::whoami`]).
+    pub placed_by: Option<String>,
 }
 
 /// The runs asked for, newest first, and the project they belong to (`None` with `all`).
@@ -61,6 +64,7 @@ pub async fn runs(cp: &dyn ControlPlane, options: &RunsOptions) -> Result<RunsLi
                 status: options.status,
                 limit: Some(want.min(RUNS_PAGE)),
                 cursor: cursor.take(),
+                placed_by: options.placed_by.clone(),
             })
             .await
             .map_err(|e| RunError::api("list the runs", e))?;
@@ -95,6 +99,7 @@ pub async fn latest_run(
             status: None,
             limit: Some(1),
             cursor: None,
+            placed_by: None,
         })
         .await
         .map_err(|e| RunError::api("list the runs", e))?;

@@ -70,7 +70,7 @@ const div = {
   async api(path, options) {
     const resp = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
     if (resp.status === 401) {
-      throw new Error("The dashboard's token is missing or wrong: open the link `div dashboard` prints.");
+      throw new Error("The dashboard's session is missing or over: sign in again (or, on your own machine, open the link `div dashboard` prints).");
     }
     const text = await resp.text();
     let body = null;
@@ -93,4 +93,29 @@ const div = {
     const l = document.getElementById("live");
     if (l) l.classList.toggle("off", !on);
   },
+
+  // Who is signed in (`alice · member`), and the button that signs out: the session ends
+  // on the server, and the page goes back to the sign-in page (the owner's dashboard, to
+  // the page that says to run `div dashboard` again).
+  async session() {
+    const who = document.getElementById("who");
+    const out = document.getElementById("signout");
+    if (!who || !out) return null;
+    try {
+      const me = await div.api("/api/session");
+      who.textContent = `${me.name} · ${me.role}`;
+      document.body.dataset.member = me.name;
+      document.body.dataset.role = me.role;
+      out.hidden = false;
+      out.addEventListener("click", async () => {
+        try { await div.api("/api/session", { method: "DELETE" }); } catch (_) { /* gone already */ }
+        location.reload();
+      });
+      return me;
+    } catch (e) {
+      return null;
+    }
+  },
 };
+
+document.addEventListener("DOMContentLoaded", () => { div.session(); });

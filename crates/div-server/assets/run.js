@@ -110,6 +110,7 @@
     $("told").textContent = r.command;
     $("replay").textContent = detail.replay;
     $("project").textContent = r.project;
+    $("placed-by").textContent = r.placed_by || "";
     $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
     $("image").textContent = imageText(r, detail.ran_in);
     if (r.model) {

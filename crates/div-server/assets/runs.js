@@ -53,6 +53,7 @@
       cell(spend),
       cell(r.exit_code == null ? "" : String(r.exit_code)),
       cell(checkText),
+      cell(r.placed_by || ""),
     );
     return tr;
   }

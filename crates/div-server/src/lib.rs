@@ -15,6 +15,7 @@
 //! let options = ServerOptions {
 //!     home: "/home/me/.local/share/div".into(),
 //!     tcp: None,
+//!     team: None,
 //!     gpus: GpuSource::Emulate("h100:8".into()),
 //!     supervisor: SupervisorCommand { program: "/usr/bin/div".into(), args: vec!["__supervise".into()] },
 //!     sandbox: SandboxMode::Auto,
@@ -28,12 +29,14 @@
 //! How it keeps each promise of the runtime is written down in `docs/local-control-plane.md`.
 
 // The module map and which module may use which: ARCHITECTURE.md, "div-server".
+mod audit;
 mod disk_pool;
 mod executor;
 mod fault;
 mod home;
 mod http;
 mod inventory;
+mod members;
 mod models;
 mod org;
 mod rules;
@@ -56,6 +59,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use http::dashboard::{DashboardError, DashboardLink, open_url as open_dashboard};
+pub use http::tls::TlsError;
 pub use inventory::{InventoryError, canonical_gpus};
 
 /// How to run the local control plane.
@@ -65,6 +69,9 @@ pub struct ServerOptions {
     pub home: PathBuf,
     /// Also listen on loopback TCP, with a bearer token.
     pub tcp: Option<TcpOptions>,
+    /// Serve the org's members on this address, each with their own token (docs/team.md);
+    /// `None`: what `home/settings.json`'s `listen`, `tls_cert` and `tls_key` say, if any.
+    pub team: Option<TeamListen>,
     /// Where the GPU inventory comes from.
     pub gpus: GpuSource,
     /// How to launch a run's supervisor.
@@ -88,6 +95,28 @@ pub struct TcpOptions {
     pub addr: SocketAddr,
     /// Every request must carry `Authorization: Bearer <token>`.
     pub token: String,
+}
+
+/// The team's listener: the API and the dashboard for the org's members, each with their own
+/// token and role (docs/team.md), beside the owner's Unix socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamListen {
+    pub addr: SocketAddr,
+    /// The certificate and key it serves TLS with; plain HTTP only on a loopback address.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A TLS certificate chain and its private key, both PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Whether `files` can serve TLS: read and paired as the team's listener will, so a mistake is
+/// said before a server is started in the background.
+pub fn check_tls(files: &TlsFiles) -> Result<(), TlsError> {
+    http::tls::server_config(files).map(drop)
 }
 
 /// Where the GPU inventory comes from.
@@ -157,6 +186,16 @@ pub enum ServerError {
     },
     #[error("tcp listening is loopback only; `{0}` is not a loopback address")]
     NotLoopback(SocketAddr),
+    /// The team's listener without TLS on an address others can reach.
+    #[error(
+        "plain HTTP is refused on `{0}`, which is not a loopback address: tokens would cross the network in the clear; give it a certificate and key (`--tls-cert FILE --tls-key FILE`)"
+    )]
+    PlainHttp(SocketAddr),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// `home/settings.json`'s `listen`, `tls_cert` or `tls_key` cannot be used (its words).
+    #[error("{0}")]
+    TeamSettings(String),
     /// `home/slurm.toml` chose Slurm, and the file or the cluster is not usable.
     #[error("the Slurm executor cannot start: {0}")]
     Slurm(String),

@@ -32,6 +32,7 @@ pub struct LocalControlPlane {
     div: PathBuf,
     emulate_gpus: Option<String>,
     start_deadline: Duration,
+    serve_args: Vec<String>,
 }
 
 /// Why the local control plane could not be reached or started.
@@ -100,7 +101,15 @@ impl LocalControlPlane {
             div: div.into(),
             emulate_gpus: None,
             start_deadline: START_DEADLINE,
+            serve_args: Vec::new(),
         }
+    }
+
+    /// More arguments for the `div server run` a start here runs: `--listen ADDR`,
+    /// `--tls-cert FILE`, `--tls-key FILE` (docs/team.md).
+    pub fn serve_args(mut self, args: Vec<String>) -> LocalControlPlane {
+        self.serve_args = args;
+        self
     }
 
     /// Emulate these GPUs (`h100:8`) in a control plane started here, rather than find them
@@ -178,6 +187,7 @@ impl LocalControlPlane {
         let mut command = std::process::Command::new(&self.div);
         command
             .args(["server", "run"])
+            .args(&self.serve_args)
             .env("DIVERGENT_HOME", &self.home)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().map_err(log_error)?)

@@ -101,3 +101,86 @@ pub(crate) fn usage(home: &Path, store: &Store) -> Result<Option<Usage>, UsageEr
 
 /// The file that tells a run's supervisor it is stopped by the org, holding the reason.
 pub(crate) use div_runtime::supervisor::ORG_STOP_FILE as STOP_FILE;
+
+/// The error returned by [`set_limit`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetLimitError {
+    #[error("a monthly limit is 0 cents or more, not {0}")]
+    Negative(i64),
+    /// The settings file is there and cannot be read: it is left as it is.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("could not write `{}`", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Sets (`None`: removes) `org_usage_limit_cents` in `home/settings.json`, its other keys
+/// kept: written whole beside it, then renamed into place (readable by the server's user
+/// only), so the scheduler's next pass reads either the old file or the new one.
+pub(crate) fn set_limit(home: &Path, cents: Option<i64>) -> Result<Option<i64>, SetLimitError> {
+    if let Some(c) = cents.filter(|c| *c < 0) {
+        return Err(SetLimitError::Negative(c));
+    }
+    // Refused as the server would read it: a file it cannot read is not overwritten.
+    Settings::read(home)?;
+    let path = home.join(SETTINGS_FILE);
+    let mut map: serde_json::Map<String, serde_json::Value> = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    match cents {
+        Some(c) => map.insert("org_usage_limit_cents".to_owned(), c.into()),
+        None => map.remove("org_usage_limit_cents"),
+    };
+    let write = |source| SetLimitError::Write {
+        path: path.clone(),
+        source,
+    };
+    let partial = home.join(format!("{SETTINGS_FILE}.partial"));
+    let text = serde_json::to_vec_pretty(&map).unwrap_or_default();
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(write)?;
+        std::io::Write::write_all(&mut f, &text).map_err(write)?;
+        f.sync_all().map_err(write)?;
+    }
+    std::fs::rename(&partial, &path).map_err(write)?;
+    Ok(limit(home)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{limit, set_limit};
+
+    #[test]
+    fn the_limit_is_set_and_removed_keeping_the_other_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(set_limit(dir.path(), Some(5000)).unwrap(), Some(5000));
+        assert_eq!(limit(dir.path()).unwrap(), Some(5000));
+        std::fs::write(
+            dir.path().join("settings.json"),
+            r#"{"org_usage_limit_cents": 1, "stop_grace_seconds": 3}"#,
+        )
+        .unwrap();
+        assert_eq!(set_limit(dir.path(), None).unwrap(), None);
+        let settings = crate::settings::Settings::read(dir.path()).unwrap();
+        assert_eq!(settings.stop_grace_seconds, Some(3));
+        assert!(set_limit(dir.path(), Some(-1)).is_err());
+        std::fs::write(dir.path().join("settings.json"), "{").unwrap();
+        assert!(set_limit(dir.path(), Some(1)).is_err());
+        assert_eq!(
+            std::fs::read(dir.path().join("settings.json")).unwrap(),
+            b"{"
+        );
+    }
+}

@@ -38,6 +38,12 @@ pub(crate) struct Settings {
     /// The most an image may unpack to, in GiB, 1 to [`MAX_IMAGE_GIB`]; 64 by default
     /// (div-image's `UnpackLimits`, read by `images` at each pull).
     pub(crate) max_image_gib: Option<u64>,
+    /// The team's listener (docs/team.md), `"0.0.0.0:8443"`: read once, when the server
+    /// starts, where `div server run --listen` does not say it.
+    pub(crate) listen: Option<String>,
+    /// Its TLS certificate chain and key (PEM), both or neither.
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    pub(crate) tls_key: Option<std::path::PathBuf>,
 }
 
 /// The most GiB `run_disk_gib` may give a run.
@@ -151,6 +157,25 @@ impl Settings {
                 format!("GiB, 1 to {MAX_IMAGE_GIB}"),
             );
         }
+        if let Some(l) = &settings.listen
+            && l.parse::<std::net::SocketAddr>().is_err()
+        {
+            return bad(
+                "listen",
+                format!("`{l}`"),
+                "an address and port, like `0.0.0.0:8443` or `[::]:8443`".to_owned(),
+            );
+        }
+        if settings.tls_cert.is_some() != settings.tls_key.is_some() {
+            let (key, value) = match &settings.tls_cert {
+                Some(c) => (
+                    "tls_key",
+                    format!("absent beside `tls_cert` `{}`", c.display()),
+                ),
+                None => ("tls_cert", "absent beside `tls_key`".to_owned()),
+            };
+            return bad(key, value, "given with the other, or neither is".to_owned());
+        }
         Ok(settings)
     }
 
@@ -169,6 +194,19 @@ impl Settings {
     /// The longest a run is given.
     pub(crate) fn max_run_seconds(&self) -> u64 {
         self.max_run_seconds.unwrap_or(rules::MAX_RUN_SECONDS)
+    }
+
+    /// The team's listener these settings ask for, if any.
+    pub(crate) fn team(&self) -> Option<crate::TeamListen> {
+        let addr = self.listen.as_deref()?.parse().ok()?;
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        Some(crate::TeamListen { addr, tls })
     }
 
     /// The most bytes an image may unpack to.
@@ -199,6 +237,33 @@ mod tests {
         assert_eq!(settings.stop_grace_seconds(), 10);
         assert_eq!(settings.max_run_seconds(), 86_400);
         assert_eq!(settings.keep_code_snapshots(), 10);
+    }
+
+    #[test]
+    fn the_team_listener_is_read_with_its_certificate_and_key() {
+        let s = with(r#"{"listen": "0.0.0.0:8443", "tls_cert": "/c.pem", "tls_key": "/k.pem"}"#)
+            .unwrap();
+        let team = s.team().expect("a listener");
+        assert_eq!(team.addr.to_string(), "0.0.0.0:8443");
+        assert_eq!(
+            team.tls.map(|t| (t.cert, t.key)),
+            Some(("/c.pem".into(), "/k.pem".into()))
+        );
+        assert_eq!(
+            with(r#"{"listen": "127.0.0.1:9"}"#)
+                .unwrap()
+                .team()
+                .unwrap()
+                .tls,
+            None
+        );
+        let err = with(r#"{"listen": "somewhere"}"#).unwrap_err();
+        assert!(
+            err.contains("`listen`") && err.contains("`0.0.0.0:8443`"),
+            "{err}"
+        );
+        let err = with(r#"{"listen": "0.0.0.0:1", "tls_cert": "/c.pem"}"#).unwrap_err();
+        assert!(err.contains("`tls_key`"), "{err}");
     }
 
     #[test]

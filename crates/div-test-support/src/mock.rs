@@ -70,6 +70,7 @@ pub fn sample_run(name: &str, status: RunStatus) -> Run {
         duration_seconds: if ended { 59 } else { 0 },
         log_bytes: 0,
         model: None,
+        placed_by: None,
         extra: Default::default(),
     }
 }

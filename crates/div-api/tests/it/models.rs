@@ -124,12 +124,37 @@ pub(crate) mod examples {
         r.code = Some(code());
         r.telemetry_layout = Some("[x]".into());
         r.model = Some(run_model());
+        r.placed_by = Some("alice".into());
         // Sent while a run is queued and cannot start yet.
         r.extra.insert(
             "queue".into(),
             json!({"reason": "waiting for 2 cores, 1 run ahead", "ahead": 1}),
         );
         r
+    }
+    pub(crate) fn member() -> Member {
+        Member {
+            name: "alice".into(),
+            role: Role::Member,
+            kind: MemberKind::User,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            last_used_at: Some("2026-01-02T00:00:00Z".into()),
+            revoked_at: Some("2026-01-03T00:00:00Z".into()),
+            monthly_limit_cents: Some(5000),
+            slurm_account: Some("vision".into()),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn audit_entry() -> AuditEntry {
+        AuditEntry {
+            seq: 1,
+            at: "2026-01-01T00:00:00Z".into(),
+            member: "alice".into(),
+            action: "run.place".into(),
+            target: "run-k4t9".into(),
+            from: "127.0.0.1".into(),
+            extra: Extra::new(),
+        }
     }
     pub(crate) fn run_list() -> RunList {
         RunList {

@@ -312,9 +312,75 @@ fn models_match_their_schemas() {
             address: "127.0.0.1:1".into(),
         },
     ));
+    errors.extend(team_models_match_their_schemas());
     assert!(
         errors.is_empty(),
         "drift between the models and the OpenAPI document:\n{}",
         errors.join("\n")
     );
+}
+
+/// The team's models (`docs/team.md`).
+fn team_models_match_their_schemas() -> Vec<String> {
+    use crate::models::examples as ex;
+    use div_api::*;
+    let mut errors = Vec::new();
+    errors.extend(check_model("Member", &ex::member()));
+    errors.extend(check_model(
+        "MemberList",
+        &MemberList {
+            members: vec![ex::member()],
+        },
+    ));
+    errors.extend(check_model(
+        "CreateMember",
+        &CreateMember {
+            name: "ci".into(),
+            role: Role::Member,
+            kind: MemberKind::Service,
+            slurm_account: Some("vision".into()),
+        },
+    ));
+    errors.extend(check_model(
+        "MemberCreated",
+        &MemberCreated {
+            member: ex::member(),
+            token: "div_x".into(),
+        },
+    ));
+    errors.extend(check_model(
+        "MemberLimit",
+        &MemberLimit {
+            monthly_limit_cents: Some(5000),
+        },
+    ));
+    errors.extend(check_model(
+        "MemberSlurmAccount",
+        &MemberSlurmAccount {
+            slurm_account: Some("vision".into()),
+        },
+    ));
+    errors.extend(check_model(
+        "OrgLimit",
+        &OrgLimit {
+            monthly_limit_cents: None,
+        },
+    ));
+    errors.extend(check_model(
+        "WhoAmI",
+        &WhoAmI {
+            name: "alice".into(),
+            role: Role::Viewer,
+            extra: Default::default(),
+        },
+    ));
+    errors.extend(check_model("AuditEntry", &ex::audit_entry()));
+    errors.extend(check_model(
+        "AuditList",
+        &AuditList {
+            entries: vec![ex::audit_entry()],
+            next_cursor: Some("3".into()),
+        },
+    ));
+    errors
 }

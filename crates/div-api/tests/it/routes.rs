@@ -71,6 +71,21 @@ async fn call_everything(cp: &HttpControlPlane) {
     let _ = cp.delete_model("m", Some(2)).await;
     let _ = cp.list_evaluations(Some("m")).await;
     let _ = cp.get_evaluation("ev_1").await;
+    let team = cp.team().expect("the HTTP client speaks the team's routes");
+    let _ = team.whoami().await;
+    let _ = team.list_members().await;
+    let member = CreateMember {
+        name: "alice".into(),
+        role: Role::Member,
+        kind: MemberKind::User,
+        slurm_account: None,
+    };
+    let _ = team.add_member(&member).await;
+    let _ = team.revoke_member("alice").await;
+    let _ = team.set_member_limit("alice", Some(100)).await;
+    let _ = team.set_member_slurm_account("alice", Some("a")).await;
+    let _ = team.set_org_limit(None).await;
+    let _ = team.audit(Some(10), Some("5")).await;
 }
 
 #[tokio::test]

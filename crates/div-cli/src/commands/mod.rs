@@ -14,6 +14,7 @@ pub(crate) mod run;
 pub(crate) mod runs;
 pub(crate) mod secrets;
 pub(crate) mod server;
+pub(crate) mod server_users;
 pub(crate) mod shared;
 pub(crate) mod stop;
 pub(crate) mod storage;

@@ -15,13 +15,14 @@ pub(crate) async fn runs(
     settings: &Settings,
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
-    let options = RunsOptions {
+    let mut options = RunsOptions {
         dir: settings.cwd.clone(),
         project: args.project,
         project_env: settings.project.clone(),
         all: args.all,
         status: args.status,
         limit: args.limit,
+        placed_by: None,
     };
     // The project is resolved before the control plane is asked anything.
     if !options.all {
@@ -33,6 +34,9 @@ pub(crate) async fn runs(
         .map_err(|e| failure(e.into()))?;
     }
     let cp = connect(settings).await?;
+    if args.mine {
+        options.placed_by = Some(div_core::whoami(&*cp).await.map_err(failure)?.name);
+    }
     let listing = div_core::runs(&*cp, &options).await.map_err(failure)?;
     if args.json {
         print_json(printer, &listing.runs)?;
@@ -44,6 +48,10 @@ pub(crate) async fn runs(
             (Some(p), None) => format!("no runs in project `{}`", p.slug),
             (None, Some(s)) => format!("no {s} runs"),
             (None, None) => "no runs".to_string(),
+        };
+        let what = match &options.placed_by {
+            Some(me) => format!("{what} placed by `{me}`"),
+            None => what,
         };
         printer.status(&what);
         return Ok(exit_codes::SUCCESS);
@@ -90,7 +98,9 @@ fn cut(text: &str, width: usize) -> String {
 }
 
 /// The runs as aligned columns, a header first, ending with `COMMAND` (what was typed), cut
-/// so each line fits in `width` characters when there is one.
+/// so each line fits in `width` characters when there is one. `BY` (who placed each) is there
+/// once any was placed by a member rather than the server's owner (on a team's control
+/// plane, docs/team.md).
 pub(crate) fn table(
     runs: &[Run],
     with_project: bool,
@@ -105,6 +115,12 @@ pub(crate) fn table(
         .map(|s| s.to_string())
         .collect(),
     ];
+    let by = runs
+        .iter()
+        .any(|r| r.placed_by.as_deref().is_some_and(|b| b != "owner"));
+    if by {
+        rows[0].insert(2, "BY".into());
+    }
     if with_project {
         rows[0].insert(1, "PROJECT".into());
     }
@@ -119,6 +135,10 @@ pub(crate) fn table(
             checks(run),
             typed(run),
         ];
+        if by {
+            let who = run.placed_by.as_deref().unwrap_or("-");
+            row.insert(2, div_spec::terminal_safe(who).into_owned());
+        }
         if with_project {
             row.insert(1, run.project.clone());
         }

@@ -8,8 +8,10 @@ use anyhow::{Context, anyhow};
 use div_api::{ControlPlane, ListRuns, Options, RunStatus};
 use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
 
-use super::shared::local::{STOP_DEADLINE, answering, client, pid, signal_terminate, start};
-use crate::args::ServerCommand;
+use super::shared::local::{
+    STOP_DEADLINE, answering, client, pid, signal_terminate, start_serving,
+};
+use crate::args::{ServeArgs, ServerCommand};
 use crate::exit_codes;
 use crate::printer::{Failure, Printer};
 use crate::settings::{ImageEnv, Settings};
@@ -20,36 +22,122 @@ pub(crate) async fn server(
     printer: &mut Printer,
 ) -> Result<i32, Failure> {
     match command {
-        ServerCommand::Run => run(settings, printer).await,
-        ServerCommand::Start => {
-            if answering(settings).await {
-                printer.status(&format!(
-                    "the local control plane is already running{}",
-                    pid(&settings.home)
-                        .map(|p| format!(" (pid {p})"))
-                        .unwrap_or_default()
-                ));
-            } else {
-                let pid = start(settings).await?;
-                printer.status(&format!(
-                    "started the local control plane (pid {pid}) on {}",
-                    div_server::socket_path(&settings.home).display()
-                ));
-            }
-            Ok(exit_codes::SUCCESS)
-        }
+        ServerCommand::Run(serve) => run(settings, printer, &serve).await,
+        ServerCommand::Start(serve) => start_server(settings, printer, &serve).await,
         ServerCommand::Stop => stop(settings, printer).await,
         ServerCommand::Status => status(settings, printer).await,
+        // `dispatch.rs` hands these to `server_users`.
+        ServerCommand::Users(_)
+        | ServerCommand::Tokens(_)
+        | ServerCommand::Audit(_)
+        | ServerCommand::Limit(_) => Ok(exit_codes::LOCAL),
     }
 }
 
-async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure> {
+/// `div server start`: in the background, serving the team too where `--listen` says.
+async fn start_server(
+    settings: &Settings,
+    printer: &mut Printer,
+    serve: &ServeArgs,
+) -> Result<i32, Failure> {
+    let team = team_listener(settings, serve)?;
+    if answering(settings).await {
+        printer.status(&format!(
+            "the local control plane is already running{}",
+            pid(&settings.home)
+                .map(|p| format!(" (pid {p})"))
+                .unwrap_or_default()
+        ));
+        if let Some(team) = &team {
+            printer.warning(
+                &format!(
+                    "it was not started here, so `--listen {}` is not applied",
+                    team.addr
+                ),
+                Some("stop it first (`div server stop`), then start it again with `--listen`"),
+            );
+        }
+        return Ok(exit_codes::SUCCESS);
+    }
+    let mut args = Vec::new();
+    if let Some(team) = &team {
+        args.extend(["--listen".to_owned(), team.addr.to_string()]);
+        if let Some(tls) = &team.tls {
+            args.extend(["--tls-cert".to_owned(), tls.cert.display().to_string()]);
+            args.extend(["--tls-key".to_owned(), tls.key.display().to_string()]);
+        }
+    }
+    let pid = start_serving(settings, args).await?;
+    printer.status(&format!(
+        "started the local control plane (pid {pid}) on {}",
+        div_server::socket_path(&settings.home).display()
+    ));
+    if let Some(team) = &team {
+        printer.status(&serving_team(team));
+    }
+    Ok(exit_codes::SUCCESS)
+}
+
+/// `serving the team on https://0.0.0.0:8443 (TLS)`.
+fn serving_team(team: &div_server::TeamListen) -> String {
+    match team.tls {
+        Some(_) => format!("serving the team on https://{} (TLS)", team.addr),
+        None => format!(
+            "serving the team on http://{} (plain HTTP, loopback only)",
+            team.addr
+        ),
+    }
+}
+
+/// The team's listener `--listen` asks for, its certificate and key read and checked now:
+/// plain HTTP is refused on an address that is not loopback.
+fn team_listener(
+    settings: &Settings,
+    serve: &ServeArgs,
+) -> Result<Option<div_server::TeamListen>, Failure> {
+    let Some(addr) = serve.listen else {
+        return Ok(None);
+    };
+    let tls = match (&serve.tls_cert, &serve.tls_key) {
+        (Some(cert), Some(key)) => Some(div_server::TlsFiles {
+            cert: settings.cwd.join(cert),
+            key: settings.cwd.join(key),
+        }),
+        _ => None,
+    };
+    match &tls {
+        None if !addr.ip().is_loopback() => {
+            return Err(Failure::new(
+                exit_codes::REFUSED,
+                div_server::ServerError::PlainHttp(addr),
+            )
+            .hint(Some(format!(
+                "serve it over TLS: `div server start --listen {addr} --tls-cert cert.pem --tls-key key.pem`, or listen on loopback (`127.0.0.1:PORT`) behind a proxy that speaks TLS"
+            ))));
+        }
+        Some(files) => div_server::check_tls(files).map_err(|e| {
+            Failure::new(exit_codes::REFUSED, e).hint(Some(
+                "give the certificate chain and its private key, both PEM (docs/team.md)".into(),
+            ))
+        })?,
+        None => {}
+    }
+    Ok(Some(div_server::TeamListen { addr, tls }))
+}
+
+async fn run(
+    settings: &Settings,
+    printer: &mut Printer,
+    serve: &ServeArgs,
+) -> Result<i32, Failure> {
+    let team = team_listener(settings, serve)?;
     let exe = std::env::current_exe()
         .context("could not find the div executable, which supervises runs")
         .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
     let options = ServerOptions {
         home: settings.home.clone(),
         tcp: None,
+        team: team.clone(),
         gpus: match &settings.emulate_gpus {
             Some(g) => GpuSource::Emulate(g.clone()),
             None => GpuSource::Detect,
@@ -67,6 +155,9 @@ async fn run(settings: &Settings, printer: &mut Printer) -> Result<i32, Failure>
         settings.home.display(),
         div_server::socket_path(&settings.home).display()
     ));
+    if let Some(team) = &team {
+        printer.status(&format!("div server: {}", serving_team(team)));
+    }
     let shutdown = async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

@@ -38,6 +38,17 @@ const COMMANDS: &[&[&str]] = &[
     &["server", "start"],
     &["server", "stop"],
     &["server", "status"],
+    &["server", "users"],
+    &["server", "users", "add"],
+    &["server", "users", "ls"],
+    &["server", "users", "revoke"],
+    &["server", "users", "set"],
+    &["server", "tokens"],
+    &["server", "tokens", "add"],
+    &["server", "tokens", "ls"],
+    &["server", "tokens", "revoke"],
+    &["server", "audit"],
+    &["server", "limit"],
 ];
 
 fn reference() -> String {

@@ -32,7 +32,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A CA (`ca.pem`) and a certificate it signed for `localhost` and 127.0.0.1
 /// (`server.pem`, `server.key`), in `dir`.
-fn certificates(dir: &Path) {
+pub(crate) fn certificates(dir: &Path) {
     let ec = [
         "-newkey",
         "ec",

@@ -19,5 +19,6 @@ mod run;
 mod server_loop;
 mod slurm;
 mod support;
+mod team;
 mod terminal;
 mod user_loop;

@@ -15,6 +15,7 @@ async fn placed(cp: &FakeControlPlane, name: &str, project: &str) -> String {
 
 fn listing(project: Option<&str>, all: bool, limit: u32) -> RunsOptions {
     RunsOptions {
+        placed_by: None,
         dir: std::env::temp_dir(),
         project: project.map(String::from),
         project_env: None,
@@ -157,4 +158,27 @@ async fn a_control_plane_without_an_image_cache_says_it_has_none() {
         pruned.to_string(),
         "this control plane has no image cache to prune"
     );
+}
+
+/// A control plane without members (the fake, like an older server) says so, and how to
+/// serve a team, for every team operation.
+#[tokio::test]
+async fn a_control_plane_without_members_says_so() {
+    let fake = div_test_support::FakeControlPlane::new();
+    let err = div_core::whoami(&fake).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "this control plane has no members to say who you are"
+    );
+    assert!(
+        err.hint().is_some_and(|h| h.contains("--listen ADDR")),
+        "{:?}",
+        err.hint()
+    );
+    let err = div_core::audit(&fake, 10).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "this control plane has no members to read the audit log of"
+    );
+    assert_eq!(err.kind(), div_core::FailureKind::NotFound);
 }

@@ -30,6 +30,7 @@ fn main() {
     let options = ServerOptions {
         home: home.into(),
         tcp: None,
+        team: None,
         gpus,
         supervisor: SupervisorCommand {
             program: supervisor.into(),

@@ -21,6 +21,11 @@ pub(crate) struct Launch<'a> {
     /// Woken when the supervisor exits, where the executor can tell (the scheduler then
     /// gathers the run's end at once rather than at its next tick).
     pub(crate) exited: &'a Arc<tokio::sync::Notify>,
+    /// The member who placed it (`owner` for the server's own user).
+    pub(crate) member: &'a str,
+    /// The account that member is charged to on a cluster with accounts (Slurm's
+    /// `--account`), where one is set (docs/team.md).
+    pub(crate) account: Option<&'a str>,
 }
 
 /// What a run asks for, as validated: what an executor checks before the run is created.

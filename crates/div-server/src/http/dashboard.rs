@@ -31,15 +31,18 @@ use div_api::routes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
 
 use super::error::{ErrorCode, HttpError};
 use super::wire::{self, Resp, fail, header, param, query};
+use crate::members::Actor;
 use crate::server::Server;
+use headers::{cookie_token, refuse, secure};
 
 mod answer;
 mod assets;
+mod headers;
 mod replay;
+pub(crate) mod team;
 
 /// How many links' and sessions' tokens are kept: each `div dashboard` adds a link, each
 /// link used a session; the oldest go first.
@@ -107,6 +110,14 @@ impl State {
     fn knows_session(&self, given: &str) -> bool {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         find(&sessions, given).is_some()
+    }
+
+    /// Ends the session whose token is `given`, if there is one.
+    fn end_session(&self, given: &str) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = find(&sessions, given) {
+            sessions.remove(i);
+        }
     }
 }
 
@@ -217,48 +228,6 @@ async fn accept(
     }
 }
 
-/// The headers every answer carries: only this origin's scripts and styles, no framing, no
-/// sniffing, no referrer (the first URL holds the token), nothing cached.
-fn secure(mut resp: Resp) -> Resp {
-    let h = resp.headers_mut();
-    for (name, value) in [
-        (
-            "content-security-policy",
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        ),
-        ("x-content-type-options", "nosniff"),
-        ("x-frame-options", "DENY"),
-        ("referrer-policy", "no-referrer"),
-        ("cache-control", "no-store"),
-        ("cross-origin-resource-policy", "same-origin"),
-    ] {
-        h.insert(name, http::HeaderValue::from_static(value));
-    }
-    resp
-}
-
-fn refuse(status: StatusCode, message: &str) -> Resp {
-    wire::full(
-        status.as_u16(),
-        "application/json",
-        serde_json::to_vec(&json!({"error": {"code": "forbidden", "message": message}}))
-            .unwrap_or_default(),
-    )
-}
-
-/// The token the request's cookie `name` holds.
-fn cookie_token(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.headers()
-        .get_all("cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
-}
-
 async fn serve(
     state: &State,
     server: &Arc<Server>,
@@ -316,10 +285,10 @@ async fn serve(
         }
         return unauthorized(&req);
     }
-    if session.is_none() {
+    let Some(session) = session else {
         return unauthorized(&req);
-    }
-    if req.method() == Method::POST {
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
         let expected = format!("http://127.0.0.1:{port}");
         let expected_localhost = format!("http://localhost:{port}");
         let origin_ok =
@@ -331,7 +300,25 @@ async fn serve(
             );
         }
     }
-    answer::route(server, req, &q).await.unwrap_or_else(fail)
+    // The owner's own dashboard: its sessions are the owner's, an admin's.
+    let owner = Actor::owner(format!("dashboard {}", addr.ip()));
+    if req.method() == Method::DELETE && req.uri().path() == "/api/session" {
+        state.end_session(&session);
+        return Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .header(
+                "set-cookie",
+                format!(
+                    "{}=; Max-Age=0; HttpOnly; SameSite=Strict; Path=/",
+                    cookie_name(port)
+                ),
+            )
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+    }
+    answer::route(server, &owner, req, &q)
+        .await
+        .unwrap_or_else(fail)
 }
 
 /// Where the first load goes on to: the same path, when it is one of this origin's

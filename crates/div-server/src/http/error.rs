@@ -37,6 +37,10 @@ pub(crate) enum ErrorCode {
     UsageLimitReached,
     /// 401 `unauthorized`: no valid bearer token.
     Unauthorized,
+    /// 403 `forbidden`: the token's role lacks the right the request needs.
+    Forbidden,
+    /// 429 `too_many_attempts`: too many bad tokens from this address; it waits.
+    TooManyAttempts,
     /// 507 `insufficient_storage`: the disk under the state directory is full.
     InsufficientStorage,
     /// 500 `internal`: the server failed.
@@ -49,6 +53,8 @@ impl ErrorCode {
         match self {
             ErrorCode::Malformed => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::TooManyAttempts => 429,
             ErrorCode::NotFound => 404,
             ErrorCode::UsageLimitReached => 402,
             ErrorCode::OffsetMismatch | ErrorCode::Conflict => 409,
@@ -74,6 +80,8 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::UsageLimitReached => "usage_limit_reached",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooManyAttempts => "too_many_attempts",
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Internal => "internal",
         }
@@ -124,7 +132,7 @@ impl HttpError {
 mod tests {
     use super::ErrorCode::{self, *};
 
-    const ALL: [ErrorCode; 13] = [
+    const ALL: [ErrorCode; 15] = [
         Malformed,
         TooLarge,
         RangeNotSatisfiable,
@@ -136,6 +144,8 @@ mod tests {
         NotFound,
         UsageLimitReached,
         Unauthorized,
+        Forbidden,
+        TooManyAttempts,
         InsufficientStorage,
         Internal,
     ];
@@ -179,6 +189,8 @@ mod tests {
                 (404, "not_found"),
                 (402, "usage_limit_reached"),
                 (401, "unauthorized"),
+                (403, "forbidden"),
+                (429, "too_many_attempts"),
                 (507, "insufficient_storage"),
                 (500, "internal"),
             ]

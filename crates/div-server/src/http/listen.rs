@@ -1,11 +1,12 @@
 //! The serve loop: opens the [`Server`], reconciles, listens on the Unix socket (and
-//! loopback TCP), runs the scheduler beside it, and serves each connection with hyper.
+//! loopback TCP, and the team's listener, over TLS where it has a certificate), runs the
+//! scheduler beside it, and serves each connection with hyper.
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use crate::http::{Shared, handle};
+use crate::http::{Access, Shared, handle};
 use crate::runs::scheduler;
 use crate::server::Server;
 use crate::{ServerError, ServerOptions};
@@ -24,19 +25,57 @@ fn serve_connection<S>(
     conns: &mut tokio::task::JoinSet<()>,
     stream: S,
     shared: Arc<Shared>,
-    token: Option<Arc<String>>,
+    access: Access,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     // Those that ended are let go as new ones come.
     while conns.try_join_next().is_some() {}
+    conns.spawn(serve_stream(stream, shared, access));
+}
+
+/// One connection, served until it closes.
+async fn serve_stream<S>(stream: S, shared: Arc<Shared>, access: Access)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let service =
+        hyper::service::service_fn(move |req| handle(Arc::clone(&shared), access.clone(), req));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .await;
+}
+
+/// How long a TLS handshake may take before its connection is dropped: a client that opens
+/// connections and never speaks holds nothing for long.
+const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A team listener's connection: its TLS handshake first where it serves TLS (on a task of
+/// its own, so a slow one holds up no other), then its requests.
+fn serve_team(
+    conns: &mut tokio::task::JoinSet<()>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    shared: Arc<Shared>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    while conns.try_join_next().is_some() {}
     conns.spawn(async move {
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let service =
-            hyper::service::service_fn(move |req| handle(Arc::clone(&shared), token.clone(), req));
-        let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(io, service)
-            .await;
+        let access = Access::Team {
+            peer,
+            tls: tls.is_some(),
+        };
+        match tls {
+            Some(acceptor) => {
+                if let Ok(Ok(stream)) =
+                    tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
+                {
+                    serve_stream(stream, shared, access).await;
+                }
+            }
+            None => serve_stream(stream, shared, access).await,
+        }
     });
 }
 
@@ -52,11 +91,14 @@ pub(crate) async fn serve(
     start(&server).await;
     let (unix, socket) = unix_listener(&server.home)?;
     let tcp = tcp_listener(&options).await?;
+    let team = team_listener(&options, &server.home).await?;
     let scheduler = spawn_scheduler(Arc::clone(&server), options.tick);
     let shared = Arc::new(Shared {
         server: Arc::clone(&server),
         uploads: Default::default(),
         dashboard: Default::default(),
+        slowdown: Default::default(),
+        sessions: Default::default(),
     });
     let mut conns = tokio::task::JoinSet::new();
     let accept = async {
@@ -64,7 +106,17 @@ pub(crate) async fn serve(
             tokio::select! {
                 conn = unix.accept() => {
                     if let Ok((stream, _)) = conn {
-                        serve_connection(&mut conns, stream, Arc::clone(&shared), None);
+                        serve_connection(&mut conns, stream, Arc::clone(&shared), Access::Owner);
+                    }
+                }
+                conn = async {
+                    match &team {
+                        Some((l, _)) => l.accept().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let (Ok((stream, peer)), Some((_, tls))) = (conn, &team) {
+                        serve_team(&mut conns, stream, peer, Arc::clone(&shared), tls.clone());
                     }
                 }
                 conn = async {
@@ -73,8 +125,9 @@ pub(crate) async fn serve(
                         None => std::future::pending().await,
                     }
                 } => {
-                    if let (Ok((stream, _)), Some((_, token))) = (conn, &tcp) {
-                        serve_connection(&mut conns, stream, Arc::clone(&shared), Some(Arc::clone(token)));
+                    if let (Ok((stream, peer)), Some((_, token))) = (conn, &tcp) {
+                        let access = Access::Shared { token: Arc::clone(token), peer };
+                        serve_connection(&mut conns, stream, Arc::clone(&shared), access);
                     }
                 }
             }
@@ -159,6 +212,39 @@ async fn tcp_listener(
             source,
         })?;
     Ok(Some((listener, Arc::new(t.token.clone()))))
+}
+
+/// The team's listener (docs/team.md), where the options or `home/settings.json` ask for one:
+/// TLS with their certificate and key, or plain HTTP on a loopback address only.
+async fn team_listener(
+    options: &ServerOptions,
+    home: &std::path::Path,
+) -> Result<Option<(tokio::net::TcpListener, Option<tokio_rustls::TlsAcceptor>)>, ServerError> {
+    let team = match &options.team {
+        Some(team) => team.clone(),
+        None => match crate::settings::Settings::read(home) {
+            Ok(settings) => match settings.team() {
+                Some(team) => team,
+                None => return Ok(None),
+            },
+            Err(e) => return Err(ServerError::TeamSettings(e.to_string())),
+        },
+    };
+    let tls = match &team.tls {
+        Some(files) => Some(tokio_rustls::TlsAcceptor::from(
+            crate::http::tls::server_config(files)?,
+        )),
+        None if team.addr.ip().is_loopback() => None,
+        None => return Err(ServerError::PlainHttp(team.addr)),
+    };
+    let listener = tokio::net::TcpListener::bind(team.addr)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: team.addr.to_string(),
+            source,
+        })?;
+    tracing::info!(addr = %team.addr, tls = tls.is_some(), "serving the team");
+    Ok(Some((listener, tls)))
 }
 
 /// The scheduler's passes, every `tick` or when kicked, until dropped.

@@ -1,34 +1,45 @@
-//! The HTTP side: authentication and routing. [`route`] answers each route of div-api's table
-//! in one arm that calls one handler, which lives with its subject's routes (`volumes`,
-//! `runs`, `images`, `secrets`) and calls one operation of that service; `refusal` turns each
-//! service's errors into the API's, `error`'s [`HttpError`]. The bodies are `wire`'s, the
-//! streams `logstream`'s, `files`'s and `pull`'s, the blob upload `upload`'s, the dashboard
-//! `dashboard`'s, and the listeners `listen`'s.
+//! The HTTP side: authentication and routing. [`route`] finds each request's route of
+//! div-api's table, lets it through when its caller has the right it needs (`auth`: one
+//! table from route to right, and the members' tokens), and answers it in one arm that calls
+//! one handler, which lives with its subject's routes (`volumes`, `runs`, `images`,
+//! `secrets`, `members`) and calls one operation of that service; a change is then appended
+//! to the audit log. `refusal` turns each service's errors into the API's, `error`'s
+//! [`HttpError`]. The bodies are `wire`'s, the streams `logstream`'s, `files`'s and `pull`'s,
+//! the blob upload `upload`'s, the dashboards `dashboard`'s, the listeners `listen`'s (TLS
+//! `tls`'s), and the slowing of bad tokens `slowdown`'s.
 
+pub(crate) mod audited;
+pub(crate) mod auth;
 pub(crate) mod dashboard;
 pub(crate) mod error;
 pub(crate) mod files;
 mod images;
 pub(crate) mod listen;
 mod logstream;
+mod members;
 mod models;
 mod pull;
 mod refusal;
 mod runs;
 mod secrets;
+pub(crate) mod slowdown;
+pub(crate) mod tls;
 mod upload;
 mod volumes;
 mod wire;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use div_api::routes::{self, Route};
+use div_api::routes::{self, Found, Route};
 use hyper::Request;
 use hyper::body::Incoming;
 use serde_json::json;
 
+use crate::members::Actor;
 use crate::server::Server;
+use audited::audited;
 use error::{ErrorCode, HttpError};
 use wire::{Resp, answer, blocking, decode_segment, fail, header, query};
 
@@ -40,43 +51,81 @@ pub(crate) struct Shared {
     pub(crate) uploads: upload::UploadLocks,
     /// The dashboard's loopback listener and tokens, opened on demand.
     pub(crate) dashboard: dashboard::Dashboard,
+    /// Each address's bad tokens, on the team's listener.
+    pub(crate) slowdown: slowdown::Slowdown,
+    /// The team's dashboard sessions.
+    pub(crate) sessions: dashboard::team::Sessions,
+}
+
+/// Who a connection's requests come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Access {
+    /// The owner's Unix socket: the owner, an admin.
+    Owner,
+    /// The loopback listener of `TcpOptions`, whose one token is the owner's.
+    Shared {
+        token: Arc<String>,
+        peer: SocketAddr,
+    },
+    /// The team's listener: each request is the member its token is (or its dashboard's
+    /// session); `tls` when it serves TLS.
+    Team { peer: SocketAddr, tls: bool },
 }
 
 /// Whether `given` is `token`, in a time that depends on their lengths only, never on where
 /// they first differ (a byte-by-byte `==` stops there, which a caller could time).
 fn same_token(given: &[u8], token: &[u8]) -> bool {
-    let mut differ = given.len() ^ token.len();
-    for i in 0..given.len().max(token.len()) {
-        let a = given.get(i).copied().unwrap_or(0);
-        let b = token.get(i).copied().unwrap_or(0);
-        differ |= usize::from(std::hint::black_box(a ^ b));
-    }
-    differ == 0
+    crate::members::token::constant_time_eq(given, token)
 }
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    token: Option<Arc<String>>,
+    access: Access,
     req: Request<Incoming>,
 ) -> Result<Resp, Infallible> {
-    if let Some(token) = token {
-        let ok = header(&req, "authorization")
-            .as_deref()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| same_token(t.as_bytes(), token.as_bytes()));
-        if !ok {
-            return Ok(fail(HttpError::new(
-                ErrorCode::Unauthorized,
-                "a valid bearer token is required",
-            )));
+    let actor = match access {
+        Access::Owner => Some(Actor::owner("unix socket")),
+        Access::Shared { token, peer } => {
+            let ok = header(&req, "authorization")
+                .as_deref()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .is_some_and(|t| same_token(t.as_bytes(), token.as_bytes()));
+            if !ok {
+                return Ok(fail(HttpError::new(
+                    ErrorCode::Unauthorized,
+                    "a valid bearer token is required",
+                )));
+            }
+            Some(Actor::owner(peer.ip().to_string()))
         }
-    }
-    Ok(route(&shared, req).await.unwrap_or_else(fail))
+        Access::Team { peer, tls } => {
+            // Past `/v1/` is the dashboard, which signs in once and keeps a session.
+            if !req.uri().path().starts_with("/v1/") {
+                let team = dashboard::team::Listener {
+                    server: &shared.server,
+                    slowdown: &shared.slowdown,
+                    sessions: &shared.sessions,
+                    peer,
+                    tls,
+                };
+                return Ok(team.serve(req).await);
+            }
+            match auth::authenticate(&shared.server, &shared.slowdown, &req, peer.ip()).await {
+                Ok(actor) => actor,
+                Err(e) => return Ok(fail(e)),
+            }
+        }
+    };
+    Ok(route(&shared, actor, req).await.unwrap_or_else(fail))
 }
 
-/// Finds the route of div-api's table a request is, and answers it.
-async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpError> {
-    let server = &shared.server;
+/// Finds the route of div-api's table a request is, lets it through when the caller has the
+/// right it needs (`auth::rule`), answers it, and appends a change to the audit log.
+async fn route(
+    shared: &Shared,
+    actor: Option<Actor>,
+    req: Request<Incoming>,
+) -> Result<Resp, HttpError> {
     let path = req.uri().path().to_owned();
     let segments: Vec<String> = path
         .trim_matches('/')
@@ -88,9 +137,24 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
     let Some(found) = Route::find(method.as_str(), &seg) else {
         return Err(HttpError::not_found(format!("no route `{method} {path}`")));
     };
+    let rule = auth::rule(found.route);
+    let from = actor.as_ref().map(|a| a.from.clone()).unwrap_or_default();
+    let actor = auth::allowed(actor, rule, &from)?;
+    let resp = answer_route(shared, &actor, &found, req).await?;
+    Ok(audited(&shared.server, &actor, rule.audit, &found, resp).await)
+}
+
+/// Answers one route of the table: each one arm calling one handler. A route the table gains
+/// and this does not answer does not compile.
+async fn answer_route(
+    shared: &Shared,
+    actor: &Actor,
+    found: &Found<'_>,
+    req: Request<Incoming>,
+) -> Result<Resp, HttpError> {
+    let server = &shared.server;
     let q = query(&req);
-    // Each route of the table once: one the table gains and this does not answer does not
-    // compile.
+    let found = found.clone();
     match found.route {
         Route::Health => Ok(health(server)),
         Route::Catalogue => catalogue(server).await,
@@ -109,11 +173,11 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         Route::ListImages => images::list(server).await,
         Route::PruneImages => images::prune(server, req).await,
         Route::PullImage => images::pull(server, req).await,
-        Route::ValidateRun => runs::validate(server, req).await,
-        Route::CreateRun => runs::create(server, req).await,
+        Route::ValidateRun => runs::validate(server, actor, req).await,
+        Route::CreateRun => runs::create(server, actor, req).await,
         Route::ListRuns => runs::list(server, &q).await,
         Route::GetRun => runs::get(server, &found).await,
-        Route::StopRun => runs::stop(server, &found).await,
+        Route::StopRun => runs::stop(server, actor, &found).await,
         Route::Log => logstream::respond(server, found.param("run").to_owned(), &q).await,
         Route::Result => runs::result(server, &found).await,
         Route::Telemetry => runs::telemetry(server, &found, &q).await,
@@ -123,11 +187,19 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Result<Resp, HttpErro
         Route::DeleteSecret => secrets::delete(server, &found).await,
         Route::ListModels => models::list(server).await,
         Route::GetModel => models::get(server, &found).await,
-        Route::PushModel => models::push(server, &found, req).await,
+        Route::PushModel => models::push(server, actor, &found, req).await,
         Route::DeleteModel => models::delete(server, &found, false).await,
         Route::DeleteModelVersion => models::delete(server, &found, true).await,
         Route::ListEvaluations => models::evaluations(server, &q).await,
         Route::GetEvaluation => models::evaluation(server, &found).await,
+        Route::WhoAmI => Ok(members::whoami(actor)),
+        Route::ListMembers => members::list(server).await,
+        Route::CreateMember => members::create(server, actor, req).await,
+        Route::RevokeMember => members::revoke(server, &found).await,
+        Route::SetMemberLimit => members::set_limit(server, &found, req).await,
+        Route::SetMemberSlurmAccount => members::set_slurm_account(server, &found, req).await,
+        Route::SetOrgLimit => members::set_org_limit(server, req).await,
+        Route::Audit => members::audit(server, &q).await,
     }
 }
 

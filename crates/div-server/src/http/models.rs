@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use super::error::HttpError;
 use super::volumes::made_or_found;
 use super::wire::{Resp, answer, blocking, empty, param, request};
+use crate::members::Actor;
 use crate::models::{self, evaluations};
 use crate::server::Server;
 
@@ -29,13 +30,15 @@ pub(super) async fn get(server: &Arc<Server>, found: &Found<'_>) -> Result<Resp,
 
 pub(super) async fn push(
     server: &Arc<Server>,
+    actor: &Actor,
     found: &Found<'_>,
     req: Request<Incoming>,
 ) -> Result<Resp, HttpError> {
     let name = found.param("name").to_owned();
     let body = request(&routes::PUSH_MODEL, req).await?;
+    let by = Some(actor.name.clone());
     let (made, version) = blocking(server, move |s| {
-        models::push(&s.volumes(), s.sandboxed, &name, &body, None)
+        models::push(&s.volumes(), s.sandboxed, &name, &body, by)
     })
     .await?;
     Ok(answer(&routes::PUSH_MODEL, made_or_found(made), &version))

@@ -5,11 +5,14 @@
 use serde_json::json;
 
 use super::error::{ErrorCode, HttpError};
+use crate::audit::AuditError;
 use crate::fault::StateError;
 use crate::images::{CacheError, ResolveError};
+use crate::members::{AddMemberError, MemberError, Right};
 use crate::models::{
     EvaluationError, PushModelError, RemoveModelError, ResolveModelError, UnknownModel,
 };
+use crate::org::SetLimitError;
 use crate::runs::{CreateRunError, RunError};
 use crate::secrets::{DeleteSecretError, SetSecretError};
 use crate::store::StoreError;
@@ -225,6 +228,8 @@ impl From<CreateRunError> for HttpError {
             E::Image(e) => e.into(),
             E::UsageLimit { ref usage, .. } => said(ErrorCode::UsageLimitReached, &e)
                 .with_details(serde_json::to_value(usage).unwrap_or_default()),
+            E::MemberLimit { ref usage, .. } => said(ErrorCode::UsageLimitReached, &e)
+                .with_details(serde_json::to_value(usage).unwrap_or_default()),
             E::NameTaken(_) | E::KeyReused(_) => said(ErrorCode::Conflict, &e),
             // An unknown model or version is a value the run cannot have: 422, like an
             // unknown SKU, never a 404 of the route.
@@ -255,7 +260,63 @@ impl From<RunError> for HttpError {
             RunError::NoRun(_) => said(ErrorCode::NotFound, &e),
             RunError::BadCursor(_) => said(ErrorCode::Malformed, &e),
             RunError::BadProject(_) => said(ErrorCode::Invalid, &e),
+            RunError::NotYours {
+                ref owner,
+                role,
+                ref actor,
+                ..
+            } => said(ErrorCode::Forbidden, &e).with_details(json!({
+                "right": Right::StopAnyRun.as_str(),
+                "role": role.as_str(),
+                "needs": Right::StopAnyRun.least_role().as_str(),
+                "member": actor,
+                "placed_by": owner,
+            })),
             RunError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<AddMemberError> for HttpError {
+    fn from(e: AddMemberError) -> HttpError {
+        match e {
+            AddMemberError::BadName(_) | AddMemberError::Reserved | AddMemberError::Account(_) => {
+                said(ErrorCode::Invalid, &e)
+            }
+            AddMemberError::Taken(_) => said(ErrorCode::Conflict, &e),
+            AddMemberError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<MemberError> for HttpError {
+    fn from(e: MemberError) -> HttpError {
+        match e {
+            MemberError::NoMember(_) => said(ErrorCode::NotFound, &e),
+            MemberError::BadLimit(_) | MemberError::Account(_) => said(ErrorCode::Invalid, &e),
+            MemberError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuditError> for HttpError {
+    fn from(e: AuditError) -> HttpError {
+        match e {
+            AuditError::BadCursor(_) => said(ErrorCode::Malformed, &e),
+            AuditError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<SetLimitError> for HttpError {
+    fn from(e: SetLimitError) -> HttpError {
+        match e {
+            SetLimitError::Negative(_) => said(ErrorCode::Invalid, &e),
+            SetLimitError::Settings(_) => said(ErrorCode::Internal, &e),
+            SetLimitError::Write { ref source, .. } if crate::fault::io_full(source) => {
+                HttpError::disk_full("writing the settings")
+            }
+            SetLimitError::Write { .. } => said(ErrorCode::Internal, &e),
         }
     }
 }

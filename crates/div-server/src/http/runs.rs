@@ -11,15 +11,18 @@ use hyper::body::Incoming;
 use super::error::HttpError;
 use super::volumes::made_or_found;
 use super::wire::{self, Resp, answer, blocking, header, param, read_body};
+use crate::members::Actor;
 use crate::runs;
 use crate::server::Server;
 
 pub(super) async fn validate(
     server: &Arc<Server>,
+    actor: &Actor,
     req: Request<Incoming>,
 ) -> Result<Resp, HttpError> {
     let body = read_body(req).await?;
-    blocking(server, move |s| runs::validate_run(s, &body)).await?;
+    let actor = actor.clone();
+    blocking(server, move |s| runs::validate_run(s, &actor, &body)).await?;
     let valid = RunValidated {
         valid: true,
         extra: Default::default(),
@@ -29,11 +32,12 @@ pub(super) async fn validate(
 
 pub(super) async fn create(
     server: &Arc<Server>,
+    actor: &Actor,
     req: Request<Incoming>,
 ) -> Result<Resp, HttpError> {
     let key = header(&req, div_api::IDEMPOTENCY_KEY).unwrap_or_default();
     let body = read_body(req).await?;
-    let (made, run) = runs::place(server, key, body).await?;
+    let (made, run) = runs::place(server, actor, key, body).await?;
     Ok(answer(&routes::CREATE_RUN, made_or_found(made), &run))
 }
 
@@ -49,8 +53,12 @@ pub(super) async fn get(server: &Arc<Server>, found: &Found<'_>) -> Result<Resp,
     Ok(answer(&routes::GET_RUN, 200, &r))
 }
 
-pub(super) async fn stop(server: &Arc<Server>, found: &Found<'_>) -> Result<Resp, HttpError> {
-    let r = runs::stop_and_wait(server, found.param("run").to_owned()).await?;
+pub(super) async fn stop(
+    server: &Arc<Server>,
+    actor: &Actor,
+    found: &Found<'_>,
+) -> Result<Resp, HttpError> {
+    let r = runs::stop_and_wait(server, actor, found.param("run").to_owned()).await?;
     Ok(answer(&routes::STOP_RUN, 200, &r))
 }
 

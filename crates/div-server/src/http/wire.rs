@@ -72,11 +72,20 @@ pub(crate) fn fail(f: HttpError) -> Resp {
     if !f.details.is_null() {
         error["details"] = f.details;
     }
-    full(
+    let retry_after = error["details"]["retry_after_seconds"].as_u64();
+    let mut resp = full(
         f.code.status(),
         "application/json",
         serde_json::to_vec(&json!({ "error": error })).unwrap_or_default(),
-    )
+    );
+    // A caller slowed down is told when to try again, as HTTP says it.
+    if f.code == ErrorCode::TooManyAttempts
+        && let Some(seconds) = retry_after
+    {
+        resp.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+    }
+    resp
 }
 
 /// A 200 whose body is what arrives on `rx`.
@@ -196,7 +205,8 @@ pub(crate) async fn blocking<T: Send + 'static, E: Into<HttpError> + Send + 'sta
         .map_err(Into::into)
 }
 
-/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor` (empty ones are absent).
+/// `GET /v1/runs`'s query: `project`, `status`, `limit`, `cursor`, `placed_by` (empty ones are
+/// absent).
 pub(crate) fn list_query(q: &[(String, String)]) -> Result<div_api::ListRuns, HttpError> {
     let given = |key| param(q, key).filter(|v| !v.is_empty());
     Ok(div_api::ListRuns {
@@ -216,6 +226,7 @@ pub(crate) fn list_query(q: &[(String, String)]) -> Result<div_api::ListRuns, Ht
             None => None,
         },
         cursor: given("cursor"),
+        placed_by: given("placed_by"),
     })
 }
 

@@ -143,6 +143,7 @@ fn view(vols: &Volumes<'_>, row: &EvaluationRow) -> Result<Evaluation, Evaluatio
         evaluation.exit_code = run.exit_code;
         evaluation.spent_cents = run.spent_cents;
         evaluation.ended_at = run.ended_at;
+        evaluation.placed_by = run.placed_by;
     }
     Ok(evaluation)
 }

@@ -3,6 +3,7 @@
 
 use crate::fault::{StateError, state_errors};
 use crate::images::ResolveError;
+use crate::members::usage::MemberUsage;
 use crate::org::Usage;
 
 /// The error of placing a run (`POST /v1/runs`), or of asking whether it would be placed
@@ -59,6 +60,9 @@ pub(crate) enum CreateRunError {
     /// The org's usage limit is reached; `message` says it with the settings file.
     #[error("{message}")]
     UsageLimit { usage: Usage, message: String },
+    /// The member's own monthly limit is reached; `message` says it.
+    #[error("{message}")]
+    MemberLimit { usage: MemberUsage, message: String },
     #[error("a run named `{0}` already exists")]
     NameTaken(String),
     #[error("the idempotency key `{0}` was used for another run")]
@@ -81,6 +85,16 @@ pub(crate) enum RunError {
     /// A project outside its rule, and no run stored under it (the rule's words).
     #[error("{0}")]
     BadProject(String),
+    /// Stopping another member's run, by one whose role may stop only its own (`refusal`
+    /// names the right; `run` and `owner` say whose it is).
+    #[error("{refusal}; `{run}` was placed by `{owner}`")]
+    NotYours {
+        run: String,
+        owner: String,
+        refusal: String,
+        role: div_api::Role,
+        actor: String,
+    },
     #[error(transparent)]
     State(#[from] StateError),
 }

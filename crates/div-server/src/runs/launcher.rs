@@ -103,11 +103,21 @@ pub(crate) fn launch(
         record.run.started_at = Some(clock::rfc3339(spec.started_ms));
     }
     server.store.update_run(record)?;
+    // The member's account on a cluster that charges by one; a member revoked meanwhile has
+    // none, and its run goes to the cluster's default.
+    let member = record
+        .run
+        .placed_by
+        .clone()
+        .unwrap_or_else(|| crate::members::OWNER.to_owned());
+    let account = crate::members::slurm_account(&server.store, &member)?;
     let handle = server.executor.start(&Launch {
         run_dir: &dir,
         run: &record.run,
         secrets: &secrets,
         exited: &server.kick,
+        member: &member,
+        account: account.as_deref(),
     });
     phases::mark(&dir, "started");
     match handle {

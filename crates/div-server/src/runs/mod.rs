@@ -4,6 +4,7 @@
 
 mod admission;
 mod error;
+mod fair;
 pub(crate) mod launcher;
 mod place;
 pub(crate) mod scheduler;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use div_api::{ListRuns, Run, RunList, RunResult, RunStatus, Telemetry};
 
 use crate::fault::StateError;
+use crate::members::{self, Actor, Right};
 use crate::rules;
 use crate::server::{Server, spawn_work};
 use crate::store::RunRecord;
@@ -28,6 +30,9 @@ use div_runtime::supervisor::{self, KeptResult, KeptTelemetry};
 /// The run as the API shows it: spend and duration live while it runs, the log's size.
 pub(crate) fn view(server: &Server, record: &RunRecord) -> Run {
     let mut run = record.run.clone();
+    // A run placed before members were recorded was the owner's.
+    run.placed_by
+        .get_or_insert_with(|| members::OWNER.to_owned());
     run.log_bytes = fs::metadata(server.home.run_dir(&run.id).join("log")).map_or(0, |m| m.len());
     if run.status == RunStatus::Running
         && let Some(started) = record.internal.started_ms
@@ -76,10 +81,13 @@ pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, RunErro
     {
         return Err(RunError::BadProject(rule.to_string()));
     }
-    let (runs, next) =
-        server
-            .store
-            .list_runs(query.project.as_deref(), query.status, limit, cursor)?;
+    let (runs, next) = server.store.list_runs_by(
+        query.project.as_deref(),
+        query.status,
+        query.placed_by.as_deref(),
+        limit,
+        cursor,
+    )?;
     let runs = runs
         .into_iter()
         .map(|r| {
@@ -98,14 +106,35 @@ pub(crate) fn list(server: &Server, query: &ListRuns) -> Result<RunList, RunErro
     })
 }
 
-/// Asks a run to stop: a queued one is canceled at once; a running one's executor asks its
-/// supervisor, which kills its whole tree. Returns whether it was running.
-pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, RunError> {
+/// Refuses `actor` a run another member placed, unless its role may stop anyone's.
+fn check_stop_right(actor: &Actor, record: &RunRecord) -> Result<(), RunError> {
+    let owner = record.run.placed_by.as_deref().unwrap_or(members::OWNER);
+    if owner == actor.name || actor.may(Right::StopAnyRun) {
+        return Ok(());
+    }
+    Err(RunError::NotYours {
+        run: record.run.name.clone(),
+        owner: owner.to_owned(),
+        refusal: members::refusal(&actor.name, actor.role, Right::StopAnyRun),
+        role: actor.role,
+        actor: actor.name.clone(),
+    })
+}
+
+/// Asks a run to stop, when `actor` may stop it: a queued one is canceled at once; a running
+/// one's executor asks its supervisor, which kills its whole tree. Returns whether it was
+/// running.
+pub(crate) fn request_stop(
+    server: &Server,
+    actor: &Actor,
+    id_or_name: &str,
+) -> Result<bool, RunError> {
     let _guard = server.lock();
     let mut record = server
         .store
         .get_run(id_or_name)?
         .ok_or_else(|| RunError::NoRun(id_or_name.to_owned()))?;
+    check_stop_right(actor, &record)?;
     match record.run.status {
         // Handed to an executor that queues it (Slurm): that one cancels it.
         RunStatus::Queued if record.launched() => {
@@ -136,10 +165,12 @@ pub(crate) fn request_stop(server: &Server, id_or_name: &str) -> Result<bool, Ru
 /// supervisor to end it, so the answer is the ended run when it can be.
 pub(crate) async fn stop_and_wait(
     server: &Arc<Server>,
+    actor: &Actor,
     id_or_name: String,
 ) -> Result<Run, RunError> {
     let id = id_or_name.clone();
-    let was_running = work(server, move |s| request_stop(s, &id)).await?;
+    let actor = actor.clone();
+    let was_running = work(server, move |s| request_stop(s, &actor, &id)).await?;
     if was_running {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         while tokio::time::Instant::now() < deadline {

@@ -17,6 +17,7 @@ use super::error::CreateRunError;
 use super::validation::{self, Valid};
 use super::{scheduler, view, work};
 use crate::images::{RUN_IMAGE_FILE, RunImage};
+use crate::members::{Actor, usage};
 use crate::rules;
 use crate::server::Server;
 use crate::store::{Placed, RunInternal, RunRecord};
@@ -47,11 +48,16 @@ fn parse_request(body: &[u8]) -> Result<CreateRun, CreateRunError> {
     serde_json::from_slice(body).map_err(|e| CreateRunError::NotJson(e.to_string()))
 }
 
-/// Refuses a run while the org's usage limit is reached.
-fn within_org_limit(server: &Server) -> Result<(), CreateRunError> {
+/// Refuses a run while the org's usage limit is reached, or the limit of `actor`, who places
+/// it.
+fn within_org_limit(server: &Server, actor: &Actor) -> Result<(), CreateRunError> {
     if let Some(usage) = server.org_usage()?.filter(|u| u.reached) {
         let message = usage.refusal(&server.home);
         return Err(CreateRunError::UsageLimit { usage, message });
+    }
+    if let Some(usage) = usage::of(&server.store, &actor.name)?.filter(|u| u.reached) {
+        let message = usage.refusal();
+        return Err(CreateRunError::MemberLimit { usage, message });
     }
     Ok(())
 }
@@ -59,10 +65,14 @@ fn within_org_limit(server: &Server) -> Result<(), CreateRunError> {
 /// `POST /v1/runs/validate`: refuses `body` exactly as `POST /v1/runs` would now (the same
 /// status and error), creating nothing: no run, no volume, no idempotency key. Its `code` may
 /// be absent (not sent yet); its image is not resolved (`POST /v1/images/pull` does that).
-pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), CreateRunError> {
+pub(crate) fn validate_run(
+    server: &Server,
+    actor: &Actor,
+    body: &[u8],
+) -> Result<(), CreateRunError> {
     let request = parse_request(body)?;
     validation::validate(server, &request)?;
-    within_org_limit(server)?;
+    within_org_limit(server, actor)?;
     if let Some(name) = &request.name
         && server.store.name_taken(name)?
     {
@@ -75,6 +85,7 @@ pub(crate) fn validate_run(server: &Server, body: &[u8]) -> Result<(), CreateRun
 /// the same run), and the run.
 pub(crate) async fn place(
     server: &Arc<Server>,
+    actor: &Actor,
     key: String,
     body: bytes::Bytes,
 ) -> Result<(bool, Run), CreateRunError> {
@@ -103,8 +114,9 @@ pub(crate) async fn place(
             .map_err(CreateRunError::from)
     })
     .await?;
+    let actor = actor.clone();
     let placed = work(server, move |s| {
-        record(s, &key, &body_hash, &request, valid, image)
+        record(s, &actor, &key, &body_hash, &request, valid, image)
     })
     .await?;
     // Start it now rather than at the next tick.
@@ -113,10 +125,11 @@ pub(crate) async fn place(
 }
 
 /// The run recorded, queued, with its image in its directory: what [`place`] does once the
-/// image is resolved. `image` is the run's image (`None`: this machine's own system), kept in
-/// the run's directory for the launcher.
+/// image is resolved, placed by `actor`. `image` is the run's image (`None`: this machine's
+/// own system), kept in the run's directory for the launcher.
 fn record(
     server: &Server,
+    actor: &Actor,
     key: &str,
     body_hash: &str,
     request: &CreateRun,
@@ -134,7 +147,7 @@ fn record(
         .as_ref()
         .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
     validation::code_is_there(server, request)?;
-    within_org_limit(server)?;
+    within_org_limit(server, actor)?;
 
     let _guard = server.lock();
     let name = match &request.name {
@@ -154,8 +167,10 @@ fn record(
         evaluation: format!("ev_{}", random_base36(16)),
         extra: Default::default(),
     });
+    let mut run = new_run(name.clone(), request, valid, model);
+    run.placed_by = Some(actor.name.clone());
     let record = RunRecord {
-        run: new_run(name.clone(), request, valid, model),
+        run,
         internal: RunInternal::default(),
     };
     // The image goes into the run's directory before the run is queued, so the scheduler
@@ -225,6 +240,7 @@ fn new_run(name: String, request: &CreateRun, valid: Valid, model: Option<RunMod
         duration_seconds: 0,
         log_bytes: 0,
         model,
+        placed_by: None,
         extra: Default::default(),
     }
 }

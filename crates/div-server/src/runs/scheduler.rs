@@ -10,6 +10,7 @@ use div_api::{RunQueue, RunStatus};
 
 use crate::executor::Liveness;
 use crate::runs::admission::admit;
+use crate::runs::fair;
 use crate::server::Server;
 use crate::store::{RunInternal, RunRecord, StoreError};
 use crate::{org, rules};
@@ -72,7 +73,13 @@ pub(crate) fn tick(server: &Server) -> Result<bool, StoreError> {
             .collect();
         return Ok(changed);
     }
-    let (started, mut waiting) = admit(server, &running, queued, true)?;
+    // Members take turns; a member at its own limit has its runs stopped and its queue held.
+    let turns = fair::turns(server, &running, queued)?;
+    for (record, reason) in &turns.stop {
+        stop_by_org(server, record, reason);
+    }
+    let (started, mut waiting) = admit(server, &running, turns.queued, true)?;
+    waiting.extend(turns.held);
     executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(changed || started)
@@ -124,7 +131,9 @@ pub(crate) fn refresh_queue(server: &Server) -> Result<(), StoreError> {
         .partition(RunRecord::launched);
     let mut running = server.store.runs_with_status(RunStatus::Running)?;
     running.extend(launched);
-    let (_, mut waiting) = admit(server, &running, queued, false)?;
+    let turns = fair::turns(server, &running, queued)?;
+    let (_, mut waiting) = admit(server, &running, turns.queued, false)?;
+    waiting.extend(turns.held);
     executor_waits(server, &running, &mut waiting);
     *server.queue() = waiting;
     Ok(())
@@ -576,6 +585,63 @@ mod tests {
             Some("2023-11-14T22:13:27.000Z")
         );
         assert!(fake.seen().reclaimed.is_empty());
+    }
+
+    /// Round-robin between members: one member's many queued runs put one run ahead of
+    /// another member's one, never all of them; and a member at its own limit holds no one.
+    #[test]
+    fn a_members_many_queued_runs_do_not_starve_anothers_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::default();
+        let server = server(dir.path(), &fake);
+        let by = |id: &str, member: &str| {
+            let mut r = record(&server, id);
+            r.run.placed_by = Some(member.to_owned());
+            server.store.update_run(&r).unwrap();
+        };
+        // Alice's first run takes every core; then 20 more of hers, then Bob's one.
+        let first = queue(&server, "a0", 4);
+        by(&first, "alice");
+        let alices: Vec<String> = (1..=20)
+            .map(|i| queue(&server, &format!("a{i}"), 4))
+            .collect();
+        for id in &alices {
+            by(id, "alice");
+        }
+        let bobs = queue(&server, "b0", 4);
+        by(&bobs, "bob");
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &first).run.status, RunStatus::Running);
+        let queue = server.queue().clone();
+        // Alice's a0 runs; Bob's turn comes next, before her 20 others.
+        assert_eq!(
+            queue[&bobs].ahead, 0,
+            "bob waits for cores, behind no run of alice's"
+        );
+        assert_eq!(queue[&alices[0]].ahead, 1);
+        assert_eq!(queue[&alices[19]].ahead, 20);
+
+        // Alice reaches a limit of her own: her queue waits, saying so, and holds no one.
+        let added = crate::members::add(
+            &server.store,
+            &crate::members::Actor::owner("test"),
+            &div_api::CreateMember {
+                name: "alice".into(),
+                role: div_api::Role::Member,
+                kind: div_api::MemberKind::User,
+                slurm_account: None,
+            },
+        )
+        .unwrap();
+        crate::members::set_limit(&server.store, &added.member.name, Some(0)).unwrap();
+        fake.seen().gone.push(1001);
+        tick(&server).unwrap();
+        assert_eq!(record(&server, &bobs).run.status, RunStatus::Running);
+        let queue = server.queue().clone();
+        assert_eq!(
+            queue[&alices[0]].reason,
+            "waiting: `alice`'s monthly limit of $0.00 reached"
+        );
     }
 
     #[test]

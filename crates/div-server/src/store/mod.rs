@@ -23,6 +23,9 @@ mod models;
 
 pub(crate) use models::{Added, VersionRow};
 
+mod team;
+pub(crate) use team::{AuditRow, MemberRow, NewMember};
+
 /// The error returned by every [`Store`] operation.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
@@ -180,7 +183,7 @@ impl std::ops::DerefMut for Conn<'_> {
 /// Version 1 is the schema div had before it kept a version: its statements are all
 /// `IF NOT EXISTS`, so a state directory made then (at version 0, holding these tables)
 /// migrates to version 1 without change, as does a new, empty one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_MODELS];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_MODELS, SCHEMA_TEAM];
 
 /// The schema version this div writes.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -265,6 +268,41 @@ CREATE TABLE IF NOT EXISTS evaluations (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS evaluations_of ON evaluations (model, version);
+";
+
+/// The team's tables (docs/team.md): its members, each token kept only as a hash of its
+/// secret beside its public id, a live member's name unique (a revoked one's may be given
+/// again); and the audit log, which SQLite itself keeps append-only (a trigger refuses every
+/// `UPDATE` and `DELETE` of it). Runs record who placed them in their JSON (`placed_by`); a
+/// run without it was placed by the server's owner.
+const SCHEMA_TEAM: &str = "
+CREATE TABLE members (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    role TEXT NOT NULL,
+    token_id TEXT NOT NULL UNIQUE,
+    token_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    last_used_at TEXT,
+    revoked_at TEXT,
+    monthly_limit_cents INTEGER,
+    slurm_account TEXT
+);
+CREATE UNIQUE INDEX members_live_name ON members (name) WHERE revoked_at IS NULL;
+CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    member TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    origin TEXT NOT NULL
+);
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 ";
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses one a newer div wrote.
@@ -471,10 +509,24 @@ impl Store {
         limit: u32,
         cursor: Option<i64>,
     ) -> Result<(Vec<Run>, Option<i64>), StoreError> {
+        self.list_runs_by(project, status, None, limit, cursor)
+    }
+
+    /// [`Store::list_runs`], only the runs `placed_by` placed when it is given (`owner` holds
+    /// the runs placed before members were recorded).
+    pub(crate) fn list_runs_by(
+        &self,
+        project: Option<&str>,
+        status: Option<RunStatus>,
+        placed_by: Option<&str>,
+        limit: u32,
+        cursor: Option<i64>,
+    ) -> Result<(Vec<Run>, Option<i64>), StoreError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
             "SELECT seq, run FROM runs
              WHERE (?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR seq < ?3)
+             AND (?5 IS NULL OR COALESCE(json_extract(run, '$.placed_by'), 'owner') = ?5)
              ORDER BY seq DESC LIMIT ?4",
         )?;
         let rows = stmt
@@ -483,7 +535,8 @@ impl Store {
                     project,
                     status.map(|s| s.as_str()),
                     cursor,
-                    i64::from(limit) + 1
+                    i64::from(limit) + 1,
+                    placed_by
                 ],
                 |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
             )?

@@ -23,6 +23,7 @@ pub(crate) fn options(home: &Path, gpus: Option<&str>, sandbox: SandboxMode) -> 
     ServerOptions {
         home: home.to_path_buf(),
         tcp: None,
+        team: None,
         gpus: gpus.map_or(GpuSource::Detect, |g| GpuSource::Emulate(g.to_owned())),
         supervisor: SupervisorCommand {
             program: PathBuf::from(env!("CARGO_BIN_EXE_div-supervise")),

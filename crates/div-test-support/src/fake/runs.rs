@@ -293,6 +293,7 @@ pub(crate) async fn create_run(
         duration_seconds: 0,
         log_bytes: 0,
         model: model.map(|m| super::models::run_model(&m, n)),
+        placed_by: None,
         extra: Default::default(),
     };
     state

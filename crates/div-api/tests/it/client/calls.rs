@@ -73,6 +73,7 @@ async fn every_json_operation_reads_its_answer() {
         .and(query_param("status", "hit_ceiling"))
         .and(query_param("limit", "2"))
         .and(query_param("cursor", "c1"))
+        .and(query_param("placed_by", "al ice"))
         .respond_with(json_response(200, &ex::run_list()))
         .mount(&server)
         .await;
@@ -150,6 +151,7 @@ async fn every_json_operation_reads_its_answer() {
         status: Some(RunStatus::HitCeiling),
         limit: Some(2),
         cursor: Some("c1".into()),
+        placed_by: Some("al ice".into()),
     };
     assert_eq!(cp.list_runs(&query).await.expect("list"), ex::run_list());
     assert_eq!(cp.get_run(&run.id).await.expect("by id"), run);

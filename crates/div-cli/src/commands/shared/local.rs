@@ -146,10 +146,14 @@ async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Start `<this exe> server run` in its own session, its output in `home/server.log`, and
-/// wait for it to answer.
-pub(crate) async fn start(settings: &Settings) -> Result<u32, Failure> {
-    local(settings)?.start().await.map_err(start_failure)
+/// Start `<this exe> server run ARGS…` in its own session, its output in `home/server.log`,
+/// and wait for it to answer.
+pub(crate) async fn start_serving(settings: &Settings, args: Vec<String>) -> Result<u32, Failure> {
+    local(settings)?
+        .serve_args(args)
+        .start()
+        .await
+        .map_err(start_failure)
 }
 
 /// The pid in `home/server.pid`, when there is one.

@@ -9,8 +9,9 @@
 //! placing it again, its image), `models.rs` (the models, a model's versions and evaluations),
 //! `telemetry.rs` (the telemetry tab), `security.rs` (markup
 //! inert, no secret shown, the token and the origin), `command.rs` (`div dashboard` and the
-//! browser the tests drive), `bench.rs` (the list with many runs stored); here, the browser
-//! and what they share.
+//! browser the tests drive), `bench.rs` (the list with many runs stored), `team.rs` (a team's
+//! dashboard over TLS: sign-in, its session, stop by right, cross-site requests, sign-out);
+//! here, the browser and what they share.
 
 mod bench;
 mod command;
@@ -18,6 +19,7 @@ mod list;
 mod models;
 mod run_page;
 mod security;
+mod team;
 mod telemetry;
 
 use std::path::{Path, PathBuf};
@@ -217,6 +219,9 @@ impl Browser {
         };
         let caps: serde_json::Map<String, Value> = json!({
             "browserName": "chrome",
+            // The team's dashboard is served over TLS with a certificate of the test's own CA
+            // (`team.rs`), which this browser's profile does not hold.
+            "acceptInsecureCerts": true,
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": [

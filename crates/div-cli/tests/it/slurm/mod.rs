@@ -4,10 +4,12 @@
 //!
 //! `runs.rs`: runs placed on the cluster (one GPU, 32 GPUs on four nodes, an image, a failing
 //! node, a refusal, a wait, a node's log); `ends.rs`: how they end (a ceiling, the job's time
-//! limit, `div stop`, `scancel`, a server killed mid-job); here, the cluster they share.
+//! limit, `div stop`, `scancel`, a server killed mid-job); `team.rs`: a member's Slurm account
+//! and the job's comment naming them; here, the cluster they share.
 
 mod ends;
 mod runs;
+mod team;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

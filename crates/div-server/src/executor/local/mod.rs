@@ -225,6 +225,8 @@ mod tests {
                 run: &placed(),
                 secrets: &[],
                 exited: &exited,
+                member: "owner",
+                account: None,
             })
             .unwrap();
         assert_eq!(
@@ -261,6 +263,8 @@ mod tests {
                 run: &placed(),
                 secrets: &[],
                 exited: &Default::default(),
+                member: "owner",
+                account: None,
             })
             .unwrap();
         assert_eq!(
@@ -305,6 +309,8 @@ mod tests {
                 run: &placed(),
                 secrets: &[],
                 exited: &Default::default(),
+                member: "owner",
+                account: None,
             })
             .unwrap_err();
         assert!(matches!(err, super::StartError::Spawn { .. }), "{err:?}");

@@ -52,7 +52,7 @@ use run_dir::{
     HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, SECRETS_FILE, all_nodes_ended, node_started,
     recorded_job, spec_of, started_ms,
 };
-use submit::{BATCH_TEMPLATE, Shape, quote, resource_args, shape, time_minutes};
+use submit::{BATCH_TEMPLATE, Shape, accounting_args, quote, resource_args, shape, time_minutes};
 
 /// Places runs as Slurm jobs. See the module's documentation.
 #[derive(Debug)]
@@ -338,6 +338,7 @@ impl Executor for SlurmExecutor {
         let script_path = dir.join("slurm.sh");
         fs::write(&script_path, script).map_err(file("slurm.sh"))?;
         let mut args = resource_args(&self.config, &shape);
+        args.extend(accounting_args(run, launch.member, launch.account));
         args.extend([
             "--parsable".to_owned(),
             format!("--job-name=div-{}", run.id),

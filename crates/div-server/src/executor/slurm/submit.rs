@@ -90,7 +90,44 @@ pub(super) fn resource_args(config: &SlurmConfig, shape: &Shape) -> Vec<String> 
     args
 }
 
+/// The options that tell the cluster's own accounting who ran the job: the member's account
+/// (`--account`), where one is set, and a comment naming the member and the run, which
+/// `sacct --format=comment` and `squeue --format=%k` show (docs/team.md).
+pub(super) fn accounting_args(
+    run: &div_api::Run,
+    member: &str,
+    account: Option<&str>,
+) -> Vec<String> {
+    let mut args = vec![format!("--comment=div run {} placed by {member}", run.name)];
+    if let Some(account) = account {
+        args.push(format!("--account={account}"));
+    }
+    args
+}
+
 /// Single-quotes `s` for bash.
 pub(super) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accounting_args;
+
+    #[test]
+    fn the_job_names_its_member_and_is_charged_to_their_account() {
+        let mut run = div_test_support::mock::sample_run("run-k4t9", div_api::RunStatus::Queued);
+        run.placed_by = Some("alice".into());
+        assert_eq!(
+            accounting_args(&run, "alice", Some("vision")),
+            [
+                "--comment=div run run-k4t9 placed by alice",
+                "--account=vision"
+            ]
+        );
+        assert_eq!(
+            accounting_args(&run, "owner", None),
+            ["--comment=div run run-k4t9 placed by owner"]
+        );
+    }
 }

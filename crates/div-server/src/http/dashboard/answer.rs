@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use div_api::WhoAmI;
 use div_api::routes::{dashboard, dashboard::DashboardRoute};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -13,17 +14,31 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
 use super::{assets, replay};
+use crate::http::audited::audited;
 use crate::http::error::{ErrorCode, HttpError};
-use crate::http::files;
 use crate::http::wire::{self, Resp, blocking, decode_segment, fail, header, param};
+use crate::http::{auth, files};
+use crate::members::{Actor, Right};
 use crate::server::Server;
 use crate::{models, runs};
+
+/// Who `actor` is, as the dashboard's session route answers.
+pub(super) fn who(actor: &Actor) -> WhoAmI {
+    WhoAmI {
+        name: actor.name.clone(),
+        role: actor.role,
+        extra: Default::default(),
+    }
+}
 
 /// The most bytes of a log one request answers.
 pub(super) const MAX_LOG_READ: u64 = 4 << 20;
 
+/// Answers a request of `actor`'s session: a page, or a route of the dashboard's API, when
+/// `actor` has the right it needs (`auth::dashboard_rule`; a page needs to read).
 pub(super) async fn route(
     server: &Arc<Server>,
+    actor: &Actor,
     req: Request<Incoming>,
     q: &[(String, String)],
 ) -> Result<Resp, HttpError> {
@@ -36,6 +51,9 @@ pub(super) async fn route(
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = req.method().clone();
     let Some(found) = DashboardRoute::find(method.as_str(), &seg) else {
+        if !actor.may(Right::Read) {
+            return Err(auth::forbidden(actor, Right::Read));
+        }
         // The pages, which are no routes of the dashboard's API.
         return match (&method, seg.as_slice()) {
             (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
@@ -45,6 +63,8 @@ pub(super) async fn route(
             _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
         };
     };
+    let rule = auth::dashboard_rule(found.route);
+    let actor = auth::allowed(Some(actor.clone()), rule, &actor.from)?;
     // Each route of the dashboard's table once, as the API's router answers its own.
     match found.route {
         DashboardRoute::ListRuns => {
@@ -72,9 +92,15 @@ pub(super) async fn route(
             Ok(wire::answer(&dashboard::GET_RUN, 200, &detail))
         }
         DashboardRoute::StopRun => {
-            let r = runs::stop_and_wait(server, found.param("run").to_owned()).await?;
-            Ok(wire::answer(&dashboard::STOP_RUN, 200, &r))
+            let r = runs::stop_and_wait(server, &actor, found.param("run").to_owned()).await?;
+            let resp = wire::answer(&dashboard::STOP_RUN, 200, &r);
+            Ok(audited(server, &actor, rule.audit, &found, resp).await)
         }
+        DashboardRoute::Session => Ok(wire::answer(&dashboard::SESSION, 200, &who(&actor))),
+        // Each listener signs in and out its own way, before this.
+        DashboardRoute::SignIn | DashboardRoute::SignOut => Err(HttpError::not_found(
+            "this dashboard does not sign in with a token: open the link `div dashboard` prints",
+        )),
         DashboardRoute::Log => {
             let run = found.param("run").to_owned();
             let id = blocking(server, move |s| runs::get_run(s, &run).map(|(r, _)| r.id)).await?;

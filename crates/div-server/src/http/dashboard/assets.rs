@@ -9,6 +9,8 @@ pub(crate) const RUN: &[u8] = include_bytes!("../../../assets/run.html");
 pub(crate) const MODELS: &[u8] = include_bytes!("../../../assets/models.html");
 pub(crate) const MODEL: &[u8] = include_bytes!("../../../assets/model.html");
 pub(crate) const UNAUTHORIZED: &[u8] = include_bytes!("../../../assets/unauthorized.html");
+/// The team's dashboard without a session: where a member types their token once.
+pub(crate) const SIGN_IN: &[u8] = include_bytes!("../../../assets/signin.html");
 
 /// The files under `/assets/`, by name, with their type.
 const ASSETS: &[(&str, &str, &[u8])] = &[
@@ -26,6 +28,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "runs.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../assets/runs.js"),
+    ),
+    (
+        "signin.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/signin.js"),
     ),
     (
         "run.js",
