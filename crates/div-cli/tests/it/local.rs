@@ -454,6 +454,7 @@ fn refusals_the_control_plane_can_know_come_before_anything_is_shipped() {
     // The control plane is up, and the project's code volume exists, before the refusals.
     let first = local.div(&["run", "--gpu", "cpu", "train.py::main"]);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    local.wait_let_go();
     let before = holdings(&local);
     // A registry on loopback that nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
