@@ -347,7 +347,7 @@ impl RunError {
                 }
             )),
             RunError::NoTeam { .. } => Some(
-                "members are a team's control plane's: serve one with `div server start --listen ADDR --tls-cert FILE --tls-key FILE` (docs/team.md)"
+                "members are a team's control plane's: serve one with `div server start --listen ADDR --tls-cert FILE --tls-key FILE` (https://github.com/divergentlabs/div/blob/main/docs/team.md)"
                     .into(),
             ),
             RunError::MemberNotFound(_) => Some("`div server users ls` lists them".into()),

@@ -13,7 +13,7 @@ use div_spec::Money;
 machines: `div login --api-url https://HOST:PORT` with the token `div server users add` \
 printed for them. The same keys in the state directory's settings.json (`listen`, `tls_cert`, \
 `tls_key`) serve it whenever the server starts. Plain HTTP is refused on an address that is \
-not loopback. docs/team.md says how to deploy it."
+not loopback. How to deploy it: https://github.com/divergentlabs/div/blob/main/docs/team.md"
 )]
 pub(crate) struct ServeArgs {
     /// Also serve the API and the dashboard to the org's members on this address, like

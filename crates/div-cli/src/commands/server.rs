@@ -117,7 +117,7 @@ fn team_listener(
         }
         Some(files) => div_server::check_tls(files).map_err(|e| {
             Failure::new(exit_codes::REFUSED, e).hint(Some(
-                "give the certificate chain and its private key, both PEM (docs/team.md)".into(),
+                "give the certificate chain and its private key, both PEM (https://github.com/divergentlabs/div/blob/main/docs/team.md)".into(),
             ))
         })?,
         None => {}
