@@ -45,13 +45,13 @@ pub(crate) fn startup(div: &Path, args: &Args) -> Result<()> {
     );
     let mut goals = vec![versions(div, pairs)?];
     let local = Local::start(div, "")?;
-    let (goal, samples) = run_against_bwrap(&local, pairs)?;
+    let (goal, samples, bare) = run_against_bwrap(&local, pairs)?;
     goals.push(goal);
     goals.push(big_against_small(&local, args.tree_files, pairs)?);
     println!("goals (load average now {}):", load_average());
     for g in &goals {
         println!(
-            "  {:<44} {:5.2}× {:<30} goal ≤ {:.1}×: {}",
+            "  {}: {:.2}× {} (goal ≤ {:.1}×: {})",
             g.what,
             g.ratio,
             g.against,
@@ -59,7 +59,7 @@ pub(crate) fn startup(div: &Path, args: &Args) -> Result<()> {
             verdict(g.ratio <= g.most)
         );
     }
-    phases(&local, samples)
+    phases(&local, samples, bare)
 }
 
 /// `n` pairs of `a` then `b`, after one warm-up of each; each side's times, as each side
@@ -87,12 +87,7 @@ fn clocked(cmd: &mut Command) -> Result<Duration> {
 }
 
 /// Prints the median of each side, the second against the first; the goal it is held to.
-fn compare(
-    (a, mut ta): (&str, Vec<Duration>),
-    (b, mut tb): (&str, Vec<Duration>),
-    most: f64,
-) -> Goal {
-    let (ma, mb) = (percentile(&mut ta, 50), percentile(&mut tb, 50));
+fn compare((a, ma): (&str, Duration), (b, mb): (&str, Duration), most: f64) -> Goal {
     let r = ratio(mb, ma);
     println!("  {a:<44} {:8.2} ms", ms(ma));
     println!(
@@ -116,8 +111,8 @@ fn versions(div: &Path, pairs: usize) -> Result<Goal> {
     )?;
     println!("start-up (median of {pairs}):");
     Ok(compare(
-        ("git --version", git),
-        ("div --version", version),
+        ("git --version", median(git)),
+        ("div --version", median(version)),
         1.0,
     ))
 }
@@ -135,8 +130,14 @@ fn div_run(local: &Local, dir: Option<&Path>) -> Result<Timed> {
     timed(cmd)
 }
 
-/// The warm run against bare bubblewrap; each run's client-side timeline, for [`phases`].
-fn run_against_bwrap(local: &Local, pairs: usize) -> Result<(Goal, Vec<Sample>)> {
+/// The median of `times`.
+fn median(mut times: Vec<Duration>) -> Duration {
+    percentile(&mut times, 50)
+}
+
+/// The warm run against bare bubblewrap; each run's client-side timeline, for [`phases`], and
+/// bare bubblewrap's median.
+fn run_against_bwrap(local: &Local, pairs: usize) -> Result<(Goal, Vec<Sample>, Duration)> {
     let bare_dir = tempfile::tempdir()?;
     let mut samples = Vec::new();
     let (bare, run) = interleaved(
@@ -151,12 +152,13 @@ fn run_against_bwrap(local: &Local, pairs: usize) -> Result<(Goal, Vec<Sample>)>
     // The warm-up's, left out.
     samples.remove(0);
     println!("a run, warm server, one-file project (median of {pairs}):");
+    let bare = median(bare);
     let goal = compare(
         ("bwrap … sh -lc true (the same binds)", bare),
-        ("div run --gpu cpu -- true", run),
+        ("div run --gpu cpu -- true", median(run)),
         2.0,
     );
-    Ok((goal, samples))
+    Ok((goal, samples, bare))
 }
 
 /// A one-file repository, committed, in `dir`.
@@ -221,8 +223,11 @@ fn big_against_small(local: &Local, files: usize, pairs: usize) -> Result<Goal> 
     let files = shipped.split(" files").next().unwrap_or("?");
     println!("an unchanged repository against a one-file one (median of {pairs}):");
     let goal = compare(
-        ("div run -- true, a one-file repository", one),
-        (&format!("div run -- true, {files} files unchanged"), many),
+        ("div run -- true, a one-file repository", median(one)),
+        (
+            &format!("div run -- true, {files} files unchanged"),
+            median(many),
+        ),
         3.0,
     );
     println!("  their client steps (ms, median):  one file | {files} files");
@@ -248,8 +253,7 @@ struct Steps(Vec<(String, Vec<f64>)>);
 
 impl Steps {
     fn add(&mut self, t: &Timed) -> Result<()> {
-        let (steps, _) = client_steps(t)?;
-        for (name, value) in steps {
+        for (name, value) in client_steps(t)?.steps {
             match self.0.iter_mut().find(|s| s.0 == name) {
                 Some(s) => s.1.push(value),
                 None => self.0.push((name, vec![value])),
@@ -261,7 +265,7 @@ impl Steps {
 
 /// The warm runs' phases: each sample's run found by name (`div runs --json`) and its
 /// `RUN_DIR/phases` marks added, then the medians printed on one timeline.
-fn phases(local: &Local, mut samples: Vec<Sample>) -> Result<()> {
+fn phases(local: &Local, mut samples: Vec<Sample>, bare: Duration) -> Result<()> {
     let listed = local.ok(&["runs", "--all", "--limit", "1000", "--json"])?;
     let value: serde_json::Value = serde_json::from_slice(&listed).context("div runs --json")?;
     let runs = value
@@ -282,5 +286,9 @@ fn phases(local: &Local, mut samples: Vec<Sample>) -> Result<()> {
         samples.len()
     );
     timeline::print(&samples);
+    println!(
+        "  beside it, bare `bwrap … sh -lc true` in the same run, whole: {:.2} ms",
+        ms(bare)
+    );
     Ok(())
 }

@@ -20,10 +20,18 @@ pub(super) struct Sample {
     pub(super) events: Vec<(String, f64)>,
 }
 
+/// What a `timings:` line says.
+pub(super) struct ClientSteps {
+    /// Each step's name and milliseconds, in order.
+    pub(super) steps: Vec<(String, f64)>,
+    /// When `main` began, in µs since the Unix epoch.
+    pub(super) began_us: Option<u64>,
+}
+
 /// The client's steps, from the `timings:` line of a run `div` printed with
 /// `DIVERGENT_TIMINGS=1`: each step's name and its milliseconds, and when `main` began (µs
 /// since the Unix epoch) where it says (a `div` older than the bench's timeline does not).
-pub(super) fn client_steps(t: &Timed) -> Result<(Vec<(String, f64)>, Option<u64>)> {
+pub(super) fn client_steps(t: &Timed) -> Result<ClientSteps> {
     let line = t
         .lines
         .iter()
@@ -49,13 +57,16 @@ pub(super) fn client_steps(t: &Timed) -> Result<(Vec<(String, f64)>, Option<u64>
         let value: f64 = value.parse().with_context(|| format!("`{step}`"))?;
         out.push((name.to_owned(), value));
     }
-    Ok((out, began))
+    Ok(ClientSteps {
+        steps: out,
+        began_us: began,
+    })
 }
 
 /// A run's events as the client saw them: `main` (its own start), each step's end, and the
 /// process's exit as the bench saw it.
 pub(super) fn client_sample(t: &Timed) -> Result<Sample> {
-    let (steps, began_us) = client_steps(t)?;
+    let ClientSteps { steps, began_us } = client_steps(t)?;
     let name = t
         .lines
         .iter()
@@ -162,6 +173,14 @@ pub(super) fn print(samples: &[Sample]) {
         .map(|(name, mut v)| (name, median_f64(&mut v), v.len()))
         .collect();
     rows.sort_by(|a, b| a.1.total_cmp(&b.1));
+    if !samples
+        .iter()
+        .any(|s| s.events.iter().any(|e| e.0 == "main"))
+    {
+        println!(
+            "  (this `div` does not say when its main began: its steps are counted from its start, early by its own start, about 1 ms)"
+        );
+    }
     println!("      at   since above  (ms from the bench's start of `div`)");
     println!("    0.00                start: the bench starts `div` (fork, exec)");
     let mut above: Option<&str> = None;
