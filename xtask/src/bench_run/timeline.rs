@@ -160,7 +160,8 @@ pub(super) fn median_f64(values: &mut [f64]) -> f64 {
 }
 
 /// Prints each event's median offset from the start of `div`, in the order of those medians,
-/// and the median time since the event on the row above (taken run by run).
+/// and the median time (taken run by run) since the row above of its own side: the client's
+/// (and the bench's), or the server's and the supervisor's.
 pub(super) fn print(samples: &[Sample]) {
     let mut offsets: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for s in samples {
@@ -181,10 +182,19 @@ pub(super) fn print(samples: &[Sample]) {
             "  (this `div` does not say when its main began: its steps are counted from its start, early by its own start, about 1 ms)"
         );
     }
-    println!("      at   since above  (ms from the bench's start of `div`)");
-    println!("    0.00                start: the bench starts `div` (fork, exec)");
-    let mut above: Option<&str> = None;
+    println!(
+        "      at   since  (ms: from the bench's start of `div`; since the row above on the same side)"
+    );
+    println!("    0.00           start: the bench starts `div` (fork, exec)");
+    // The row above on each side: the client's, the server's.
+    let (mut client, mut server): (Option<&str>, Option<&str>) = (None, None);
     for (name, at, count) in rows {
+        let side = if name.starts_with("server:") {
+            &mut server
+        } else {
+            &mut client
+        };
+        let above = *side;
         let mut since: Vec<f64> = samples
             .iter()
             .filter_map(|s| {
@@ -197,11 +207,12 @@ pub(super) fn print(samples: &[Sample]) {
         } else {
             String::new()
         };
-        println!(
-            "  {at:6.2}  {:8.2}      {}{seen}",
-            median_f64(&mut since),
-            describe(name)
-        );
-        above = Some(name);
+        let since = if above.is_none() && name.starts_with("server:") {
+            "".to_owned()
+        } else {
+            format!("{:6.2}", median_f64(&mut since))
+        };
+        println!("  {at:6.2}  {since:>6}   {}{seen}", describe(name));
+        *side = Some(name);
     }
 }
