@@ -173,7 +173,14 @@ pub(super) fn print(samples: &[Sample]) {
         .into_iter()
         .map(|(name, mut v)| (name, median_f64(&mut v), v.len()))
         .collect();
-    rows.sort_by(|a, b| a.1.total_cmp(&b.1));
+    // By median offset; at the same offset, in the order the first run had them.
+    let first = |name: &str| {
+        samples
+            .first()
+            .and_then(|s| s.events.iter().position(|e| e.0 == name))
+            .unwrap_or(usize::MAX)
+    };
+    rows.sort_by(|a, b| a.1.total_cmp(&b.1).then(first(a.0).cmp(&first(b.0))));
     if !samples
         .iter()
         .any(|s| s.events.iter().any(|e| e.0 == "main"))
