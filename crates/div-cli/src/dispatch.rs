@@ -28,7 +28,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
         }
     };
     if let Command::Supervise { run_dir } = &cli.command {
-        return server::supervise(run_dir);
+        return supervise(run_dir);
     }
     if let Command::Generate { what, dir } = &cli.command {
         return match generate::generate(*what, dir.as_deref()) {
@@ -127,6 +127,11 @@ fn eval_as_run(args: crate::args::EvalArgs) -> Result<crate::args::RunArgs, Fail
     }
     run.model = Some(args.model);
     Ok(run)
+}
+
+/// `div __supervise RUN_DIR`: one run of the local control plane, owned until it ends.
+pub(crate) fn supervise(run_dir: &std::path::Path) -> i32 {
+    server::supervise(run_dir)
 }
 
 /// `div --version`, as clap prints it (`div 0.1.0`), without building the command tree.
