@@ -257,7 +257,7 @@ fn walk_untracked(
     prefix: &str,
 ) -> Result<Untracked, ShipError> {
     let repo = &opened.repo;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let threads = crate::cores::cores().min(8);
     let Some(mut groups) = split_top(workdir, prefix, threads) else {
         // `top`: relative to the work tree, whatever this process's directory;
         // `literal`: a folder called `[x]` is no glob.

@@ -99,7 +99,7 @@ pub(crate) fn walk(
         path: root.clone(),
         source: e.into(),
     })?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let threads = crate::cores::cores().min(8);
     if threads < 2 {
         walker.walk_listing(&fd, &listing, &mut rela);
         return walker.finish().map(Some);

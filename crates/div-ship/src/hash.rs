@@ -79,7 +79,7 @@ pub(crate) fn look_all(
     hashed: Option<&AtomicU64>,
     keep: &Keep,
 ) -> Result<(Vec<Looked>, HashStats), ShipError> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
+    let threads = crate::cores::cores().min(16);
     // Each worker takes about sixteen chunks, so that none is left alone with the last big
     // files; no chunk is longer than 512 paths, and none shorter than 16. A worker reaches
     // each chunk's first folder afresh from the folders it holds (the chunk before it went to

@@ -31,6 +31,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 mod cache;
+mod cores;
 mod git;
 mod git_walk;
 mod hash;

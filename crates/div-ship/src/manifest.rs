@@ -53,7 +53,7 @@ impl Manifest {
             sorted_copy = copy;
             &sorted_copy[..]
         };
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let threads = crate::cores::cores().min(4);
         let mut buffers = vec![Vec::new(); threads];
         let mut hasher = blake3::Hasher::new();
         hasher.update(br#"{"entries":["#);

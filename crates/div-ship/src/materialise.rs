@@ -509,8 +509,7 @@ fn write_tree(
     // A big tree's files are written by several threads, each a run of consecutive entries
     // (a folder two runs share is made by whichever comes first: `create_dir_all` takes
     // one already there).
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
+    let threads = crate::cores::cores()
         .min(4)
         .min(files.len() / FILES_PER_THREAD)
         .max(1);
