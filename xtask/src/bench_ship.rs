@@ -235,7 +235,7 @@ fn generate_repo(repo: &Path, files: usize) -> Result<()> {
 }
 
 /// A tree of test262's shape (see [`Shape::Test262`]), committed.
-fn generate_test262(repo: &Path, files: usize) -> Result<()> {
+pub(crate) fn generate_test262(repo: &Path, files: usize) -> Result<()> {
     fs::create_dir_all(repo)?;
     git(repo, &["init", "-q"])?;
     fs::write(repo.join(".gitignore"), "node_modules/\n*.pyc\n")?;
@@ -584,7 +584,7 @@ fn listing(repo: &Path, runs: usize) -> Result<()> {
 
 /// The 1-minute load average, or `?` where `/proc/loadavg` is not there: timings on a shared
 /// machine mean little without it.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))

@@ -420,6 +420,48 @@ impl ControlPlane for HttpControlPlane {
             .map(drop)
     }
 
+    async fn list_models(&self) -> Result<ModelList, ApiError> {
+        self.ask(&routes::LIST_MODELS, routes::LIST_MODELS.path(&[]))
+            .await
+    }
+
+    async fn get_model(&self, name: &str) -> Result<Model, ApiError> {
+        self.ask(&routes::GET_MODEL, routes::GET_MODEL.path(&[name]))
+            .await
+    }
+
+    async fn push_model(&self, name: &str, push: &PushModel) -> Result<ModelVersion, ApiError> {
+        let path = routes::PUSH_MODEL.path(&[name]);
+        self.tell(&routes::PUSH_MODEL, path, push).await
+    }
+
+    async fn delete_model(&self, name: &str, version: Option<u32>) -> Result<(), ApiError> {
+        let call = match version {
+            Some(v) => Call::new(
+                routes::Route::DeleteModelVersion,
+                routes::DELETE_MODEL_VERSION.path(&[name, &format!("v{v}")]),
+            ),
+            None => Call::new(
+                routes::Route::DeleteModel,
+                routes::DELETE_MODEL.path(&[name]),
+            ),
+        };
+        self.empty(call).await.map(drop)
+    }
+
+    async fn list_evaluations(&self, model: Option<&str>) -> Result<EvaluationList, ApiError> {
+        let mut path = routes::LIST_EVALUATIONS.path(&[]);
+        if let Some(model) = model {
+            path.push_str(&format!("?model={}", query_value(model)));
+        }
+        self.ask(&routes::LIST_EVALUATIONS, path).await
+    }
+
+    async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
+        self.ask(&routes::GET_EVALUATION, routes::GET_EVALUATION.path(&[id]))
+            .await
+    }
+
     fn team(&self) -> Option<&dyn Team> {
         Some(self)
     }

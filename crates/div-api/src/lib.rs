@@ -121,6 +121,10 @@ pub(crate) async fn upload_one_by_one<C: ControlPlane + ?Sized>(
 }
 
 /// What a control plane without an image cache answers [`ControlPlane::list_images`].
+fn no_models() -> ApiError {
+    ApiError::new(ErrorKind::NotFound, "this control plane keeps no models")
+}
+
 fn no_image_cache() -> ApiError {
     ApiError::new(
         ErrorKind::NotFound,
@@ -372,6 +376,37 @@ pub trait ControlPlane: Send + Sync {
     /// Remove a secret.
     async fn delete_secret(&self, name: &str) -> Result<(), ApiError>;
 
+    /// Every model, with its latest version. A control plane without models (this default;
+    /// over HTTP, one that answers the route 404) is `NotFound`.
+    async fn list_models(&self) -> Result<ModelList, ApiError> {
+        Err(no_models())
+    }
+    /// A model's versions and their evaluations.
+    async fn get_model(&self, name: &str) -> Result<Model, ApiError> {
+        let _ = name;
+        Err(no_models())
+    }
+    /// `name`'s next version from what `volume` holds at `path` (a tree committed there, or
+    /// a folder or file copied); the latest itself when it is the same tree.
+    async fn push_model(&self, name: &str, push: &PushModel) -> Result<ModelVersion, ApiError> {
+        let _ = (name, push);
+        Err(no_models())
+    }
+    /// Removes a model's `version`, or every version (`None`).
+    async fn delete_model(&self, name: &str, version: Option<u32>) -> Result<(), ApiError> {
+        let _ = (name, version);
+        Err(no_models())
+    }
+    /// Evaluations, newest first: of `model` (`NAME`, `NAME:vN`, `NAME@sha256:…`) where given.
+    async fn list_evaluations(&self, model: Option<&str>) -> Result<EvaluationList, ApiError> {
+        let _ = model;
+        Err(no_models())
+    }
+    /// An evaluation by its id.
+    async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
+        let _ = id;
+        Err(no_models())
+    }
     /// The org's side of the control plane (members, their tokens and limits, the audit
     /// log), where it has one; `None`, as this default answers, where it has no members.
     fn team(&self) -> Option<&dyn Team> {

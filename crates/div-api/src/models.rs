@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod eval;
 mod images;
 mod team;
 
 pub use div_spec::{EntryKind, TreeEntry};
+pub use eval::*;
 pub use images::*;
 pub use team::*;
 
@@ -334,6 +336,10 @@ pub struct CreateRun {
     /// The telemetry layout (a `telemetry.toml`'s text), when one was given or shipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry_layout: Option<String>,
+    /// For an eval run, the model version it judges: `NAME`, `NAME:vN` or `NAME@sha256:…`
+    /// (`NAME` alone is its latest version, resolved when the run is placed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -400,6 +406,9 @@ pub struct Run {
     /// Bytes in its log so far.
     #[serde(default)]
     pub log_bytes: u64,
+    /// For an eval run, the model version it judges and its evaluation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<RunModel>,
     /// The member who placed it (`owner` for the server's own user, and for runs placed
     /// before a control plane had members); absent from a control plane without members.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -313,6 +313,22 @@ routes! {
         SetSecret = SET_SECRET: PUT "/v1/secrets/{name}", SetSecret => SecretInfo;
         /// Remove a secret.
         DeleteSecret = DELETE_SECRET: DELETE "/v1/secrets/{name}", Nothing => Nothing;
+        /// Every model, with its latest version.
+        ListModels = LIST_MODELS: GET "/v1/models", Nothing => ModelList;
+        /// A model: its versions and their evaluations.
+        GetModel = GET_MODEL: GET "/v1/models/{name}", Nothing => Model;
+        /// A new version of a model, from a volume's tree or folder (the same as the latest:
+        /// answered as it is, 200).
+        PushModel = PUSH_MODEL: POST "/v1/models/{name}/versions", PushModel => ModelVersion;
+        /// Remove a model, every version (refused while an evaluation runs against one).
+        DeleteModel = DELETE_MODEL: DELETE "/v1/models/{name}", Nothing => Nothing;
+        /// Remove one version (refused while an evaluation runs against it).
+        DeleteModelVersion = DELETE_MODEL_VERSION:
+            DELETE "/v1/models/{name}/versions/{version}", Nothing => Nothing;
+        /// Evaluations, newest first (`?model=`, `?version=`).
+        ListEvaluations = LIST_EVALUATIONS: GET "/v1/evaluations", Nothing => EvaluationList;
+        /// An evaluation by id.
+        GetEvaluation = GET_EVALUATION: GET "/v1/evaluations/{id}", Nothing => Evaluation;
         /// Who the control plane takes the caller for (docs/team.md).
         WhoAmI = WHOAMI: GET "/v1/whoami", Nothing => WhoAmI;
         /// The org's members, revoked ones included.
@@ -335,13 +351,14 @@ routes! {
 }
 
 /// The dashboard's own API: what its pages ask the local control plane's dashboard listener
-/// (`docs/dashboard.md`), never `/v1`. Its pages (`/`, `/runs/{run}`) and assets are not
+/// (`docs/dashboard.md`), never `/v1`. Its pages (`/`, `/runs/{run}`, `/models`,
+/// `/models/{name}`) and assets are not
 /// routes of an API and are not here.
 pub mod dashboard {
     use serde_json::Value;
 
     use super::{Nothing, Octets};
-    use crate::models::{Run, RunList, SignIn, WhoAmI};
+    use crate::models::{Model, ModelList, Run, RunList, SignIn, WhoAmI};
 
     routes! {
         /// A route of the dashboard's API.
@@ -356,6 +373,10 @@ pub mod dashboard {
             Log = LOG: GET "/api/runs/{run}/log", Nothing => Octets;
             /// A run's charts, laid out by its `telemetry.toml`.
             Charts = CHARTS: GET "/api/runs/{run}/charts", Nothing => Value;
+            /// Models, each with its latest version (as `GET /v1/models`).
+            ListModels = LIST_MODELS: GET "/api/models", Nothing => ModelList;
+            /// A model's versions and evaluations (as `GET /v1/models/{name}`).
+            GetModel = GET_MODEL: GET "/api/models/{name}", Nothing => Model;
             /// Who is signed in, and what they may do (docs/team.md).
             Session = SESSION: GET "/api/session", Nothing => WhoAmI;
             /// Sign in with a member's token: the session's cookie is set.

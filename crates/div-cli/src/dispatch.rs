@@ -3,8 +3,8 @@
 
 use crate::args::ServerCommand;
 use crate::commands::{
-    config, dashboard, generate, image, logs, result, run, runs, secrets, server, server_users,
-    stop, storage, telemetry,
+    config, dashboard, generate, image, logs, models, result, run, runs, secrets, server,
+    server_users, stop, storage, telemetry,
 };
 use crate::exit_codes;
 use crate::printer::Failure;
@@ -28,7 +28,7 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
         }
     };
     if let Command::Supervise { run_dir } = &cli.command {
-        return server::supervise(run_dir);
+        return supervise(run_dir);
     }
     if let Command::Generate { what, dir } = &cli.command {
         return match generate::generate(*what, dir.as_deref()) {
@@ -68,6 +68,12 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args, &settings, &mut printer).await,
+            Command::Eval(args) => match eval_as_run(args) {
+                Ok(args) => run::run(args, &settings, &mut printer).await,
+                Err(failure) => Err(failure),
+            },
+            Command::Evals(args) => models::evals(args, &settings, &mut printer).await,
+            Command::Models(command) => models::models(command, &settings, &mut printer).await,
             Command::Logs(args) => logs::logs(args, &settings, &mut printer).await,
             Command::Stop(args) => stop::stop(args, &settings, &mut printer).await,
             Command::Runs(args) => runs::runs(args, &settings, &mut printer).await,
@@ -104,6 +110,28 @@ pub(crate) fn main(parsed: Result<crate::args::Cli, clap::Error>) -> i32 {
             failure.code
         }
     }
+}
+
+/// `div eval MODEL …` is `div run … --model MODEL`: every flag of `div run`, its output and
+/// its exit code. The model is named once, first.
+fn eval_as_run(args: crate::args::EvalArgs) -> Result<crate::args::RunArgs, Failure> {
+    let mut run = args.run;
+    if let Some(also) = &run.model {
+        return Err(Failure::new(
+            exit_codes::REFUSED,
+            anyhow::anyhow!(
+                "`div eval` names its model first; `--model {also}` names another as well"
+            ),
+        )
+        .hint(Some(format!("drop `--model`: `div eval {} …`", args.model))));
+    }
+    run.model = Some(args.model);
+    Ok(run)
+}
+
+/// `div __supervise RUN_DIR`: one run of the local control plane, owned until it ends.
+pub(crate) fn supervise(run_dir: &std::path::Path) -> i32 {
+    server::supervise(run_dir)
 }
 
 /// `div --version`, as clap prints it (`div 0.1.0`), without building the command tree.

@@ -18,6 +18,16 @@ fn main() {
     {
         std::process::exit(dispatch::print_version());
     }
+    // Nor does a run's supervisor (`div __supervise RUN_DIR`), which the local control plane
+    // starts on the way to every run's start. Anything clap would refuse or read otherwise (a
+    // flag, an empty path, more words) goes through clap.
+    if let [_, verb, run_dir] = argv.as_slice()
+        && verb == "__supervise"
+        && !run_dir.is_empty()
+        && !run_dir.as_encoded_bytes().starts_with(b"-")
+    {
+        std::process::exit(dispatch::supervise(std::path::Path::new(run_dir)));
+    }
     let cli = args::parse(argv);
     // The local control plane moves every shipped file's bytes: its allocator is tuned for
     // that, before its first thread (a short-lived command is faster untuned: a small

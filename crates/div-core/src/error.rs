@@ -145,6 +145,18 @@ pub enum RunError {
     /// No secret has that name.
     #[error("there is no secret `{0}`")]
     SecretNotFound(String),
+
+    #[error("{message}")]
+    ModelName { name: String, message: String },
+
+    #[error("`{}` is {kind}; a model's version is a folder or a file", path.display())]
+    ModelNotAFileOrFolder { path: PathBuf, kind: &'static str },
+
+    #[error("`{}` holds no file to push", .0.display())]
+    EmptyModel(PathBuf),
+
+    #[error("there is no `{0}`")]
+    NoModelVersion(String),
     /// The control plane keeps no image cache (a hosted one, or one from before image
     /// caches): `div image ls` and `div image prune` have nothing to `what`.
     #[error("this control plane has no image cache to {what}")]
@@ -225,6 +237,7 @@ impl RunError {
             | RunError::VolumeNotFound(_)
             | RunError::NotInVolume { .. }
             | RunError::SecretNotFound(_)
+            | RunError::NoModelVersion(_)
             | RunError::MemberNotFound(_)
             | RunError::NoTeam { .. }
             | RunError::NoImageCache { .. } => FailureKind::NotFound,

@@ -1,6 +1,6 @@
 //! The one line `div` ends with, for every status a run can be in.
 
-use div_api::{CheckOutcome, Run, RunStatus};
+use div_api::{CheckOutcome, CheckVerdict, Run, RunStatus};
 
 use crate::fmt::{format_duration, money};
 
@@ -64,15 +64,20 @@ fn reason(run: &Run) -> Option<&str> {
 }
 
 /// `missed 1 of 2 checks` or `passed 2 of 2 checks`; `None` for a run without checks.
+fn check_summary(run: &Run) -> Option<String> {
+    checks_said(&run.checks, &run.verdicts)
+}
+
+/// `missed 1 of 2 checks` or `passed 2 of 2 checks` for these checks and verdicts, as a run's
+/// last line and an evaluation say it; `None` when there are no checks.
 ///
 /// A check without a verdict counts as missed: unknown is never a pass.
-fn check_summary(run: &Run) -> Option<String> {
-    let total = run.checks.len().max(run.verdicts.len());
+pub fn checks_said(checks: &[String], verdicts: &[CheckVerdict]) -> Option<String> {
+    let total = checks.len().max(verdicts.len());
     if total == 0 {
         return None;
     }
-    let passed = run
-        .verdicts
+    let passed = verdicts
         .iter()
         .filter(|v| v.outcome == CheckOutcome::Passed)
         .count();

@@ -36,6 +36,7 @@ mod follow;
 mod images;
 mod last_line;
 mod missing_module;
+mod models;
 mod outage;
 mod project;
 pub mod pyscan;
@@ -57,8 +58,11 @@ pub use event::{
 };
 pub use follow::{LogsOptions, StopOutcome, logs, stop};
 pub use images::{image_list, image_prune};
-pub use last_line::last_line;
+pub use last_line::{checks_said, last_line};
 pub use missing_module::{LOG_TAIL_BYTES, PlacedWith, missing_module_hint};
+pub use models::{
+    MODELS_VOLUME, PushFrom, Pushed, evaluations, judge, model, models, push_model, remove_model,
+};
 pub use project::{
     PROJECT_FILE, Project, ProjectError, ProjectFile, ProjectOrigin, find_project_file,
     resolve_project,

@@ -33,6 +33,14 @@ pub(crate) const CODE_UPLOAD: UploadWords = UploadWords {
     commit: "commit the code",
 };
 
+/// `div models push`.
+pub(crate) const MODEL_PUSH: UploadWords = UploadWords {
+    make: "make the volume models are kept in",
+    ask: "ask which files of the model the control plane lacks",
+    send: "send the model's files",
+    commit: "commit the model's tree",
+};
+
 /// `div storage put`.
 pub(crate) const STORAGE_PUT: UploadWords = UploadWords {
     make: "make the volume for `div storage put`",
@@ -52,36 +60,33 @@ pub(crate) async fn upload(
     sink: &mut dyn EventSink,
 ) -> Result<(), RunError> {
     let api = |during: &'static str| move |e| RunError::api(during, e);
-    let tree = CommitTree {
-        path: path.to_string(),
-        entries: shipment
-            .manifest
-            .entries
-            .iter()
-            .map(|e| {
-                // The manifest's entries are the API's (one `TreeEntry`): only the path moves.
-                let mut entry = e.clone();
-                if !prefix.is_empty() {
-                    entry.path = format!("{prefix}/{}", e.path);
-                }
-                entry
-            })
-            .collect(),
-    };
     // The same tree already committed there (the project is unchanged since its last run):
     // one short question, and neither the hashes nor the tree are sent, and the volume is
-    // not even made again (its answer carries the volume's size, which walks it).
-    if !path.is_empty()
-        && cp
-            .tree_held(volume, path, &div_api::tree_digest(&tree.entries))
+    // not even made again (its answer carries the volume's size, which walks it). Unprefixed,
+    // the tree's digest is the manifest's own entries': no copy of them is made to ask (20 ms
+    // for 40,000 files, docs/performance.md).
+    let mut tree = None;
+    if !path.is_empty() {
+        let digest = if prefix.is_empty() {
+            div_api::tree_digest(&shipment.manifest.entries)
+        } else {
+            div_api::tree_digest(&tree.insert(commit_tree(shipment, path, prefix)).entries)
+        };
+        if cp
+            .tree_held(volume, path, &digest)
             .await
             .map_err(api(words.ask))?
             .is_some()
-    {
-        sink.event(Event::UploadStarted { bytes: 0, blobs: 0 });
-        sink.event(Event::UploadFinished);
-        return Ok(());
+        {
+            sink.event(Event::UploadStarted { bytes: 0, blobs: 0 });
+            sink.event(Event::UploadFinished);
+            return Ok(());
+        }
     }
+    let tree = match tree {
+        Some(tree) => tree,
+        None => commit_tree(shipment, path, prefix),
+    };
     // A snapshot is staged where the control plane can: it writes each new file once, in
     // its place, as its pack arrives, and the tree is sent once, before the blobs. The volume
     // is made only when the stage finds none (the answer to making it carries its size, which
@@ -133,6 +138,26 @@ pub(crate) async fn upload(
     }
     sink.event(Event::UploadFinished);
     Ok(())
+}
+
+/// The tree `shipment` commits at `path`, each entry's path under `prefix` when one is given.
+fn commit_tree(shipment: &Shipment, path: &str, prefix: &str) -> CommitTree {
+    CommitTree {
+        path: path.to_string(),
+        entries: shipment
+            .manifest
+            .entries
+            .iter()
+            .map(|e| {
+                // The manifest's entries are the API's (one `TreeEntry`): only the path moves.
+                let mut entry = e.clone();
+                if !prefix.is_empty() {
+                    entry.path = format!("{prefix}/{}", e.path);
+                }
+                entry
+            })
+            .collect(),
+    }
 }
 
 /// A commit refused because blobs of its tree are not in the volume.

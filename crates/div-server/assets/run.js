@@ -113,6 +113,17 @@
     $("placed-by").textContent = r.placed_by || "";
     $("sku").textContent = `${div.hardware(r)} · ${div.count(r.cores, "core")} · ${r.memory_gib} GiB`;
     $("image").textContent = imageText(r, detail.ran_in);
+    if (r.model) {
+      // An eval run: the model version it judges, and the evaluation it makes.
+      const href = `/models/${encodeURIComponent(r.model.name)}`;
+      $("model-link").textContent = `${r.model.name}:v${r.model.version}`;
+      $("model-link").setAttribute("href", href);
+      $("model-digest").textContent = r.model.digest;
+      $("evaluation-link").textContent = r.model.evaluation;
+      $("evaluation-link").setAttribute("href", `${href}#${encodeURIComponent(r.model.evaluation)}`);
+      $("model-label").hidden = false;
+      $("model-fact").hidden = false;
+    }
     $("code").textContent = r.code ? `${r.code.volume}/${r.code.path}` : "none (--no-upload)";
     $("exit").textContent = exitText(r);
     $("reason").textContent = reasonText(r);

@@ -5,6 +5,9 @@
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
+/// The volume models' versions are kept in.
+pub(crate) const MODELS_VOLUME: &str = "div-models";
+
 /// The control plane's state directory (`DIVERGENT_HOME`, 0700), read as paths.
 #[derive(Debug, Clone)]
 pub(crate) struct Home(PathBuf);
@@ -24,6 +27,18 @@ impl Home {
     /// A volume's files, as runs see them at `/mnt/<name>`.
     pub(crate) fn volume_dir(&self, name: &str) -> PathBuf {
         self.0.join("volumes").join(name)
+    }
+    /// Makes a volume's folder (or finds it made). The models' volume gets its `code/` with
+    /// it, however it is made (a push, or a command naming `/mnt/div-models`): runs see
+    /// `code/` read-only only once it is there, so no run may be the one to make it, and
+    /// write a tree a later push would take for a model's version.
+    pub(crate) fn make_volume_dir(&self, name: &str) -> std::io::Result<()> {
+        let dir = self.volume_dir(name);
+        if name == MODELS_VOLUME {
+            std::fs::create_dir_all(dir.join("code"))
+        } else {
+            std::fs::create_dir_all(dir)
+        }
     }
     /// A volume's blobs, kept where no run sees them.
     pub(crate) fn blob_dir(&self, volume: &str) -> PathBuf {

@@ -37,6 +37,7 @@ mod home;
 mod http;
 mod inventory;
 mod members;
+mod models;
 mod org;
 mod rules;
 mod runs;

@@ -214,6 +214,15 @@ impl Server {
         }
     }
 
+    /// The runs queued or running.
+    pub(crate) fn going_runs(
+        &self,
+    ) -> Result<Vec<crate::store::RunRecord>, crate::store::StoreError> {
+        let mut going = self.store.runs_with_status(div_api::RunStatus::Queued)?;
+        going.extend(self.store.runs_with_status(div_api::RunStatus::Running)?);
+        Ok(going)
+    }
+
     /// The volume operations, with what they need of the server.
     pub(crate) fn volumes(&self) -> crate::volumes::Volumes<'_> {
         crate::volumes::Volumes {

@@ -34,6 +34,7 @@ mod entrypoint;
 mod env;
 mod human;
 mod memory;
+mod model;
 mod money;
 mod nearest;
 mod run_name;
@@ -52,6 +53,10 @@ pub use env::{
 };
 pub use human::{MAX_RUN_SECONDS, format_bytes, format_bytes_short, format_duration};
 pub use memory::{MemoryError, MemoryGib};
+pub use model::{
+    DigestMode, ModelDigest, ModelPin, ModelRef, ModelRefError, Sha256Hex, is_sha256_hex,
+    sha256_hex,
+};
 pub use money::{Money, MoneyError};
 pub use nearest::did_you_mean;
 pub use run_name::{MAX_RUN_NAME_LEN, RunNameError, check_run_name};

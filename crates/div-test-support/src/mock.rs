@@ -69,6 +69,7 @@ pub fn sample_run(name: &str, status: RunStatus) -> Run {
         ended_at: ended.then(|| "2025-01-01T00:01:00Z".to_owned()),
         duration_seconds: if ended { 59 } else { 0 },
         log_bytes: 0,
+        model: None,
         placed_by: None,
         extra: Default::default(),
     }

@@ -14,6 +14,7 @@ use crate::bench_local::{Local, du};
 /// `train.py` changes before each: what its code volume and blobs take on disk afterwards,
 /// with the server's retention (`keep_code_snapshots`, 10 by default).
 pub(crate) fn disk(div: &Path, args: &Args) -> Result<()> {
+    let runs = args.runs(15);
     let local = Local::start(div, "")?;
     let data = local.project.join("data");
     fs::create_dir_all(&data)?;
@@ -27,7 +28,7 @@ pub(crate) fn disk(div: &Path, args: &Args) -> Result<()> {
     let volume = local.home.join("volumes/bench-code");
     let blobs = local.home.join("blobs/bench-code");
     let started = Instant::now();
-    for i in 0..args.runs {
+    for i in 0..runs {
         fs::write(
             local.project.join("train.py"),
             format!("print('run {i}')\n"),
@@ -51,7 +52,7 @@ pub(crate) fn disk(div: &Path, args: &Args) -> Result<()> {
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     println!(
         "disk ({} runs of a {:.1} MiB project, train.py changed before each, in {:.1?}):",
-        args.runs,
+        runs,
         mib(project_bytes),
         took
     );
@@ -63,8 +64,8 @@ pub(crate) fn disk(div: &Path, args: &Args) -> Result<()> {
     );
     println!(
         "  a copy per run          {:8.1} MiB  ({} × the project)",
-        mib(project_bytes * args.runs as u64),
-        args.runs
+        mib(project_bytes * runs as u64),
+        runs
     );
     Ok(())
 }

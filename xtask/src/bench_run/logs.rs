@@ -90,7 +90,7 @@ pub(crate) fn logs(div: &Path, args: &Args) -> Result<()> {
     let bytes = args.log_mib << 20;
     fs::write(local.project.join("produce.py"), PRODUCER)?;
     let size = bytes.to_string();
-    let runs = args.runs.clamp(1, 5);
+    let runs = args.runs(15).clamp(1, 5);
 
     // The producer alone, writing into a file: the floor under any `div run`.
     let scratch = local.project.join("produced");

@@ -26,6 +26,7 @@ fn sqlite(db: &Path, sql: &str) -> Result<String> {
 }
 
 pub(crate) fn store(div: &Path, args: &Args) -> Result<()> {
+    let runs = args.runs(15);
     // N stored runs: one real run, copied N times straight into the store while the server
     // is stopped, then the server started again.
     let local = Local::start(div, "h100:8")?;
@@ -46,15 +47,15 @@ pub(crate) fn store(div: &Path, args: &Args) -> Result<()> {
     )?;
     eprintln!("stored {} runs in {:.1?}", args.stored, started.elapsed());
     local.ok(&["server", "start"])?;
-    let (list, out) = median(args.runs, || local.ok(&["runs"]))?;
+    let (list, out) = median(runs, || local.ok(&["runs"]))?;
     ensure!(
         String::from_utf8_lossy(&out).contains("bulk-"),
         "div runs did not list the stored runs"
     );
-    let (all, _) = median(args.runs, || local.ok(&["runs", "--all"]))?;
+    let (all, _) = median(runs, || local.ok(&["runs", "--all"]))?;
     println!(
         "store scale ({} runs stored, median of {}):",
-        args.stored, args.runs
+        args.stored, runs
     );
     println!(
         "  div runs                {:8.2} ms  (goal ≤ 50 ms: {})",

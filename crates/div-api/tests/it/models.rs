@@ -107,6 +107,7 @@ pub(crate) mod examples {
             checks: vec!["metrics.accuracy >= 0.8".into()],
             code: Some(code()),
             telemetry_layout: Some("[x]".into()),
+            model: Some("mask-rcnn:v3".into()),
             extra: Extra::new(),
         }
     }
@@ -122,6 +123,7 @@ pub(crate) mod examples {
         r.reason = Some("boom".into());
         r.code = Some(code());
         r.telemetry_layout = Some("[x]".into());
+        r.model = Some(run_model());
         r.placed_by = Some("alice".into());
         // Sent while a run is queued and cannot start yet.
         r.extra.insert(
@@ -223,6 +225,55 @@ pub(crate) mod examples {
             extra: Extra::new(),
         }
     }
+    pub(crate) fn run_model() -> RunModel {
+        RunModel {
+            name: "mask-rcnn".into(),
+            version: 3,
+            digest: format!("sha256:{}", "cd".repeat(32)),
+            path: "/mnt/div-models/code/mask-rcnn/9f31c2ab".into(),
+            evaluation: "ev_84lyqfw3d4xht5n3".into(),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn model_version() -> ModelVersion {
+        ModelVersion {
+            model: "mask-rcnn".into(),
+            version: 3,
+            digest: format!("sha256:{}", "cd".repeat(32)),
+            volume: "div-models".into(),
+            path: "code/mask-rcnn/9f31c2ab".into(),
+            mount: "/mnt/div-models/code/mask-rcnn/9f31c2ab".into(),
+            files: 2,
+            bytes: 25,
+            created_at: "2026-12-06T11:14:19.666Z".into(),
+            created_by: Some("ada@example.com".into()),
+            from: Some("ckpt/run-k4t9/best".into()),
+            extra: Extra::new(),
+        }
+    }
+    pub(crate) fn evaluation() -> Evaluation {
+        Evaluation {
+            id: "ev_84lyqfw3d4xht5n3".into(),
+            model: "mask-rcnn".into(),
+            version: 3,
+            digest: format!("sha256:{}", "cd".repeat(32)),
+            run: "r_1".into(),
+            run_name: "run-k4t9".into(),
+            status: RunStatus::Succeeded,
+            code: Some(code()),
+            image: "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime".into(),
+            image_digest: Some(format!("sha256:{}", "ab".repeat(32))),
+            checks: vec!["metrics.accuracy >= 0.8".into()],
+            verdicts: vec![verdict()],
+            metrics: Some(json!({"accuracy": 0.91})),
+            exit_code: Some(0),
+            spent_cents: 3,
+            placed_by: Some("ada@example.com".into()),
+            created_at: "2026-12-06T11:15:02.546Z".into(),
+            ended_at: Some("2026-12-06T11:15:02.690Z".into()),
+            extra: Extra::new(),
+        }
+    }
     pub(crate) fn error_body() -> ApiErrorBody {
         ApiErrorBody {
             error: ApiErrorDetail {
@@ -266,6 +317,10 @@ fn unknown_fields_survive_a_round_trip() {
     survives::<Telemetry>(v(&ex::telemetry()));
     survives::<SecretInfo>(v(&ex::secret()));
     survives::<Health>(v(&ex::health()));
+    survives::<RunModel>(v(&ex::run_model()));
+    survives::<ModelVersion>(v(&ex::model_version()));
+    survives::<Evaluation>(v(&ex::evaluation()));
+    survives::<PushModel>(json!({"volume": "div-models", "path": "code/m/1"}));
 }
 
 #[test]

@@ -218,6 +218,45 @@ fn models_match_their_schemas() {
     errors.extend(check_model("VolumeEntry", &ex::volume_entry()));
     errors.extend(check_model("CreateRun", &ex::create_run()));
     errors.extend(check_model("Run", &ex::run()));
+    errors.extend(check_model("RunModel", &ex::run_model()));
+    errors.extend(check_model("ModelVersion", &ex::model_version()));
+    errors.extend(check_model("Evaluation", &ex::evaluation()));
+    errors.extend(check_model(
+        "PushModel",
+        &div_api::PushModel {
+            volume: "div-models".into(),
+            path: "code/mask-rcnn/9f31c2ab".into(),
+            extra: Default::default(),
+        },
+    ));
+    errors.extend(check_model(
+        "ModelList",
+        &div_api::ModelList {
+            models: vec![div_api::ModelSummary {
+                name: "mask-rcnn".into(),
+                versions: 3,
+                latest: Some(ex::model_version()),
+                extra: Default::default(),
+            }],
+            extra: Default::default(),
+        },
+    ));
+    errors.extend(check_model(
+        "Model",
+        &div_api::Model {
+            name: "mask-rcnn".into(),
+            versions: vec![ex::model_version()],
+            evaluations: vec![ex::evaluation()],
+            extra: Default::default(),
+        },
+    ));
+    errors.extend(check_model(
+        "EvaluationList",
+        &div_api::EvaluationList {
+            evaluations: vec![ex::evaluation()],
+            extra: Default::default(),
+        },
+    ));
     errors.extend(check_model("RunList", &ex::run_list()));
     errors.extend(check_model("RunResult", &ex::run_result()));
     errors.extend(check_model("Telemetry", &ex::telemetry()));

@@ -59,6 +59,18 @@ async fn call_everything(cp: &HttpControlPlane) {
     let _ = cp.set_secret("S", "v").await;
     let _ = cp.list_secrets().await;
     let _ = cp.delete_secret("S").await;
+    let _ = cp.list_models().await;
+    let _ = cp.get_model("m").await;
+    let push = PushModel {
+        volume: "div-models".into(),
+        path: "code/m/1".into(),
+        extra: Default::default(),
+    };
+    let _ = cp.push_model("m", &push).await;
+    let _ = cp.delete_model("m", None).await;
+    let _ = cp.delete_model("m", Some(2)).await;
+    let _ = cp.list_evaluations(Some("m")).await;
+    let _ = cp.get_evaluation("ev_1").await;
     let team = cp.team().expect("the HTTP client speaks the team's routes");
     let _ = team.whoami().await;
     let _ = team.list_members().await;

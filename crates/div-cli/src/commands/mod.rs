@@ -8,6 +8,7 @@ pub(crate) mod dashboard;
 pub(crate) mod generate;
 pub(crate) mod image;
 pub(crate) mod logs;
+pub(crate) mod models;
 pub(crate) mod result;
 pub(crate) mod run;
 pub(crate) mod runs;

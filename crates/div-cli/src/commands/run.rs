@@ -134,6 +134,7 @@ fn options(args: RunArgs, settings: &Settings) -> RunOptions {
         git_dir: settings.git_dir.clone(),
         git_work_tree: settings.git_work_tree.clone(),
         idempotency_key: None,
+        model: args.model,
     }
 }
 

@@ -6,6 +6,13 @@ use crate::support::DIV;
 const COMMANDS: &[&[&str]] = &[
     &[],
     &["run"],
+    &["eval"],
+    &["evals"],
+    &["models"],
+    &["models", "push"],
+    &["models", "ls"],
+    &["models", "show"],
+    &["models", "rm"],
     &["logs"],
     &["stop"],
     &["runs"],

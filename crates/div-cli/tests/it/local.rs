@@ -108,6 +108,16 @@ fn timings_name_each_step_of_a_run_in_order() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
+    // It ends with when `main` began, in seconds since the epoch to the microsecond.
+    let (last, began) = last
+        .strip_suffix(')')
+        .and_then(|l| l.rsplit_once(" (main began at "))
+        .unwrap_or_else(|| panic!("a timings line saying when main began: {stderr}"));
+    let (secs, micros) = began.split_once('.').unwrap_or_default();
+    assert!(
+        secs.parse::<u64>().is_ok_and(|s| s > 1_700_000_000) && micros.len() == 6,
+        "{began}"
+    );
     let steps: Vec<&str> = last
         .strip_prefix("timings: ")
         .unwrap_or_else(|| panic!("a timings line: {stderr}"))
@@ -148,7 +158,9 @@ fn timings_name_each_step_of_a_run_in_order() {
     assert_eq!(dry.status.code(), Some(0), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     let names: Vec<&str> = last
-        .strip_prefix("timings: ")
+        .split(" (main began at ")
+        .next()
+        .and_then(|l| l.strip_prefix("timings: "))
         .unwrap_or_else(|| panic!("a timings line: {stderr}"))
         .split(" · ")
         .filter_map(|step| step.rsplitn(3, ' ').nth(2))
@@ -454,6 +466,7 @@ fn refusals_the_control_plane_can_know_come_before_anything_is_shipped() {
     // The control plane is up, and the project's code volume exists, before the refusals.
     let first = local.div(&["run", "--gpu", "cpu", "train.py::main"]);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    local.wait_let_go();
     let before = holdings(&local);
     // A registry on loopback that nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")

@@ -8,6 +8,7 @@ mod cli_reference;
 mod commands;
 mod crash;
 mod dashboard;
+mod eval;
 mod hostile_client;
 mod https;
 mod image;

@@ -150,15 +150,17 @@ fn a_closed_pipe_ends_runs_logs_and_help_as_sigpipe_does() {
         // Both into the closed pipe (`2>&1 | head -0`).
         let status = into_closed_pipe(&local, args);
         assert_eq!(status.signal(), Some(SIGPIPE), "div {args:?}: {status:?}");
-        // Only stdout closed: nothing on stderr, no panic.
-        let mut child = local
-            .command(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("div starts");
-        drop(child.stdout.take());
+        // Only stdout closed (its reader gone before div starts: a `div` quick enough would
+        // otherwise write all of its help into the pipe before the reader closed it): nothing
+        // on stderr, no panic.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let mut cmd = local.command(args);
+        cmd.stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("div starts");
+        drop(cmd);
         let done = child.wait_with_output().expect("div exits");
         let stderr = text(&done.stderr);
         assert_eq!(

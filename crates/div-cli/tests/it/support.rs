@@ -261,6 +261,34 @@ impl Local {
     pub(crate) fn div(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("div runs")
     }
+
+    /// Waits until every ended run's supervisor has let its places go: once a run's end is
+    /// recorded, its supervisor removes its scratch places (workspace, overlay, `/tmp`,
+    /// `/mnt`), then `end.reserve`, and exits. A test that compares what is on disk waits for
+    /// that, not for the end alone.
+    pub(crate) fn wait_let_go(&self) {
+        let runs = self.home().join("runs");
+        div_test_support::wait_until(
+            "every ended run's places let go",
+            std::time::Duration::from_secs(60),
+            || {
+                let held: Vec<String> = std::fs::read_dir(&runs)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|d| {
+                        d.path().join("end.json").exists() && d.path().join("end.reserve").exists()
+                    })
+                    .map(|d| d.file_name().to_string_lossy().into_owned())
+                    .collect();
+                if held.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("still held: {held:?}"))
+                }
+            },
+        );
+    }
 }
 
 /// When the test ends, pass or panic: every run it placed that is still going is stopped

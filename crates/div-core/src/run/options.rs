@@ -60,6 +60,9 @@ pub struct RunOptions {
     /// Sent with the run's creation so a retried request never places a second run; one is
     /// made when `None`.
     pub idempotency_key: Option<String>,
+    /// `div eval NAME…` or `--model`: the model version the run judges (its latest, for a
+    /// name alone, resolved by the control plane when the run is placed).
+    pub model: Option<div_spec::ModelRef>,
 }
 
 impl RunOptions {
@@ -90,6 +93,7 @@ impl RunOptions {
             git_dir: None,
             git_work_tree: None,
             idempotency_key: None,
+            model: None,
         }
     }
 }

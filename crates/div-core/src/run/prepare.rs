@@ -348,6 +348,7 @@ fn create_run(
             extra: Default::default(),
         }),
         telemetry_layout,
+        model: options.model.as_ref().map(ToString::to_string),
         extra: Default::default(),
     }
 }

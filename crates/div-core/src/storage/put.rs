@@ -141,7 +141,7 @@ pub async fn storage_put(
 /// `local` itself is followed when it is a link (the user named it), and must then be a
 /// regular file or a folder: anything else is refused at once, before the control plane is
 /// asked anything.
-fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
+pub(crate) fn local_tree(local: &Path) -> Result<(Shipment, Vec<String>), RunError> {
     let read = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RunError::Read { path, source }

@@ -91,6 +91,12 @@ pub(crate) fn rule(route: Route) -> Rule {
         Route::SetMemberSlurmAccount => changes(ManageMembers, Always("member.slurm_account")),
         Route::SetOrgLimit => changes(ManageOrg, Always("org.limit")),
         Route::Audit => needs(ReadAudit),
+        Route::ListModels | Route::GetModel => needs(Read),
+        Route::ListEvaluations | Route::GetEvaluation => needs(Read),
+        Route::PushModel => changes(UseVolumes, IfMade("model.push")),
+        Route::DeleteModel | Route::DeleteModelVersion => {
+            changes(RemoveVolumes, Always("model.remove"))
+        }
     }
 }
 
@@ -103,6 +109,8 @@ pub(crate) fn dashboard_rule(route: DashboardRoute) -> Rule {
         | DashboardRoute::GetRun
         | DashboardRoute::Log
         | DashboardRoute::Charts
+        | DashboardRoute::ListModels
+        | DashboardRoute::GetModel
         | DashboardRoute::Session => needs(Read),
         DashboardRoute::StopRun => changes(StopOwnRuns, Audit::Always("run.stop")),
         DashboardRoute::SignIn => Rule {

@@ -17,6 +17,7 @@ mod images;
 pub(crate) mod listen;
 mod logstream;
 mod members;
+mod models;
 mod pull;
 mod refusal;
 mod runs;
@@ -184,6 +185,13 @@ async fn answer_route(
         Route::ListSecrets => secrets::list(server).await,
         Route::SetSecret => secrets::set(server, &found, req).await,
         Route::DeleteSecret => secrets::delete(server, &found).await,
+        Route::ListModels => models::list(server).await,
+        Route::GetModel => models::get(server, &found).await,
+        Route::PushModel => models::push(server, actor, &found, req).await,
+        Route::DeleteModel => models::delete(server, &found, false).await,
+        Route::DeleteModelVersion => models::delete(server, &found, true).await,
+        Route::ListEvaluations => models::evaluations(server, &q).await,
+        Route::GetEvaluation => models::evaluation(server, &found).await,
         Route::WhoAmI => Ok(members::whoami(actor)),
         Route::ListMembers => members::list(server).await,
         Route::CreateMember => members::create(server, actor, req).await,

@@ -9,6 +9,9 @@ use crate::audit::AuditError;
 use crate::fault::StateError;
 use crate::images::{CacheError, ResolveError};
 use crate::members::{AddMemberError, MemberError, Right};
+use crate::models::{
+    EvaluationError, PushModelError, RemoveModelError, ResolveModelError, UnknownModel,
+};
 use crate::org::SetLimitError;
 use crate::runs::{CreateRunError, RunError};
 use crate::secrets::{DeleteSecretError, SetSecretError};
@@ -102,6 +105,7 @@ impl From<DeleteVolumeError> for HttpError {
     fn from(e: DeleteVolumeError) -> HttpError {
         match e {
             DeleteVolumeError::NoVolume(_) => said(ErrorCode::NotFound, &e),
+            DeleteVolumeError::KeepsModels { .. } => said(ErrorCode::Conflict, &e),
             DeleteVolumeError::State(e) => e.into(),
         }
     }
@@ -129,7 +133,12 @@ impl From<UploadError> for HttpError {
 impl From<CommitError> for HttpError {
     fn from(e: CommitError) -> HttpError {
         match e {
-            CommitError::NoVolume(_) | CommitError::NoStage(_) => said(ErrorCode::NotFound, &e),
+            CommitError::NoVolume(_) | CommitError::NoStage(_) | CommitError::NoSource(_) => {
+                said(ErrorCode::NotFound, &e)
+            }
+            CommitError::NotAFolderOrFile(_)
+            | CommitError::Empty(_)
+            | CommitError::TooManyEntries(_) => said(ErrorCode::Invalid, &e),
             CommitError::Path(e) => e.into(),
             CommitError::BadTree(_) | CommitError::NoHash(_) | CommitError::Written(_) => {
                 said(ErrorCode::Invalid, &e)
@@ -222,6 +231,12 @@ impl From<CreateRunError> for HttpError {
             E::MemberLimit { ref usage, .. } => said(ErrorCode::UsageLimitReached, &e)
                 .with_details(serde_json::to_value(usage).unwrap_or_default()),
             E::NameTaken(_) | E::KeyReused(_) => said(ErrorCode::Conflict, &e),
+            // An unknown model or version is a value the run cannot have: 422, like an
+            // unknown SKU, never a 404 of the route.
+            E::Model(e) => match e {
+                ResolveModelError::State(e) => e.into(),
+                e => said(ErrorCode::Invalid, &e),
+            },
             E::State(e) => e.into(),
             E::Unreadable(_)
             | E::NoProject
@@ -302,6 +317,53 @@ impl From<SetLimitError> for HttpError {
                 HttpError::disk_full("writing the settings")
             }
             SetLimitError::Write { .. } => said(ErrorCode::Internal, &e),
+        }
+    }
+}
+
+impl From<UnknownModel> for HttpError {
+    fn from(e: UnknownModel) -> HttpError {
+        said(ErrorCode::NotFound, &e)
+    }
+}
+
+impl From<ResolveModelError> for HttpError {
+    fn from(e: ResolveModelError) -> HttpError {
+        match e {
+            ResolveModelError::NotAReference(_) => said(ErrorCode::Invalid, &e),
+            ResolveModelError::Unknown(e) => e.into(),
+            ResolveModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<PushModelError> for HttpError {
+    fn from(e: PushModelError) -> HttpError {
+        match e {
+            PushModelError::BadName(_) => said(ErrorCode::Invalid, &e),
+            PushModelError::Tree(e) => e.into(),
+            PushModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<RemoveModelError> for HttpError {
+    fn from(e: RemoveModelError) -> HttpError {
+        match e {
+            RemoveModelError::Resolve(e) => e.into(),
+            RemoveModelError::InUse { .. } => said(ErrorCode::Conflict, &e),
+            RemoveModelError::Tree(e) => e.into(),
+            RemoveModelError::State(e) => e.into(),
+        }
+    }
+}
+
+impl From<EvaluationError> for HttpError {
+    fn from(e: EvaluationError) -> HttpError {
+        match e {
+            EvaluationError::NoEvaluation(_) => said(ErrorCode::NotFound, &e),
+            EvaluationError::Resolve(e) => e.into(),
+            EvaluationError::State(e) => e.into(),
         }
     }
 }

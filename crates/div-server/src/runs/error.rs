@@ -67,6 +67,9 @@ pub(crate) enum CreateRunError {
     NameTaken(String),
     #[error("the idempotency key `{0}` was used for another run")]
     KeyReused(String),
+    /// An eval run's model reference names no version there is.
+    #[error(transparent)]
+    Model(#[from] crate::models::ResolveModelError),
     #[error(transparent)]
     State(#[from] StateError),
 }

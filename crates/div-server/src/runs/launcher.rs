@@ -477,6 +477,19 @@ fn environment(
                 .to_string(),
         ),
     ]);
+    // An eval run's own rows, last: they win over an `--env` of the same name.
+    if let Some(m) = &run.model {
+        env.extend([
+            ("DIVERGENT_MODEL".into(), m.name.clone()),
+            (
+                "DIVERGENT_MODEL_VERSION_ID".into(),
+                format!("v{}", m.version),
+            ),
+            ("DIVERGENT_MODEL_PATH".into(), m.path.clone()),
+            ("DIVERGENT_MODEL_DIGEST".into(), m.digest.clone()),
+            ("DIVERGENT_EVALUATION".into(), m.evaluation.clone()),
+        ]);
+    }
     if real_gpus {
         // In the sandbox the run has its own GPUs alone, numbered from 0 (docs/gpus.md).
         env.extend(div_runtime::gpu::cuda_env(gpus, server.sandboxed));

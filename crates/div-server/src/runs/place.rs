@@ -11,7 +11,7 @@
 use std::fs;
 use std::sync::Arc;
 
-use div_api::{CreateRun, Run, RunStatus};
+use div_api::{CreateRun, Run, RunModel, RunStatus};
 
 use super::error::CreateRunError;
 use super::validation::{self, Valid};
@@ -159,7 +159,15 @@ fn record(
             }
         },
     };
-    let mut run = new_run(name.clone(), request, valid);
+    let model = valid.model.clone().map(|row| RunModel {
+        path: crate::models::mount_of(&server.volumes(), &row.path, server.sandboxed),
+        name: row.model,
+        version: row.version,
+        digest: row.digest,
+        evaluation: format!("ev_{}", random_base36(16)),
+        extra: Default::default(),
+    });
+    let mut run = new_run(name.clone(), request, valid, model);
     run.placed_by = Some(actor.name.clone());
     let record = RunRecord {
         run,
@@ -187,7 +195,7 @@ fn record(
             // queued.
             for volume in rules::volumes_named(&record.run.command, &record.run.env) {
                 if server.store.create_volume(&volume, &clock::now_rfc3339())? {
-                    fs::create_dir_all(server.home.volume_dir(&volume))?;
+                    server.home.make_volume_dir(&volume)?;
                 }
             }
             scheduler::refresh_queue(server)?;
@@ -198,8 +206,9 @@ fn record(
     }
 }
 
-/// The run `request` asks for, as `valid`ated, named `name`, queued now.
-fn new_run(name: String, request: &CreateRun, valid: Valid) -> Run {
+/// The run `request` asks for, as `valid`ated, named `name`, queued now; for an eval run, the
+/// model version it judges.
+fn new_run(name: String, request: &CreateRun, valid: Valid, model: Option<RunModel>) -> Run {
     Run {
         id: format!("r_{}", random_base36(16)),
         name,
@@ -230,6 +239,7 @@ fn new_run(name: String, request: &CreateRun, valid: Valid) -> Run {
         ended_at: None,
         duration_seconds: 0,
         log_bytes: 0,
+        model,
         placed_by: None,
         extra: Default::default(),
     }

@@ -15,6 +15,8 @@ pub(crate) struct Valid {
     /// The GPUs it takes (0 for a CPU SKU, whatever it asked).
     pub(crate) gpus: u32,
     pub(crate) checks: Vec<String>,
+    /// For an eval run, the model version its reference names now.
+    pub(crate) model: Option<crate::store::VersionRow>,
 }
 
 /// Checks `request` against this machine and div's rules.
@@ -37,11 +39,19 @@ pub(crate) fn validate(server: &Server, request: &CreateRun) -> Result<Valid, Cr
             memory_gib: sizing.memory_gib,
         })
         .map_err(|e| CreateRunError::Unplaceable(e.to_string()))?;
+    // An eval run's model: its reference resolved to a version now, before anything is
+    // placed, so a push during the run does not change what it evaluates.
+    let model = request
+        .model
+        .as_deref()
+        .map(|reference| crate::models::resolve(&server.volumes(), reference))
+        .transpose()?;
     Ok(Valid {
         sku,
         sizing,
         gpus,
         checks,
+        model,
     })
 }
 

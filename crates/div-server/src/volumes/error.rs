@@ -53,6 +53,12 @@ state_errors!(CreateVolumeError);
 pub(crate) enum DeleteVolumeError {
     #[error(transparent)]
     NoVolume(#[from] NoVolume),
+    /// The models' volume, while it keeps a version of a model.
+    #[error(
+        "the volume `{volume}` keeps the versions of the models {}: remove them with `div models rm NAME` first",
+        models.join(", ")
+    )]
+    KeepsModels { volume: String, models: Vec<String> },
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -163,6 +169,15 @@ pub(crate) enum CommitError {
     NoStage(#[from] NoStage),
     #[error("packs are still being written into the stage `{0}`; commit it once they are answered")]
     StillWriting(String),
+    /// A snapshot's source (`VOLUME/PATH`) is not there.
+    #[error("nothing is at `{0}`")]
+    NoSource(String),
+    #[error("`{0}` is neither a folder nor a file")]
+    NotAFolderOrFile(String),
+    #[error("`{0}` holds no file")]
+    Empty(String),
+    #[error("the tree has more than {0} entries: refused, nothing kept")]
+    TooManyEntries(usize),
     #[error(transparent)]
     State(#[from] StateError),
 }

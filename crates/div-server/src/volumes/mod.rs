@@ -13,7 +13,8 @@
 //! - `tree`: a tree committed at a path; `put`: a tree put into the volume's root, as `cp`.
 //! - `stage`: staged commits, a snapshot written as its packs arrive; `pack`: a pack of
 //!   small blobs, stored or written into its stage.
-//! - `read`: listings, files, whether a tree is held.
+//! - `read`: listings, files, whether a tree is held; `snapshot`: a volume's folder kept as
+//!   a committed tree (a model version made from what a run wrote).
 //! - `retention`: code snapshots kept and removed; `leftovers`: what earlier servers left.
 
 use std::fs;
@@ -35,6 +36,7 @@ mod paths;
 mod put;
 mod read;
 pub(crate) mod retention;
+mod snapshot;
 pub(crate) mod stage;
 mod stages;
 mod tree;
@@ -47,6 +49,7 @@ pub(crate) use error::{
 pub(crate) use pack::store_pack;
 pub(crate) use paths::{commit_lock, valid_hash};
 pub(crate) use read::{list_tree, open_file, tree_held};
+pub(crate) use snapshot::snapshot;
 pub(crate) use stage::{commit_stage, stage_tree};
 pub(crate) use stages::Stages;
 pub(crate) use tree::commit_tree;
@@ -85,7 +88,7 @@ pub(crate) fn create_volume(
 ) -> Result<(bool, Volume), CreateVolumeError> {
     check_name(name)?;
     let created = vols.store.create_volume(name, &clock::now_rfc3339())?;
-    fs::create_dir_all(vols.home.volume_dir(name))?;
+    vols.home.make_volume_dir(name)?;
     let volume = vols
         .store
         .volume(name)?
@@ -103,6 +106,15 @@ pub(crate) fn list_volumes(vols: &Volumes<'_>) -> Result<Vec<Volume>, crate::fau
 }
 
 pub(crate) fn delete_volume(vols: &Volumes<'_>, name: &str) -> Result<(), DeleteVolumeError> {
+    if name == crate::home::MODELS_VOLUME {
+        let models: Vec<String> = vols.store.models()?.into_iter().map(|(m, _)| m).collect();
+        if !models.is_empty() {
+            return Err(DeleteVolumeError::KeepsModels {
+                volume: name.to_owned(),
+                models,
+            });
+        }
+    }
     if !vols.store.delete_volume(name)? {
         return Err(NoVolume(name.to_owned()).into());
     }

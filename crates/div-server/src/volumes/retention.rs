@@ -5,8 +5,8 @@
 //! **The rule.** After a new snapshot is committed in a volume, its snapshots are counted by
 //! when each was last used (committed, or found held by a run's `GET …/trees`). The
 //! `keep_code_snapshots` most recently used ones (`settings.json`, 10 by default) are kept,
-//! and so is every snapshot that a queued or running run names, or that was used in the last
-//! [`RECENT_MS`]. The rest are removed.
+//! and so is every snapshot that a queued or running run names, that was used in the last
+//! [`RECENT_MS`], or that is a model's version (`models`). The rest are removed.
 //!
 //! **No run is placed from a removed snapshot.** Placing a run holds its code volume's commit
 //! lock from the check that its code is there to its record, and a pass holds it throughout:
@@ -82,31 +82,66 @@ pub(crate) fn prune(vols: &Volumes<'_>, volume: &str) -> Result<Pruned, Retentio
         .into_iter()
         .enumerate()
     {
-        if i < keep || going.contains(&path) || now.saturating_sub(used_ms) < RECENT_MS {
+        // A model's version is kept as long as the model keeps it (`div models rm`).
+        if i < keep
+            || going.contains(&path)
+            || now.saturating_sub(used_ms) < RECENT_MS
+            || vols.store.model_tree_at(volume, &path)?
+        {
             continue;
         }
-        vols.store.remove_tree(volume, &path)?;
-        match take_away(vols, volume, &path) {
-            Ok(Some(trash)) => {
-                rehome(vols, volume, &path, &trash)?;
-                links_in(&trash, &mut freed);
-                if let Err(e) = fs::remove_dir_all(&trash) {
-                    tracing::warn!(volume, path, "could not delete a removed snapshot: {e}");
-                }
-            }
-            Ok(None) => {
-                for (hash, _) in vols.store.blobs_homed_in(volume, &path)? {
-                    vols.store.remove_blob(volume, &hash)?;
-                }
-            }
-            Err(e) => tracing::warn!(volume, path, "could not remove a snapshot: {e}"),
-        }
+        remove_one(vols, volume, &path, &mut freed)?;
         pruned.snapshots.push(path);
     }
     if !freed.is_empty() {
         pruned.blobs = let_go(vols, volume, &freed)?;
     }
     Ok(pruned)
+}
+
+/// Removes the committed tree at `path` of `volume` (a model's version that `div models rm`
+/// let go), as the rule removes a snapshot, and the blobs only it linked.
+pub(crate) fn remove(
+    vols: &Volumes<'_>,
+    volume: &str,
+    path: &str,
+) -> Result<usize, RetentionError> {
+    let lock = commit_lock(volume);
+    let _turn = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut freed: HashSet<(u64, u64)> = HashSet::new();
+    remove_one(vols, volume, path, &mut freed)?;
+    if freed.is_empty() {
+        return Ok(0);
+    }
+    let_go(vols, volume, &freed)
+}
+
+/// One tree removed: its record first, then its folder (taken out of the volume, its homed
+/// blobs kept in the blob folder), the links it held added to `freed`. The caller holds the
+/// volume's commit lock.
+fn remove_one(
+    vols: &Volumes<'_>,
+    volume: &str,
+    path: &str,
+    freed: &mut HashSet<(u64, u64)>,
+) -> Result<(), RetentionError> {
+    vols.store.remove_tree(volume, path)?;
+    match take_away(vols, volume, path) {
+        Ok(Some(trash)) => {
+            rehome(vols, volume, path, &trash)?;
+            links_in(&trash, freed);
+            if let Err(e) = fs::remove_dir_all(&trash) {
+                tracing::warn!(volume, path, "could not delete a removed snapshot: {e}");
+            }
+        }
+        Ok(None) => {
+            for (hash, _) in vols.store.blobs_homed_in(volume, path)? {
+                vols.store.remove_blob(volume, &hash)?;
+            }
+        }
+        Err(e) => tracing::warn!(volume, path, "could not remove a snapshot: {e}"),
+    }
+    Ok(())
 }
 
 /// Moves the snapshot at `path` out of the volume, opening each folder on the way without

@@ -72,6 +72,7 @@ fn run(command: &str) -> CreateRun {
         checks: Vec::new(),
         code: None,
         telemetry_layout: None,
+        model: None,
         extra: Default::default(),
     }
 }

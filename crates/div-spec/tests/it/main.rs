@@ -6,6 +6,7 @@ mod entrypoint;
 mod fuzz_regressions;
 mod human;
 mod memory;
+mod model;
 mod money;
 mod proptests;
 mod sku;

@@ -90,6 +90,7 @@ pub fn quick_run(ctx: &ConformanceContext, name: Option<String>) -> CreateRun {
         checks: Vec::new(),
         code: None,
         telemetry_layout: None,
+        model: None,
         extra: Default::default(),
     }
 }

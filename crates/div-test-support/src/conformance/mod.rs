@@ -4,13 +4,14 @@
 //!
 //! The suite reads as a list, in the order it runs, in [`conformance`]; each check is short,
 //! independent, and in the file of its subject: `volumes.rs` (volumes, blobs, trees),
-//! `runs.rs`, `names.rs` (names outside their rules), `secrets.rs`, `images.rs`. Beneath
+//! `runs.rs`, `models.rs`, `names.rs` (names outside their rules), `secrets.rs`, `images.rs`. Beneath
 //! them, `context.rs` (what the suite is told, what it reports, the quick run) and `check.rs`
 //! (how a check fails, and the helpers each uses).
 
 mod check;
 pub(crate) mod context;
 mod images;
+mod models;
 mod names;
 mod runs;
 mod secrets;
@@ -95,5 +96,9 @@ pub async fn conformance(cp: &dyn ControlPlane, ctx: &ConformanceContext) -> Con
         runs::stop_ended_run_unchanged(cp, ctx)
     );
     check!("log_of_ended_run", runs::log_of_ended_run(cp, ctx));
+    check!(
+        "models_pinned_and_evaluated",
+        models::models_pinned_and_evaluated(cp, ctx)
+    );
     report
 }

@@ -4,9 +4,10 @@
 //!
 //! By subject, each answering its routes from the state every part shares (`state.rs`):
 //! `volumes.rs` (volumes, blobs, trees, files), `runs.rs` (runs, logs, results, telemetry),
-//! `secrets.rs`, `images.rs`; here, the [`ControlPlane`] impl, one line a route.
+//! `secrets.rs`, `images.rs`, `models.rs`; here, the [`ControlPlane`] impl, one line a route.
 
 mod images;
+mod models;
 mod runs;
 mod secrets;
 pub(crate) mod state;
@@ -18,6 +19,7 @@ use div_api::{
     ImageCache, ListRuns, LogStream, MissingBlobs, PruneImages, PrunedImages, Run, RunList,
     RunResult, SecretInfo, StagedTree, Telemetry, Volume, VolumeEntry,
 };
+use div_api::{Evaluation, EvaluationList, Model, ModelList, ModelVersion, PushModel};
 
 use self::state::FakeControlPlane;
 
@@ -29,6 +31,30 @@ impl ControlPlane for FakeControlPlane {
 
     async fn list_images(&self) -> Result<ImageCache, ApiError> {
         images::list_images(self).await
+    }
+
+    async fn list_models(&self) -> Result<ModelList, ApiError> {
+        models::list_models(self).await
+    }
+
+    async fn get_model(&self, name: &str) -> Result<Model, ApiError> {
+        models::get_model(self, name).await
+    }
+
+    async fn push_model(&self, name: &str, push: &PushModel) -> Result<ModelVersion, ApiError> {
+        models::push_model(self, name, push).await
+    }
+
+    async fn delete_model(&self, name: &str, version: Option<u32>) -> Result<(), ApiError> {
+        models::delete_model(self, name, version).await
+    }
+
+    async fn list_evaluations(&self, model: Option<&str>) -> Result<EvaluationList, ApiError> {
+        models::list_evaluations(self, model).await
+    }
+
+    async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
+        models::get_evaluation(self, id).await
     }
 
     async fn prune_images(&self, prune: &PruneImages) -> Result<PrunedImages, ApiError> {

@@ -115,6 +115,9 @@ impl FakeControlPlane {
                 Value::Null,
             ));
         }
+        if let Some(reference) = run.model.as_deref() {
+            super::models::resolve(state, reference)?;
+        }
         if let Some(cents) = run.max_spend_cents
             && cents <= 0
         {
@@ -256,6 +259,10 @@ pub(crate) async fn create_run(
         ));
     }
     name_taken(&state, run)?;
+    let model = match run.model.as_deref() {
+        Some(reference) => Some(super::models::resolve(&state, reference)?),
+        None => None,
+    };
     state.next += 1;
     let n = state.next;
     let created = Run {
@@ -285,6 +292,7 @@ pub(crate) async fn create_run(
         ended_at: None,
         duration_seconds: 0,
         log_bytes: 0,
+        model: model.map(|m| super::models::run_model(&m, n)),
         placed_by: None,
         extra: Default::default(),
     };

@@ -76,6 +76,8 @@ pub(crate) struct State {
     pub(crate) staged_packs: u64,
     /// The image cache, oldest first ([`FakeControlPlane::add_image`]).
     pub(crate) images: Vec<CachedImage>,
+    /// Each model's versions, oldest first.
+    pub(crate) models: BTreeMap<String, Vec<div_api::ModelVersion>>,
 }
 
 /// How the fake answers staged commits ([`div_api::ControlPlane::stage_tree`]).

@@ -11,7 +11,7 @@ use div_test_support::{
 async fn the_fake_passes_the_suite() {
     let report = conformance(&FakeControlPlane::new(), &ConformanceContext::default()).await;
     report.assert_passed();
-    assert_eq!(report.passed.len(), 19);
+    assert_eq!(report.passed.len(), 20);
 }
 
 /// The fake, but creating a run twice for one key.
@@ -98,6 +98,24 @@ impl ControlPlane for ForgetsKeys {
     }
     async fn delete_secret(&self, n: &str) -> Result<(), ApiError> {
         self.0.delete_secret(n).await
+    }
+    async fn list_models(&self) -> Result<ModelList, ApiError> {
+        self.0.list_models().await
+    }
+    async fn get_model(&self, n: &str) -> Result<Model, ApiError> {
+        self.0.get_model(n).await
+    }
+    async fn push_model(&self, n: &str, p: &PushModel) -> Result<ModelVersion, ApiError> {
+        self.0.push_model(n, p).await
+    }
+    async fn delete_model(&self, n: &str, v: Option<u32>) -> Result<(), ApiError> {
+        self.0.delete_model(n, v).await
+    }
+    async fn list_evaluations(&self, m: Option<&str>) -> Result<EvaluationList, ApiError> {
+        self.0.list_evaluations(m).await
+    }
+    async fn get_evaluation(&self, id: &str) -> Result<Evaluation, ApiError> {
+        self.0.get_evaluation(id).await
     }
 }
 

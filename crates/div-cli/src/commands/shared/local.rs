@@ -44,17 +44,35 @@ fn start_failure(e: StartError) -> Failure {
 }
 
 /// The local control plane, started in the background when it is not answering.
+///
+/// One question is asked of a running one, `/v1/health` within 300 ms: whether it answers,
+/// and with which GPU inventory (three were asked before, on the way to every command).
 pub(crate) async fn connect_local(
     settings: &Settings,
     options: Options,
 ) -> Result<Box<dyn ControlPlane>, Failure> {
-    if answering(settings).await {
-        match_inventory(settings).await?;
-    }
-    let cp = local(settings)?
-        .connect(options)
-        .await
-        .map_err(start_failure)?;
+    let local = local(settings)?;
+    let probe = Options {
+        deadline: Duration::from_millis(300),
+        ..Options::default()
+    };
+    let health = match local.client(probe) {
+        Ok(cp) => cp.health().await.ok(),
+        Err(_) => None,
+    };
+    let going = match &health {
+        Some(health) => !match_inventory(settings, health).await?,
+        None => false,
+    };
+    let cp = if going {
+        local
+            .client(options)
+            .map_err(|e| Failure::new(exit_codes::LOCAL, e))?
+    } else {
+        // None answered, or the one that did was stopped to start with the inventory asked
+        // for: started (or found started by another `div` meanwhile).
+        local.connect(options).await.map_err(start_failure)?
+    };
     Ok(Box::new(cp))
 }
 
@@ -81,29 +99,27 @@ fn inventory_words(gpus: Option<&str>) -> String {
     }
 }
 
-/// A running local control plane whose GPU inventory is not the one asked for
+/// A running local control plane whose GPU inventory (its `health`) is not the one asked for
 /// (`DIVERGENT_EMULATE_GPUS`) is stopped, so that it starts again with the
 /// one asked for, when no run is going on it; otherwise the failure says exactly that.
-async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
-    let cp = client(settings, Options::default())?;
-    let Ok(health) = cp.health().await else {
-        return Ok(());
-    };
+/// Whether it was stopped.
+async fn match_inventory(settings: &Settings, health: &div_api::Health) -> Result<bool, Failure> {
     // A server that does not say which inventory it has is left as it is.
     let Some(in_effect) = health.extra.get("emulated_gpus") else {
-        return Ok(());
+        return Ok(false);
     };
     let in_effect = in_effect.as_str().map(str::to_owned);
     // Only a declared inventory is asked for: a `div` without `DIVERGENT_EMULATE_GPUS` uses
     // whichever server is running (its dashboard link, its runs) rather than restart it.
     let Some(text) = settings.emulate_gpus.as_deref() else {
-        return Ok(());
+        return Ok(false);
     };
     // A declaration the server cannot read is its to refuse, once started with it.
     let asked = Some(div_server::canonical_gpus(text).unwrap_or_else(|_| text.to_owned()));
     if asked == in_effect {
-        return Ok(());
+        return Ok(false);
     }
+    let cp = client(settings, Options::default())?;
     let mut going = 0;
     for status in [RunStatus::Running, RunStatus::Queued] {
         let query = ListRuns {
@@ -134,16 +150,16 @@ async fn match_inventory(settings: &Settings) -> Result<(), Failure> {
         })));
     }
     let Some(pid) = pid(&settings.home) else {
-        return Ok(());
+        return Ok(false);
     };
     if !signal_terminate(pid) {
-        return Ok(());
+        return Ok(false);
     }
     let deadline = Instant::now() + STOP_DEADLINE;
     while answering(settings).await && Instant::now() <= deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Start `<this exe> server run ARGS…` in its own session, its output in `home/server.log`,

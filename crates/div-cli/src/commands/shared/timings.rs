@@ -1,20 +1,21 @@
 //! `DIVERGENT_TIMINGS`: when `div` began, and how long each step of `div run` took.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use div_core::{Event, Step};
 
-/// When `main` began, for `DIVERGENT_TIMINGS`.
-static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+/// When `main` began, for `DIVERGENT_TIMINGS`: on the monotonic clock, and on the wall clock
+/// (which the timings line prints, so a bench can lay the server's marks beside the steps).
+static STARTED: std::sync::OnceLock<(Instant, SystemTime)> = std::sync::OnceLock::new();
 
 /// Notes the moment the process began its work (the first thing `main` does).
 pub(crate) fn mark_start() {
-    let _ = STARTED.set(std::time::Instant::now());
+    let _ = STARTED.set((Instant::now(), SystemTime::now()));
 }
 
 /// When `main` began (now, if it never said).
-pub(crate) fn started() -> std::time::Instant {
-    *STARTED.get_or_init(std::time::Instant::now)
+fn began() -> (Instant, SystemTime) {
+    *STARTED.get_or_init(|| (Instant::now(), SystemTime::now()))
 }
 
 /// How long each step of `div run` took, for `DIVERGENT_TIMINGS`: each mark names the step
@@ -26,7 +27,7 @@ pub(crate) struct Timings {
 impl Timings {
     pub(crate) fn new() -> Timings {
         Timings {
-            marks: vec![("", started())],
+            marks: vec![("", began().0)],
         }
     }
 
@@ -69,7 +70,9 @@ impl Timings {
         self.mark(step);
     }
 
-    /// `timings: validate 0.4 ms · list 2.1 ms · …`, ending with `exit` (until now).
+    /// `timings: validate 0.4 ms · list 2.1 ms · … · exit 0.1 ms (main began at
+    /// 1765012345.123456)`: each step until now, then when `main` began, in seconds since the
+    /// Unix epoch to the microsecond.
     pub(crate) fn line(mut self) -> String {
         self.mark("exit");
         let steps: Vec<String> = self
@@ -80,6 +83,16 @@ impl Timings {
                 format!("{} {ms:.1} ms", w[1].0)
             })
             .collect();
-        format!("timings: {}", steps.join(" · "))
+        let began = began()
+            .1
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros();
+        format!(
+            "timings: {} (main began at {}.{:06})",
+            steps.join(" · "),
+            began / 1_000_000,
+            began % 1_000_000
+        )
     }
 }

@@ -86,10 +86,9 @@ fn completions_and_the_man_page_generate() {
         assert!(output.status.success(), "{what}");
         let text = String::from_utf8_lossy(&output.stdout);
         assert!(text.len() > 500, "{what}: {text}");
-        assert!(
-            text.contains("run") && text.contains("storage"),
-            "{what} mentions the commands"
-        );
+        for command in ["run", "storage", "eval", "evals", "models"] {
+            assert!(text.contains(command), "{what} mentions `{command}`");
+        }
     }
 }
 
@@ -123,6 +122,10 @@ fn a_man_page_for_every_command_goes_into_a_folder() {
         "div-storage-put.1",
         "div-secrets-set.1",
         "div-server-start.1",
+        "div-eval.1",
+        "div-evals.1",
+        "div-models-push.1",
+        "div-models-rm.1",
     ] {
         assert!(pages.iter().any(|p| p == page), "{page} in {pages:?}");
     }

@@ -6,7 +6,8 @@
 //! screenshots they take are written to `docs/dashboard/*.png`.
 //!
 //! By page: `list.rs` (the runs' list), `run_page.rs` (a run's page: its log, stop, its end,
-//! placing it again, its image), `telemetry.rs` (the telemetry tab), `security.rs` (markup
+//! placing it again, its image), `models.rs` (the models, a model's versions and evaluations),
+//! `telemetry.rs` (the telemetry tab), `security.rs` (markup
 //! inert, no secret shown, the token and the origin), `command.rs` (`div dashboard` and the
 //! browser the tests drive), `bench.rs` (the list with many runs stored), `team.rs` (a team's
 //! dashboard over TLS: sign-in, its session, stop by right, cross-site requests, sign-out);
@@ -15,6 +16,7 @@
 mod bench;
 mod command;
 mod list;
+mod models;
 mod run_page;
 mod security;
 mod team;

@@ -59,17 +59,16 @@ fn the_telemetry_tab_draws_the_layouts_series() {
         let widths = "return [...document.querySelectorAll('#charts figure.chart')].map(f => [\
                         f.querySelector('canvas').getBoundingClientRect().width, f.clientWidth,\
                         document.getElementById('charts').clientWidth])";
-        let fills = |w: &Value| {
-            w.as_array().is_some_and(|charts| {
-                charts.iter().all(|c| {
-                    let (canvas, panel, tab) = (c[0].as_f64(), c[1].as_f64(), c[2].as_f64());
-                    matches!((canvas, panel, tab), (Some(c), Some(p), Some(t))
-                        if (c - p).abs() <= 1.0 && (p - t).abs() <= 1.0 && t > 0.0)
-                })
-            })
-        };
+        // The panel may narrow once the charts are drawn (a scrollbar comes with them); the
+        // charts follow it when its resize is observed, so this waits for the page to settle.
+        let fills = format!(
+            "const w = (function () {{ {widths} }})();\
+             return w.length > 0 && w.every(c => Math.abs(c[0] - c[1]) <= 1 \
+                && Math.abs(c[1] - c[2]) <= 1 && c[2] > 0);"
+        );
+        b.until("each chart as wide as its panel and the tab", &fills)
+            .await;
         let before = b.js(widths).await;
-        assert!(fills(&before), "{before}");
         // The x is whole steps: every tick is at a whole number, and labelled as one.
         let ticks = b
             .js(

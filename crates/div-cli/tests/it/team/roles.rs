@@ -114,7 +114,19 @@ fn two_members_and_a_viewer_each_do_what_their_role_allows() {
     );
     // She reads what she may.
     assert!(carol.ok(&["runs", "--all"]).contains("alices-run"));
-    assert!(carol.ok(&["logs", "alices-run"]).contains("training"));
+    // The run was placed detached: its first line comes when it has started.
+    div_test_support::wait_until(
+        "alice's run's first line, read by carol",
+        std::time::Duration::from_secs(60),
+        || {
+            let log = carol.ok(&["logs", "alices-run"]);
+            if log.contains("training") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    );
     let refused = carol.div(&["secrets", "ls"]);
     assert_eq!(
         refused.status.code(),

@@ -1,6 +1,7 @@
 //! What the dashboard answers behind its session cookie: its pages and assets, and its own
 //! API (`/api/…`): the runs list and a run's page (its result, how it was placed, what it ran
-//! in), its log by ranges or whole, its charts' points, and stopping a run as `div stop` does.
+//! in), its log by ranges or whole, its charts' points, and stopping a run as `div stop` does;
+//! the models and a model's versions and evaluations.
 
 use std::sync::Arc;
 
@@ -18,8 +19,8 @@ use crate::http::error::{ErrorCode, HttpError};
 use crate::http::wire::{self, Resp, blocking, decode_segment, fail, header, param};
 use crate::http::{auth, files};
 use crate::members::{Actor, Right};
-use crate::runs;
 use crate::server::Server;
+use crate::{models, runs};
 
 /// Who `actor` is, as the dashboard's session route answers.
 pub(super) fn who(actor: &Actor) -> WhoAmI {
@@ -57,6 +58,8 @@ pub(super) async fn route(
         return match (&method, seg.as_slice()) {
             (&Method::GET, [""]) => Ok(assets::page(assets::INDEX)),
             (&Method::GET, ["runs", _]) => Ok(assets::page(assets::RUN)),
+            (&Method::GET, ["models"]) => Ok(assets::page(assets::MODELS)),
+            (&Method::GET, ["models", _]) => Ok(assets::page(assets::MODEL)),
             _ => Err(HttpError::not_found(format!("no page `{method} {path}`"))),
         };
     };
@@ -107,6 +110,18 @@ pub(super) async fn route(
             }
             let range = header(&req, "range");
             log_range(file, range).await
+        }
+        DashboardRoute::ListModels => {
+            let list = blocking(server, |s| models::list(&s.volumes(), s.sandboxed)).await?;
+            Ok(wire::answer(&dashboard::LIST_MODELS, 200, &list))
+        }
+        DashboardRoute::GetModel => {
+            let name = found.param("name").to_owned();
+            let model = blocking(server, move |s| {
+                models::evaluations::model(&s.volumes(), &name, s.sandboxed)
+            })
+            .await?;
+            Ok(wire::answer(&dashboard::GET_MODEL, 200, &model))
         }
         DashboardRoute::Charts => {
             let run = found.param("run").to_owned();

@@ -6,6 +6,8 @@ use super::super::wire::{self, Resp};
 
 pub(crate) const INDEX: &[u8] = include_bytes!("../../../assets/index.html");
 pub(crate) const RUN: &[u8] = include_bytes!("../../../assets/run.html");
+pub(crate) const MODELS: &[u8] = include_bytes!("../../../assets/models.html");
+pub(crate) const MODEL: &[u8] = include_bytes!("../../../assets/model.html");
 pub(crate) const UNAUTHORIZED: &[u8] = include_bytes!("../../../assets/unauthorized.html");
 /// The team's dashboard without a session: where a member types their token once.
 pub(crate) const SIGN_IN: &[u8] = include_bytes!("../../../assets/signin.html");
@@ -36,6 +38,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "run.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../assets/run.js"),
+    ),
+    (
+        "models.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/models.js"),
     ),
     (
         "uPlot.iife.min.js",

@@ -1,6 +1,6 @@
 //! The `div run …` that places a run again, from where its code is now: what was typed
 //! (the entrypoint, never the `cd` into the run's copy of the code) and the flags that size,
-//! bound and judge it the same way.
+//! bound and judge it the same way (an eval run's model pinned by its digest).
 
 use div_api::Run;
 use div_pricing::{Catalogue, SizeRequest};
@@ -48,6 +48,10 @@ pub(crate) fn command(run: &Run) -> String {
     }
     for check in &run.checks {
         flag("check", check.clone());
+    }
+    if let Some(model) = &run.model {
+        // The very version it judged, by its digest: a name alone would be the latest.
+        flag("model", format!("{}@{}", model.name, model.digest));
     }
     if run.code.is_none() {
         words.push("--no-upload".into());
@@ -208,6 +212,28 @@ mod tests {
         );
         assert!(line.ends_with(" train.py::run"), "{line}");
         assert!(!line.contains("cd /code"), "{line}");
+    }
+
+    /// An eval run is placed again on the very version it judged: its digest, not its name
+    /// (the latest by now, perhaps).
+    #[test]
+    fn an_eval_run_is_placed_again_on_the_version_it_judged() {
+        let mut r = run();
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        r.model = Some(div_api::RunModel {
+            name: "mask-rcnn".into(),
+            version: 3,
+            digest: digest.clone(),
+            path: "/mnt/div-models/code/mask-rcnn/9f31c2ab".into(),
+            evaluation: "ev_1".into(),
+            extra: Default::default(),
+        });
+        let line = command(&r);
+        assert!(
+            line.contains(&format!(" --model mask-rcnn@{digest} ")),
+            "{line}"
+        );
+        assert!(line.ends_with(" train.py::run"), "{line}");
     }
 
     #[test]

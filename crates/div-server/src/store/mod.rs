@@ -4,6 +4,8 @@
 //! mode with a busy timeout, so the supervisor-watching loop and request handlers never see
 //! `SQLITE_BUSY`.
 //!
+//! Models' versions and evaluations are in `models.rs`.
+//!
 //! Why over 700 lines: some 110 are its tests; the rest is the schema, its migrations and one
 //! group of queries per table, each short, which read best side by side.
 
@@ -16,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::executor::Handle;
 use div_runtime::clock::now_ms;
+
+mod models;
+
+pub(crate) use models::{Added, VersionRow};
 
 mod team;
 pub(crate) use team::{AuditRow, MemberRow, NewMember};
@@ -103,6 +109,39 @@ pub(crate) struct RunRecord {
     pub(crate) internal: RunInternal,
 }
 
+/// An evaluation's row: which run judged which version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EvaluationRow {
+    pub(crate) id: String,
+    pub(crate) run_id: String,
+    pub(crate) model: String,
+    pub(crate) version: u32,
+    pub(crate) digest: String,
+    pub(crate) created_at: String,
+}
+
+/// An evaluation's columns, in [`EvaluationRow`]'s order.
+pub(super) const EVALUATION_COLUMNS: &str = "id, run_id, model, version, digest, created_at";
+
+/// Records an evaluation, in the transaction that places its run (`Store::place_run`).
+fn insert_evaluation(
+    tx: &rusqlite::Transaction<'_>,
+    row: &EvaluationRow,
+) -> Result<(), StoreError> {
+    tx.execute(
+        &format!("INSERT INTO evaluations ({EVALUATION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+        params![
+            row.id,
+            row.run_id,
+            row.model,
+            row.version,
+            row.digest,
+            row.created_at
+        ],
+    )?;
+    Ok(())
+}
+
 /// What an idempotency key already answered.
 #[derive(Debug)]
 pub(crate) enum Placed {
@@ -144,7 +183,7 @@ impl std::ops::DerefMut for Conn<'_> {
 /// Version 1 is the schema div had before it kept a version: its statements are all
 /// `IF NOT EXISTS`, so a state directory made then (at version 0, holding these tables)
 /// migrates to version 1 without change, as does a new, empty one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_TEAM];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_MODELS, SCHEMA_TEAM];
 
 /// The schema version this div writes.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -201,6 +240,34 @@ ALTER TABLE trees ADD COLUMN used_ms INTEGER NOT NULL DEFAULT 0;
 /// commit (`volumes::stage`); `NULL` for a blob in the blob folder, as every blob was before.
 const SCHEMA_V3: &str = "
 ALTER TABLE blobs ADD COLUMN home TEXT;
+";
+
+/// Version 4: models' versions (each a committed tree, its digest over its files, numbered
+/// from 1 per model) and evaluations (an eval run of a version; what it found is the run's).
+const SCHEMA_MODELS: &str = "
+CREATE TABLE IF NOT EXISTS model_versions (
+    model TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    volume TEXT NOT NULL,
+    path TEXT NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    created_by TEXT,
+    source TEXT,
+    PRIMARY KEY (model, version)
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL UNIQUE,
+    model TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evaluations_of ON evaluations (model, version);
 ";
 
 /// The team's tables (docs/team.md): its members, each token kept only as a hash of its
@@ -353,6 +420,20 @@ impl Store {
             "INSERT INTO idempotency (key, body_hash, run_id) VALUES (?1, ?2, ?3)",
             params![key, body_hash, record.run.id],
         )?;
+        // An eval run's evaluation is recorded with it: never one without the other.
+        if let Some(m) = &record.run.model {
+            insert_evaluation(
+                &tx,
+                &EvaluationRow {
+                    id: m.evaluation.clone(),
+                    run_id: record.run.id.clone(),
+                    model: m.name.clone(),
+                    version: m.version,
+                    digest: m.digest.clone(),
+                    created_at: record.run.created_at.clone(),
+                },
+            )?;
+        }
         tx.commit()?;
         Ok(Placed::New)
     }
