@@ -44,6 +44,12 @@ impl Team {
     /// loopback port.
     pub(crate) fn start() -> Team {
         let team = Team::new();
+        // Each run's own disk is 1 GiB here: a control plane backs the disks of its runs with
+        // the free space it sees, and on a machine short of it (other suites' builds beside
+        // this one) a second run beside the first would wait for disk, not for its turn.
+        std::fs::create_dir_all(team.home()).expect("the state directory");
+        std::fs::write(team.home().join("settings.json"), r#"{"run_disk_gib": 1}"#)
+            .expect("settings.json");
         let certs = team.tmp.path().join("certs");
         let listen = format!("127.0.0.1:{}", team.port);
         let cert = certs.join("server.pem").display().to_string();
