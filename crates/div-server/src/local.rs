@@ -12,8 +12,14 @@ use std::time::{Duration, Instant};
 
 use div_api::{ApiError, Endpoint, HttpControlPlane, Options};
 
-/// How long a local control plane started on demand has to answer: 10 s.
-pub const START_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a local control plane started on demand has to answer: 30 s. The wait ends the
+/// moment it answers (a fraction of a second on an idle machine); the deadline only bounds
+/// one that never does. Its start runs a few probes as processes (bubblewrap, the overlay,
+/// the run's own disk), and on a machine loaded far past its cores (two test suites and
+/// their runs on two cores) it took over 10 s.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long each look at a control plane being started may take: a slow answer is an answer.
+const STARTING_PROBE: Duration = Duration::from_secs(2);
 
 /// The local control plane of one state directory, and how to start it.
 ///
@@ -147,8 +153,13 @@ impl LocalControlPlane {
 
     /// Whether it answers `/v1/health` now (within 300 ms).
     pub async fn answering(&self) -> bool {
+        self.answering_within(Duration::from_millis(300)).await
+    }
+
+    /// Whether it answers `/v1/health` within `deadline`.
+    async fn answering_within(&self, deadline: Duration) -> bool {
         let probe = Options {
-            deadline: Duration::from_millis(300),
+            deadline,
             ..Options::default()
         };
         match self.client(probe) {
@@ -203,7 +214,7 @@ impl LocalControlPlane {
         let pid = child.id();
         let deadline = Instant::now() + self.start_deadline;
         loop {
-            if self.answering().await {
+            if self.answering_within(STARTING_PROBE).await {
                 return Ok(pid);
             }
             // Reap it if it exited (another one may have won the socket, and that one

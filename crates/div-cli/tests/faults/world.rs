@@ -46,15 +46,17 @@ impl Place {
         }
     }
 
-    /// A ceiling that a run reaches about 15 s after it starts: what 15 s of its GPUs cost.
+    /// A ceiling that a run reaches about 20 s after it starts: what 20 s of its GPUs cost
+    /// (SIGTERM comes a grace before it, about 12 s after the start, with every handler in
+    /// place even on a loaded machine).
     pub(crate) fn ceiling(self) -> &'static str {
         match self {
-            // 4 H100s, $19.80/h: 8 cents buy 14 s.
-            Place::Local => "0.08",
-            // $4.95/h: 2 cents buy 14 s.
-            Place::SlurmOneNode => "0.02",
-            // 8 H100s, $39.60/h: 16 cents buy 14 s.
-            Place::SlurmFourNodes => "0.16",
+            // 4 H100s, $19.80/h: 11 cents buy 20 s.
+            Place::Local => "0.11",
+            // $4.95/h: 3 cents buy 21.8 s.
+            Place::SlurmOneNode => "0.03",
+            // 8 H100s, $39.60/h: 22 cents buy 20 s.
+            Place::SlurmFourNodes => "0.22",
         }
     }
 }

@@ -49,8 +49,8 @@ pub(crate) use node::node_or_gather;
 use node::parse_node_env;
 pub(crate) use run_dir::STARTED_FILE;
 use run_dir::{
-    HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, SECRETS_FILE, all_nodes_ended, node_started,
-    recorded_job, spec_of, started_ms,
+    HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, NOT_LAUNCHED_AFTER, SECRETS_FILE, all_nodes_ended,
+    node_started, recorded_job, spec_of, started_ms,
 };
 use submit::{BATCH_TEMPLATE, Shape, accounting_args, quote, resource_args, shape, time_minutes};
 
@@ -541,19 +541,31 @@ impl Executor for SlurmExecutor {
             if node.join("end.json").exists() {
                 continue;
             }
-            // Not a word yet (its task not started, or its supervisor not yet up): waited for
-            // as long as one that stopped saying it is well.
+            // Not a word yet: its task not begun (Slurm's part, given longer), or begun with
+            // its supervisor not yet up (waited for as long as one that stopped saying it is
+            // well, from the task's start: the task's `node.env` counts as its first word).
             let said = fs::read_to_string(node.join(HEARTBEAT_FILE)).unwrap_or_default();
+            let launched = !said.is_empty() || node.join("node.env").exists();
+            let word = if said.is_empty() && launched {
+                "launched".to_owned()
+            } else {
+                said.clone()
+            };
             let key = (run_dir.to_path_buf(), k);
             let seen = match beats.get(&key) {
-                Some((last, at)) if *last == said => *at,
+                Some((last, at)) if *last == word => *at,
                 _ => {
-                    beats.insert(key, (said.clone(), now));
+                    beats.insert(key, (word, now));
                     now
                 }
             };
             let quiet = now.saturating_duration_since(seen);
-            if quiet >= LOST_AFTER {
+            let allowed = if launched {
+                LOST_AFTER
+            } else {
+                NOT_LAUNCHED_AFTER
+            };
+            if quiet >= allowed {
                 let host = fs::read_to_string(node.join("node.env"))
                     .map(|t| parse_node_env(&t).host)
                     .unwrap_or_default();
@@ -562,13 +574,15 @@ impl Executor for SlurmExecutor {
                 } else {
                     format!("node {k} ({host})")
                 };
-                let what = if said.is_empty() {
-                    "never said it was running"
+                let what = if !launched {
+                    "Slurm never began its task"
+                } else if said.is_empty() {
+                    "its supervisor never said it was running"
                 } else {
-                    "stopped reporting"
+                    "its supervisor stopped reporting"
                 };
                 return Some(format!(
-                    "{named} was lost: its supervisor {what} for {} s (Slurm job {})",
+                    "{named} was lost: {what} for {} s (Slurm job {})",
                     quiet.as_secs(),
                     job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
                 ));
