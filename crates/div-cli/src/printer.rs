@@ -306,6 +306,16 @@ impl Printer {
         out.flush()
     }
 
+    /// An upload's own events shown as they come (its progress bar); any other is not one.
+    pub(crate) fn upload_event(&mut self, event: &div_core::Event) {
+        match event {
+            div_core::Event::UploadStarted { bytes, .. } => self.upload_started(*bytes),
+            div_core::Event::UploadProgress { sent } => self.upload_progress(*sent),
+            div_core::Event::UploadFinished => self.upload_finished(),
+            _ => {}
+        }
+    }
+
     /// An upload of `bytes` began: on a terminal, a progress bar once it has taken
     /// [`PROGRESS_AFTER`] (shown by a timer, so one large file that takes long shows it too).
     pub(crate) fn upload_started(&mut self, bytes: u64) {

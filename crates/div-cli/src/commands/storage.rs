@@ -56,12 +56,7 @@ async fn put(
     let printer_cell = std::sync::Mutex::new(&mut *printer);
     let mut sink = |event: Event| {
         let mut p = printer_cell.lock().unwrap_or_else(|e| e.into_inner());
-        match event {
-            Event::UploadStarted { bytes, .. } => p.upload_started(bytes),
-            Event::UploadProgress { sent } => p.upload_progress(sent),
-            Event::UploadFinished => p.upload_finished(),
-            _ => {}
-        }
+        p.upload_event(&event);
     };
     let put = div_core::storage_put(&*cp, options, &mut sink).await;
     let printer = printer_cell.into_inner().unwrap_or_else(|e| e.into_inner());

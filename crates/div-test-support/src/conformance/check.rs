@@ -1,6 +1,7 @@
 //! How a check says it failed: [`CheckFailure`], and the helpers every check uses.
 
-use div_api::{ApiError, ErrorKind};
+use bytes::Bytes;
+use div_api::{ApiError, BlobSource, ControlPlane, EntryKind, ErrorKind, TreeEntry};
 
 /// Why a check failed: what it did, and what came back instead of what it expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,4 +72,36 @@ pub(crate) fn expect_error<T: std::fmt::Debug>(
 /// A blob's name: its blake3, lowercase hex.
 pub(crate) fn hash(data: &[u8]) -> String {
     blake3::hash(data).to_hex().to_string()
+}
+
+/// Each of `files` uploaded whole to `volume`, as the blob named by its hash.
+pub(crate) async fn upload_whole(
+    cp: &dyn ControlPlane,
+    volume: &str,
+    files: &[&Bytes],
+) -> CheckResult {
+    for data in files {
+        cp.upload_blob(
+            volume,
+            &hash(data),
+            0,
+            data.len() as u64,
+            BlobSource::Bytes((*data).clone()),
+        )
+        .await
+        .map_err(api("upload_blob"))?;
+    }
+    Ok(())
+}
+
+/// A file of a tree to commit: `data` at `path`, by its hash.
+pub(crate) fn file_entry(path: &str, data: &Bytes, executable: bool) -> TreeEntry {
+    TreeEntry {
+        path: path.to_owned(),
+        kind: EntryKind::File,
+        executable,
+        size: data.len() as u64,
+        hash: Some(hash(data)),
+        target: None,
+    }
 }

@@ -4,12 +4,12 @@
 //! removed once no run of them is going.
 
 use bytes::Bytes;
-use div_api::{
-    BlobSource, CommitTree, ControlPlane, EntryKind, ErrorKind, PushModel, RunStatus, TreeEntry,
-};
+use div_api::{CommitTree, ControlPlane, ErrorKind, PushModel, RunStatus};
 use div_spec::{DigestMode, ModelDigest, sha256_hex};
 
-use super::check::{CheckFailure, CheckResult, api, ensure, expect_error, hash};
+use super::check::{
+    CheckFailure, CheckResult, api, ensure, expect_error, file_entry, upload_whole,
+};
 use super::context::{ConformanceContext, key, quick_run};
 
 /// Two files (one executable) committed at `path` of `volume`, and the digest a reader
@@ -22,30 +22,12 @@ async fn commit_model_tree(
 ) -> Result<String, CheckFailure> {
     let weights = Bytes::copy_from_slice(weights);
     let script = Bytes::from_static(b"#!/bin/sh\necho load\n");
-    for data in [&weights, &script] {
-        cp.upload_blob(
-            volume,
-            &hash(data),
-            0,
-            data.len() as u64,
-            BlobSource::Bytes(data.clone()),
-        )
-        .await
-        .map_err(api("upload_blob"))?;
-    }
-    let file = |path: &str, data: &Bytes, executable| TreeEntry {
-        path: path.to_owned(),
-        kind: EntryKind::File,
-        executable,
-        size: data.len() as u64,
-        hash: Some(hash(data)),
-        target: None,
-    };
+    upload_whole(cp, volume, &[&weights, &script]).await?;
     let tree = CommitTree {
         path: path.to_owned(),
         entries: vec![
-            file("weights.bin", &weights, false),
-            file("bin/load.sh", &script, true),
+            file_entry("weights.bin", &weights, false),
+            file_entry("bin/load.sh", &script, true),
         ],
     };
     cp.commit_tree(volume, &tree)

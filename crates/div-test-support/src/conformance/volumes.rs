@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use div_api::{BlobSource, CommitTree, ControlPlane, EntryKind, ErrorKind, TreeEntry, VolumeEntry};
 
-use super::check::{CheckResult, api, ensure, expect_error, hash};
+use super::check::{CheckResult, api, ensure, expect_error, file_entry, hash, upload_whole};
 use super::context::{ConformanceContext, key};
 
 pub(crate) async fn volumes_create_idempotent(
@@ -213,32 +213,13 @@ pub(crate) async fn commit_tree_read_back(
         .map_err(api("create_volume"))?;
     let main = Bytes::from(format!("print('hello')  # {}\n", key(ctx, "main")).into_bytes());
     let script = Bytes::from_static(b"#!/bin/sh\necho run\n");
-    for data in [&main, &script] {
-        let h = hash(data);
-        cp.upload_blob(
-            &volume,
-            &h,
-            0,
-            data.len() as u64,
-            BlobSource::Bytes(data.clone()),
-        )
-        .await
-        .map_err(api("upload_blob"))?;
-    }
-    let file = |path: &str, data: &Bytes, executable| TreeEntry {
-        path: path.to_owned(),
-        kind: EntryKind::File,
-        executable,
-        size: data.len() as u64,
-        hash: Some(hash(data)),
-        target: None,
-    };
+    upload_whole(cp, &volume, &[&main, &script]).await?;
     let tree_path = format!("code/{}", &hash(&main)[..8]);
     let tree = CommitTree {
         path: tree_path.clone(),
         entries: vec![
-            file("train.py", &main, false),
-            file("bin/run.sh", &script, true),
+            file_entry("train.py", &main, false),
+            file_entry("bin/run.sh", &script, true),
             TreeEntry {
                 path: "link.py".to_owned(),
                 kind: EntryKind::Symlink,
