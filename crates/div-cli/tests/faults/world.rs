@@ -278,9 +278,78 @@ impl World {
             if check(&run) {
                 return run;
             }
-            assert!(Instant::now() < deadline, "{name} never {what}: {run}");
+            if Instant::now() >= deadline {
+                panic!("{name} never {what}: {run}\n{}", self.diagnose(&run));
+            }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    /// What a run that never reached a state left to look at: its run directory (files and
+    /// sizes, its phases), its processes and their children with their states and where
+    /// they wait in the kernel, the state directory's free space, and the end of its log.
+    pub(crate) fn diagnose(&self, run: &Value) -> String {
+        let mut out = String::from("--- diagnosis ---\n");
+        let Some(id) = run["id"].as_str() else {
+            return out + "no such run\n";
+        };
+        let dir = self.home().join("runs").join(id);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            out += &format!("{}: {len} bytes\n", entry.path().display());
+        }
+        out += &format!(
+            "phases:\n{}\n",
+            std::fs::read_to_string(dir.join("phases")).unwrap_or_default()
+        );
+        let df = Command::new("df").arg(self.home()).output();
+        out += &df.map(|o| text(&o.stdout)).unwrap_or_default();
+        // Its processes (those naming its directory) and every process below them.
+        let mut pids = pids_with_arg(&dir);
+        pids.extend(pids_with_arg(&dir.join("workspace")));
+        let table: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let after = stat.rsplit_once(") ")?.1;
+                let mut fields = after.split_whitespace();
+                let state = fields.next()?.to_owned();
+                let ppid = fields.next()?.parse().ok()?;
+                Some((pid, ppid, state))
+            })
+            .collect();
+        let mut i = 0;
+        while i < pids.len() && pids.len() < 200 {
+            let parent = pids[i];
+            for (pid, ppid, _) in &table {
+                if *ppid == parent && !pids.contains(pid) {
+                    pids.push(*pid);
+                }
+            }
+            i += 1;
+        }
+        for pid in pids {
+            let state = table
+                .iter()
+                .find(|(p, _, _)| *p == pid)
+                .map(|(_, ppid, s)| format!("ppid {ppid} {s}"))
+                .unwrap_or_default();
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            out += &format!(
+                "pid {pid} {state} wchan {wchan}: {}\n",
+                cmd.chars().take(160).collect::<String>()
+            );
+        }
+        let log = std::fs::read(dir.join("log")).unwrap_or_default();
+        let tail = &log[log.len().saturating_sub(600)..];
+        out += &format!("log tail:\n{}\n", String::from_utf8_lossy(tail));
+        out
     }
 
     /// Waits until the run named `name` has ended; returns it.
