@@ -104,7 +104,7 @@ fn bombs_are_held_and_the_rest_goes_on(world: &World) {
 
 #[test]
 fn a_thread_bomb_and_a_fork_bomb_are_held_by_their_runs_task_limit() {
-    let world = World::new(Place::Local).expect("a local world");
+    let world = World::alone_on_this_machine().expect("a local world");
     bombs_are_held_and_the_rest_goes_on(&world);
 }
 
@@ -112,7 +112,7 @@ fn a_thread_bomb_and_a_fork_bomb_are_held_by_their_runs_task_limit() {
 /// held by `RLIMIT_NPROC` in its own user namespace.
 #[test]
 fn as_a_user_a_thread_bomb_and_a_fork_bomb_are_held_by_their_runs_task_limit() {
-    if let Some(world) = World::local_as_user() {
+    if let Some(world) = World::local_as_user_alone_on_this_machine() {
         bombs_are_held_and_the_rest_goes_on(&world);
     }
 }

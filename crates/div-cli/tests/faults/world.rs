@@ -85,7 +85,12 @@ pub(crate) fn cluster() -> bool {
 /// those that break it (a slurmd killed) or fill it (every node held).
 static CLUSTER: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-/// A test's hold on the cluster.
+/// This machine, shared by every test and held alone by the bombs: a thread bomb and a fork
+/// bomb load two cores to a load average of 2,000 for as long as they go, and every other
+/// test's runs would be timed under that (their own runs beside a bomb are its test's).
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A test's hold on the cluster, or on this machine.
 #[allow(dead_code)] // held, never read
 enum Hold {
     Shared(std::sync::RwLockReadGuard<'static, ()>),
@@ -98,6 +103,8 @@ pub(crate) struct World {
     tmp: tempfile::TempDir,
     pub(crate) place: Place,
     _hold: Option<Hold>,
+    /// Dropped after the cluster's hold (a test takes this first).
+    _machine: Hold,
     /// The `useradd` user every `div` runs as (so its control plane and runs too); `None`:
     /// this test's own user.
     user: Option<&'static str>,
@@ -109,18 +116,29 @@ const USER: &str = "div-faults";
 impl World {
     /// `None` (after saying so) where the place needs a cluster and none answers.
     pub(crate) fn new(place: Place) -> Option<World> {
-        World::make(place, false)
+        World::make(place, false, false)
     }
 
     /// [`World::new`], with the cluster to this test alone while it lasts.
     pub(crate) fn alone(place: Place) -> Option<World> {
-        World::make(place, true)
+        World::make(place, true, false)
     }
 
-    fn make(place: Place, alone: bool) -> Option<World> {
+    /// A local world with this machine to this test alone while it lasts (no other test's
+    /// world is made or kept meanwhile).
+    pub(crate) fn alone_on_this_machine() -> Option<World> {
+        World::make(Place::Local, false, true)
+    }
+
+    fn make(place: Place, alone: bool, alone_on_this_machine: bool) -> Option<World> {
         if place != Place::Local && !cluster() {
             return None;
         }
+        let machine = if alone_on_this_machine {
+            Hold::Alone(MACHINE.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            Hold::Shared(MACHINE.read().unwrap_or_else(|e| e.into_inner()))
+        };
         let hold = (place != Place::Local).then(|| {
             if alone {
                 Hold::Alone(CLUSTER.write().unwrap_or_else(|e| e.into_inner()))
@@ -133,6 +151,7 @@ impl World {
             tmp,
             place,
             _hold: hold,
+            _machine: machine,
             user: None,
         };
         std::fs::create_dir_all(world.home()).expect("home");
@@ -150,6 +169,15 @@ impl World {
     /// A local world whose every `div` runs as a user made with `useradd` (made now when
     /// missing); `None` (after saying so) when these tests do not run as root.
     pub(crate) fn local_as_user() -> Option<World> {
+        World::as_user(false)
+    }
+
+    /// [`World::local_as_user`], with this machine to this test alone while it lasts.
+    pub(crate) fn local_as_user_alone_on_this_machine() -> Option<World> {
+        World::as_user(true)
+    }
+
+    fn as_user(alone_on_this_machine: bool) -> Option<World> {
         let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Uid:"))
@@ -176,7 +204,7 @@ impl World {
                 .expect("useradd runs");
             assert!(made.success(), "useradd {USER}");
         }
-        let mut world = World::new(Place::Local)?;
+        let mut world = World::make(Place::Local, false, alone_on_this_machine)?;
         let owned = Command::new("chown")
             .args(["-R", &format!("{USER}:{USER}")])
             .arg(world.tmp.path())

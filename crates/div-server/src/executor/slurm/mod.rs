@@ -18,8 +18,8 @@
 //!
 //! Its room: [`config`] (`slurm.toml`), [`submit`] (the job's shape, time and script),
 //! [`cluster`] (Slurm's commands, `sinfo` and `squeue`), [`node`] (a node's side and the
-//! gather of their ends), and here the executor itself: starting, stopping and watching runs,
-//! and finding a lost node.
+//! gather of their ends), [`lost`] (a node gone quiet), and here the executor itself:
+//! starting, stopping and watching runs.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -37,6 +37,7 @@ use div_runtime::supervisor::{self, RunSpec};
 
 mod cluster;
 pub(crate) mod config;
+mod lost;
 mod node;
 mod run_dir;
 mod submit;
@@ -45,12 +46,12 @@ mod tests;
 
 use cluster::{JobState, Queue, SQUEUE_TTL, SlurmError, parse_squeue, sinfo, slurm, summary};
 use config::SlurmConfig;
+use lost::lost_node;
 pub(crate) use node::node_or_gather;
-use node::parse_node_env;
 pub(crate) use run_dir::STARTED_FILE;
 use run_dir::{
-    HEARTBEAT_FILE, JOB_STATE_FILE, JobFile, NOT_LAUNCHED_AFTER, SECRETS_FILE, all_nodes_ended,
-    node_started, recorded_job, spec_of, started_ms,
+    JOB_STATE_FILE, JobFile, SECRETS_FILE, all_nodes_ended, node_started, recorded_job, spec_of,
+    started_ms,
 };
 use submit::{BATCH_TEMPLATE, Shape, accounting_args, quote, resource_args, shape, time_minutes};
 
@@ -67,14 +68,10 @@ pub(crate) struct SlurmExecutor {
     shown: Mutex<BTreeMap<u32, String>>,
     /// What each node of each running run last said it is well (its heartbeat file's text),
     /// and when this server saw that change: a node whose word has not changed for
-    /// [`LOST_AFTER`] of this server's own time is lost (no node's clock is trusted).
+    /// [`lost::LOST_AFTER`] of this server's own time is lost (no node's clock is trusted).
     beats: Mutex<BTreeMap<(PathBuf, u32), (String, Instant)>>,
 }
 
-/// How long a started node may go without saying it is well before the run takes it for
-/// lost: 60 s, twelve of its heartbeats (`supervisor::HEARTBEAT`). The run then ends within
-/// this and a tick of the scheduler (docs/slurm.md, "A node lost").
-pub(crate) const LOST_AFTER: Duration = Duration::from_secs(60);
 /// How long after a decision's kill the nodes' ends are waited for before the run's end is
 /// gathered without those that never came (a node that is gone writes none).
 const ENDS_AFTER_KILL: Duration = Duration::from_secs(15);
@@ -535,60 +532,7 @@ impl Executor for SlurmExecutor {
             .and_then(|b| serde_json::from_slice(&b).ok())?;
         started_ms(run_dir)?;
         let mut beats = self.beats.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        for k in 0..job.nodes {
-            let node = run_dir.join("nodes").join(k.to_string());
-            if node.join("end.json").exists() {
-                continue;
-            }
-            // Not a word yet: its task not begun (Slurm's part, given longer), or begun with
-            // its supervisor not yet up (waited for as long as one that stopped saying it is
-            // well, from the task's start: the task's `node.env` counts as its first word).
-            let said = fs::read_to_string(node.join(HEARTBEAT_FILE)).unwrap_or_default();
-            let launched = !said.is_empty() || node.join("node.env").exists();
-            let word = if said.is_empty() && launched {
-                "launched".to_owned()
-            } else {
-                said.clone()
-            };
-            let key = (run_dir.to_path_buf(), k);
-            let seen = match beats.get(&key) {
-                Some((last, at)) if *last == word => *at,
-                _ => {
-                    beats.insert(key, (word, now));
-                    now
-                }
-            };
-            let quiet = now.saturating_duration_since(seen);
-            let allowed = if launched {
-                LOST_AFTER
-            } else {
-                NOT_LAUNCHED_AFTER
-            };
-            if quiet >= allowed {
-                let host = fs::read_to_string(node.join("node.env"))
-                    .map(|t| parse_node_env(&t).host)
-                    .unwrap_or_default();
-                let named = if host.is_empty() {
-                    format!("node {k}")
-                } else {
-                    format!("node {k} ({host})")
-                };
-                let what = if !launched {
-                    "Slurm never began its task"
-                } else if said.is_empty() {
-                    "its supervisor never said it was running"
-                } else {
-                    "its supervisor stopped reporting"
-                };
-                return Some(format!(
-                    "{named} was lost: {what} for {} s (Slurm job {})",
-                    quiet.as_secs(),
-                    job.job.map_or_else(|| "?".to_owned(), |j| j.to_string())
-                ));
-            }
-        }
-        None
+        lost_node(&mut beats, run_dir, &job, Instant::now())
     }
 
     fn reclaim(&self, run_id: &str) {

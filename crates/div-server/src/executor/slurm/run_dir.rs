@@ -22,12 +22,6 @@ pub(crate) struct JobFile {
 
 /// A node's heartbeat file, in its directory.
 pub(crate) const HEARTBEAT_FILE: &str = "alive";
-/// How long a started job's node may go without its task begun (no `node.env` in its
-/// directory yet: the batch script still asking Slurm for the nodes' addresses, or `srun`
-/// still launching) before the run takes it for lost: 180 s. That part is Slurm's own, and on
-/// a loaded cluster it took over 60 s for a job of four nodes; from the task's start, the
-/// executor's `LOST_AFTER` applies.
-pub(crate) const NOT_LAUNCHED_AFTER: std::time::Duration = std::time::Duration::from_secs(180);
 /// When the job started running (ms since the epoch), written by the batch script.
 pub(crate) const STARTED_FILE: &str = "started";
 /// What Slurm last said of an ended job, kept in the run directory for its end.

@@ -1,7 +1,7 @@
 //! The Slurm executor's own tests: placement, time limits, parsing, the node's side.
 
 use super::cluster::{parse_sinfo, parse_squeue};
-use super::node::{gather_ends, node_spec, node_vars};
+use super::node::{gather_ends, node_spec, node_vars, parse_node_env};
 use super::*;
 use div_api::RunStatus;
 use div_runtime::supervisor::EndRecord;
