@@ -359,7 +359,7 @@ impl World {
             }
             i += 1;
         }
-        for pid in pids {
+        for &pid in &pids {
             let state = table
                 .iter()
                 .find(|(p, _, _)| *p == pid)
@@ -374,6 +374,7 @@ impl World {
                 cmd.chars().take(160).collect::<String>()
             );
         }
+        out += &cgroups_of(&pids);
         let log = std::fs::read(dir.join("log")).unwrap_or_default();
         let tail = &log[log.len().saturating_sub(600)..];
         out += &format!("log tail:\n{}\n", String::from_utf8_lossy(tail));
@@ -437,6 +438,59 @@ impl Drop for World {
         );
         let _ = self.div(&["server", "stop"]);
     }
+}
+
+/// The cgroups `pids` are in (each once) and what they say of the processes in them: CPU
+/// time and throttling, memory and its OOM state, tasks, whether frozen.
+fn cgroups_of(pids: &[u32]) -> String {
+    const FILES: [&str; 9] = [
+        "cpu.stat",
+        "cpu.cfs_quota_us",
+        "cpu.max",
+        "memory.usage_in_bytes",
+        "memory.oom_control",
+        "memory.events",
+        "pids.current",
+        "freezer.state",
+        "cgroup.freeze",
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for pid in pids {
+        let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        for line in listed.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+            let (Some(controllers), Some(path)) = (controllers, path) else {
+                continue;
+            };
+            if path == "/" || controllers.starts_with("name=") {
+                continue;
+            }
+            let dir = if controllers.is_empty() {
+                // cgroup v2: the whole tree, or its hybrid mount beside v1's.
+                if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+                    format!("/sys/fs/cgroup{path}")
+                } else {
+                    format!("/sys/fs/cgroup/unified{path}")
+                }
+            } else {
+                format!("/sys/fs/cgroup/{controllers}{path}")
+            };
+            seen.insert(dir);
+        }
+    }
+    let mut out = String::new();
+    for dir in seen {
+        for file in FILES {
+            if let Ok(text) = std::fs::read_to_string(format!("{dir}/{file}")) {
+                out += &format!(
+                    "{dir}/{file}: {}\n",
+                    text.split_whitespace().collect::<Vec<_>>().join(" ")
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Whether `log` has each of `lines` as a whole line, as often as each is given.
