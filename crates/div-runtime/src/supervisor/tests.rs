@@ -133,7 +133,9 @@ fn a_run_near_its_time_limit_gets_sigterm_and_its_grace_to_write_its_result() {
         Some("reached this machine's time limit of 4 s (max_run_seconds)")
     );
     assert_eq!(end.verdicts[0].line, "check passed: epoch >= 18 (found 18)");
-    assert!((2..4).contains(&end.duration_seconds), "{end:?}");
+    // Told no earlier than 2 s from its start (an upper bound would be a timing claim: on a
+    // loaded machine the shell runs its trap late).
+    assert!(end.duration_seconds >= 2, "{end:?}");
     let log = fs::read_to_string(dir.path().join("log")).expect("a log");
     // (The shell may say `Terminated` for its `sleep`, which got the SIGTERM too.)
     assert!(
@@ -191,13 +193,13 @@ fn a_process_started_after_the_stop_is_told_once_during_the_grace() {
     // Started with SIGTERM blocked, so that a SIGTERM sent before its handler is in place
     // waits for it rather than killing it: then it counts what it is told.
     let late = format!(
-        "import signal, time\n\
+        "import os, signal, time\n\
          def on(*_):\n    open('{got}', 'a').write('term\\n')\n\
          signal.signal(signal.SIGTERM, on)\n\
          open('{got}.started', 'w').close()\n\
          signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])\n\
-         end = time.time() + 1.5\n\
-         while time.time() < end: time.sleep(0.01)\n",
+         end = time.time() + 60\n\
+         while time.time() < end and not os.path.exists('{got}.done'): time.sleep(0.01)\n",
         got = got.display()
     );
     // The sandbox's own two (never told): a shell, and its child, which starts the late
@@ -226,11 +228,17 @@ fn a_process_started_after_the_stop_is_told_once_during_the_grace() {
         terminate(child.id(), true, &mut told);
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Looked at again for a while after it started: told once, not each time.
+    // Looked at again for a while after it started: told once, not each time. (It goes on
+    // until the test says it is done, however slowly a loaded machine runs it.)
     for _ in 0..20 {
         terminate(child.id(), true, &mut told);
         std::thread::sleep(Duration::from_millis(20));
     }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !got.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fs::write(got.with_extension("done"), b"").expect("done");
     let _ = child.wait();
     assert_eq!(
         fs::read_to_string(&got).unwrap_or_default(),
