@@ -332,9 +332,11 @@ impl World {
         );
         let df = Command::new("df").arg(self.home()).output();
         out += &df.map(|o| text(&o.stdout)).unwrap_or_default();
-        // Its processes (those naming its directory) and every process below them.
-        let mut pids = pids_with_arg(&dir);
-        pids.extend(pids_with_arg(&dir.join("workspace")));
+        // Its processes (those naming its directory or working in it) and every one below them.
+        let mut pids: Vec<u32> = div_test_support::leftovers::processes_under(&dir)
+            .into_iter()
+            .map(|p| p.pid)
+            .collect();
         let table: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
             .into_iter()
             .flatten()

@@ -337,6 +337,17 @@ pub(crate) fn request(
     https(team, &text)
 }
 
+/// `GET /v1/runs` with `token` as its bearer: the answer, whole.
+pub(crate) fn runs_as(team: &Team, token: &str) -> String {
+    request(
+        team,
+        "GET",
+        "/v1/runs",
+        &[("Authorization", &format!("Bearer {token}"))],
+        "",
+    )
+}
+
 /// The status code of an answer.
 pub(crate) fn status(answer: &str) -> u16 {
     answer

@@ -4,7 +4,7 @@
 
 use div_test_support::wait_until;
 
-use super::{PATIENCE, Team, audit, request, status};
+use super::{PATIENCE, Team, audit, request, runs_as, status};
 use crate::support::text;
 
 #[test]
@@ -241,13 +241,7 @@ fn revoked_on_the_api_and_the_dashboard(team: &Team, bob: &super::Member<'_>) {
         "last used: {listed}"
     );
     wait_until("nothing of bob's answers", PATIENCE, || {
-        let again = request(
-            team,
-            "GET",
-            "/v1/runs",
-            &[("Authorization", &format!("Bearer {token}"))],
-            "",
-        );
+        let again = runs_as(team, &token);
         if status(&again) == 401 {
             Ok(())
         } else {

@@ -1,7 +1,7 @@
 //! Members' tokens: a bad one a hundred times from one address is slowed down, a service
 //! token works as its role says, and no token is on the server's disk in the clear.
 
-use super::{Team, request, shown, status};
+use super::{Team, request, runs_as, shown, status};
 use crate::support::text;
 
 /// A hundred bad tokens from one address: the first five are looked at and refused (401);
@@ -14,14 +14,7 @@ fn a_bad_token_a_hundred_times_is_slowed_down() {
     let bad = format!("div_{}_{}", "0".repeat(16), "0".repeat(64));
     let mut answers = Vec::new();
     for _ in 0..100 {
-        let answer = request(
-            &team,
-            "GET",
-            "/v1/runs",
-            &[("Authorization", &format!("Bearer {bad}"))],
-            "",
-        );
-        answers.push(answer);
+        answers.push(runs_as(&team, &bad));
     }
     let statuses: Vec<u16> = answers.iter().map(|a| status(a)).collect();
     assert_eq!(statuses[..5], [401; 5], "{statuses:?}");
@@ -52,13 +45,7 @@ fn a_bad_token_a_hundred_times_is_slowed_down() {
     // `div` and answer it (with a fork bomb beside this suite, 8 s were not enough).
     for _ in 0..5 {
         div_test_support::wait_until("the address is looked at again", super::PATIENCE, || {
-            let answer = request(
-                &team,
-                "GET",
-                "/v1/runs",
-                &[("Authorization", &format!("Bearer {bad}"))],
-                "",
-            );
+            let answer = runs_as(&team, &bad);
             if status(&answer) == 401 {
                 Ok(())
             } else {
