@@ -70,8 +70,11 @@ pub async fn push_model(
             }
             // Content-addressed: the same tree goes to the same path, which an unchanged
             // tree finds held and sends nothing to.
-            let path = format!("code/{name}/{}", shipment.manifest.short_id());
-            upload(cp, &shipment, MODELS_VOLUME, (&path, ""), &MODEL_PUSH, sink).await?;
+            let digests = shipment.manifest.digests();
+            let path = format!("code/{name}/{}", &digests.id[..8]);
+            let to = (path.as_str(), "");
+            let digest = Some(digests.tree.as_str());
+            upload(cp, &shipment, MODELS_VOLUME, to, digest, &MODEL_PUSH, sink).await?;
             let push = PushModel {
                 volume: MODELS_VOLUME.to_owned(),
                 path,

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StatKey {
     pub(crate) size: u64,
-    mtime_ns: i128,
-    ino: u64,
-    ctime_ns: i128,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ino: u64,
+    pub(crate) ctime_ns: i128,
 }
 
 impl StatKey {

@@ -41,13 +41,16 @@ fn join(prefix: &str, rel: &str) -> String {
 }
 
 /// Lists what is shipped from `dir`, which is inside the work tree of `opened`. Paths come
-/// out relative to `dir`, unsorted, maybe repeated.
+/// out relative to `dir`, unsorted, maybe repeated. The untracked half is kept in (and
+/// taken from) the untracked cache at `untracked_cache`, when one is given
+/// ([`crate::untracked`]); whether it answered is returned.
 pub(crate) fn list(
     opened: &Opened,
     dir: &Path,
+    untracked_cache: Option<&Path>,
     out: &mut Vec<Listed>,
     warnings: &mut Vec<String>,
-) -> Result<(), ShipError> {
+) -> Result<bool, ShipError> {
     let repo = &opened.repo;
     let workdir = repo.workdir().ok_or_else(|| ShipError::Bare {
         repo: repo.git_dir().to_owned(),
@@ -63,19 +66,29 @@ pub(crate) fn list(
             work_tree: workdir.clone(),
         })?;
     let prefix = encode_path(prefix.as_os_str().as_bytes());
-    list_repo(opened, &workdir, &prefix, "", out, warnings)
+    list_repo(
+        opened,
+        &workdir,
+        &prefix,
+        "",
+        untracked_cache,
+        out,
+        warnings,
+    )
 }
 
 /// Lists `prefix` (relative to `workdir`, `""` for all) of `repo`; each path is written relative
-/// to `prefix`, behind `out_prefix`.
+/// to `prefix`, behind `out_prefix`. Whether the untracked cache answered for `repo`'s own
+/// walk.
 fn list_repo(
     opened: &Opened,
     workdir: &Path,
     prefix: &str,
     out_prefix: &str,
+    untracked_cache: Option<&Path>,
     out: &mut Vec<Listed>,
     warnings: &mut Vec<String>,
-) -> Result<(), ShipError> {
+) -> Result<bool, ShipError> {
     let repo = &opened.repo;
     if repo.git_dir_trust() != gix::sec::Trust::Full {
         return Err(ShipError::DubiousOwnership {
@@ -91,11 +104,12 @@ fn list_repo(
 
     // Untracked files git is not ignoring, and nested repositories: walked as git walks
     // them, or by gix's walk where the file system folds case or composes Unicode.
-    let collect = match crate::git_walk::walk(opened, workdir, &index, prefix)? {
+    let collect = match crate::git_walk::walk(opened, workdir, &index, prefix, untracked_cache)? {
         Some(found) => found,
         None => walk_untracked(opened, workdir, &index, prefix)?,
     };
 
+    let from_cache = collect.from_cache;
     let mut nested = Vec::new();
     for (path, kind) in collect.found {
         let Some(rel) = relative(&path, prefix, &dir_prefix) else {
@@ -134,7 +148,8 @@ fn list_repo(
         }
     }
 
-    list_nested(nested, workdir, out_prefix, out, warnings)
+    list_nested(nested, workdir, out_prefix, out, warnings)?;
+    Ok(from_cache)
 }
 
 /// The repository's index as git reads it (its checksum not verified, as git verifies it only
@@ -202,6 +217,7 @@ fn list_nested(
             &sub_workdir,
             "",
             &format!("{out_prefix}{rel}/"),
+            None,
             out,
             warnings,
         )?;

@@ -32,6 +32,8 @@ use gix::index::entry::Mode;
 use rustix::fs::{AtFlags, FileType, Mode as FsMode, OFlags, RawDir};
 
 use crate::ShipError;
+use crate::cache::StatKey;
+use crate::untracked::{Kept, Seen};
 
 /// What the walk found: untracked, not ignored files and symlinks, and nested repositories,
 /// as paths relative to the work tree, written as the manifest writes them
@@ -39,23 +41,74 @@ use crate::ShipError;
 #[derive(Default)]
 pub(crate) struct Untracked {
     pub(crate) found: Vec<(String, Kind)>,
+    /// What the walk's answer hangs on, when it is to be kept ([`crate::untracked`]).
+    seen: Seen,
+    /// The answer came from the untracked cache.
+    pub(crate) from_cache: bool,
 }
 
 impl Untracked {
     /// Adds what another walk found (a walk of other folders).
     pub(crate) fn merge(&mut self, other: Untracked) {
         self.found.extend(other.found);
+        self.seen.merge(other.seen);
     }
 }
 
-/// Walks the untracked entries under `prefix` (relative to `workdir`, `""` for all) of
-/// `repo`, whose index is `index`. `None` when the file system needs case folding or
-/// Unicode precomposition (gix's walk then does it).
+/// [`walk_folders`], or its answer as the untracked cache at `cache` kept it when every
+/// folder and file it hangs on stats as it did ([`crate::untracked`]); a walk is kept there
+/// for the next time.
 pub(crate) fn walk(
     opened: &crate::repo::Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
+    cache: Option<&Path>,
+) -> Result<Option<Untracked>, ShipError> {
+    let Some(cache) = cache else {
+        return walk_folders(opened, workdir, index, prefix, false);
+    };
+    let on_disk = crate::name::on_disk(prefix);
+    let prefix_bytes = on_disk.as_os_str().as_bytes();
+    let key_files = crate::untracked::key_files(&opened.repo, workdir, prefix_bytes);
+    if let Some(found) =
+        Kept::load(cache).and_then(|kept| kept.still_holds(workdir, prefix_bytes, &key_files))
+    {
+        return Ok(Some(Untracked {
+            found,
+            seen: Seen::default(),
+            from_cache: true,
+        }));
+    }
+    let began = std::time::SystemTime::now();
+    let Some(mut walked) = walk_folders(opened, workdir, index, prefix, true)? else {
+        return Ok(None);
+    };
+    let seen = std::mem::take(&mut walked.seen);
+    if let Some(kept) = Kept::of_walk(
+        workdir,
+        prefix_bytes,
+        &key_files,
+        seen,
+        &walked.found,
+        began,
+    ) {
+        // A cache that cannot be written costs the next run a walk, nothing else.
+        let _ = kept.save(cache);
+    }
+    Ok(Some(walked))
+}
+
+/// Walks the untracked entries under `prefix` (relative to `workdir`, `""` for all) of
+/// `repo`, whose index is `index`, recording what the answer hangs on when `recording`.
+/// `None` when the file system needs case folding or Unicode precomposition (gix's walk
+/// then does it).
+fn walk_folders(
+    opened: &crate::repo::Opened,
+    workdir: &Path,
+    index: &gix::index::File,
+    prefix: &str,
+    recording: bool,
 ) -> Result<Option<Untracked>, ShipError> {
     let repo = &opened.repo;
     let git_err = |source: Box<dyn std::error::Error + Send + Sync>| ShipError::Git {
@@ -70,7 +123,7 @@ pub(crate) fn walk(
     }
     let excludes = exclude_stack(repo, index).map_err(git_err)?;
     let tracked = Tracked::new(index);
-    let mut walker = Walker::new(&tracked, excludes, repo.git_dir(), workdir);
+    let mut walker = Walker::new(&tracked, excludes, repo.git_dir(), workdir, recording);
     // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
     // untracked below is listed (git's `treat_leading_path`).
     let mut rela = Vec::with_capacity(256);
@@ -82,6 +135,8 @@ pub(crate) fn walk(
         }
         rela.extend_from_slice(component);
         if walker.excluded(&rela, true) {
+            // (Rare, and not kept: nothing was walked to record.)
+            walker.out.seen.unkeepable = true;
             return Ok(Some(walker.out));
         }
     }
@@ -95,10 +150,14 @@ pub(crate) fn walk(
         path: root.clone(),
         source: e.into(),
     })?;
+    walker.record_folder(&fd, &rela);
     let listing = read_listing(&fd).map_err(|e| ShipError::Io {
         path: root.clone(),
         source: e.into(),
     })?;
+    if !rela.is_empty() && listing.has_dot_git() {
+        walker.out.seen.unkeepable = true;
+    }
     let threads = crate::cores::cores().min(8);
     if threads < 2 {
         walker.walk_listing(&fd, &listing, &mut rela);
@@ -154,7 +213,8 @@ pub(crate) fn walk(
                 scope.spawn(move || {
                     let repo = crate::repo::reopen(how)?;
                     let excludes = exclude_stack(&repo, index).map_err(git_err)?;
-                    let mut walker = Walker::new(tracked, excludes, repo.git_dir(), workdir);
+                    let mut walker =
+                        Walker::new(tracked, excludes, repo.git_dir(), workdir, recording);
                     take(&mut walker);
                     walker.finish()
                 })
@@ -300,6 +360,8 @@ struct Walker<'a, 'repo> {
     workdir: &'a Path,
     out: Untracked,
     error: Option<ShipError>,
+    /// Whether to record in `out.seen` what the answer hangs on.
+    recording: bool,
 }
 
 impl<'a, 'repo> Walker<'a, 'repo> {
@@ -308,6 +370,7 @@ impl<'a, 'repo> Walker<'a, 'repo> {
         excludes: gix::AttributeStack<'repo>,
         git_dir: &Path,
         workdir: &'a Path,
+        recording: bool,
     ) -> Self {
         Walker {
             tracked,
@@ -316,6 +379,22 @@ impl<'a, 'repo> Walker<'a, 'repo> {
             workdir,
             out: Untracked::default(),
             error: None,
+            recording,
+        }
+    }
+
+    /// Records the stat of the folder open as `fd`, at `rela`, before it is read.
+    fn record_folder(&mut self, fd: &OwnedFd, rela: &[u8]) {
+        if !self.recording {
+            return;
+        }
+        match rustix::fs::fstat(fd) {
+            Ok(stat) => self
+                .out
+                .seen
+                .folders
+                .push((rela.to_vec(), StatKey::of_stat(&stat))),
+            Err(_) => self.out.seen.unkeepable = true,
         }
     }
 
@@ -383,6 +462,17 @@ impl<'a, 'repo> Walker<'a, 'repo> {
                 rela.push(b'/');
             }
             rela.extend_from_slice(name);
+            if self.recording && name == b".gitignore" {
+                // Its content is what counts: stat'ed through a link.
+                match rustix::fs::statat(fd, name, AtFlags::empty()) {
+                    Ok(stat) => self
+                        .out
+                        .seen
+                        .ignores
+                        .push((rela.clone(), StatKey::of_stat(&stat))),
+                    Err(_) => self.out.seen.unkeepable = true,
+                }
+            }
             let kind = if kind == FileType::Unknown {
                 match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(stat) => FileType::from_raw_mode(stat.st_mode),
@@ -424,15 +514,28 @@ impl<'a, 'repo> Walker<'a, 'repo> {
         if self.tracked.gitlinks.contains(rela) || self.excluded(rela, true) {
             return None;
         }
-        // Gone meanwhile, or not readable: git skips it too.
-        let fd = rustix::fs::openat(
+        // Gone meanwhile, or not readable: git skips it too. (Not kept: one made readable
+        // again would not change its parent's stat.)
+        let opened = rustix::fs::openat(
             parent,
             name,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             FsMode::empty(),
-        )
-        .ok()?;
-        let listing = read_listing(&fd).ok()?;
+        );
+        let Ok(fd) = opened else {
+            self.out.seen.unkeepable = true;
+            return None;
+        };
+        self.record_folder(&fd, rela);
+        let Ok(listing) = read_listing(&fd) else {
+            self.out.seen.unkeepable = true;
+            return None;
+        };
+        if listing.has_dot_git() {
+            // A folder that holds `.git` may become a repository, or stop being one,
+            // without its stat changing.
+            self.out.seen.unkeepable = true;
+        }
         if !self.tracked.folders.contains(rela)
             && listing.has_dot_git()
             && self.is_nested_repository(rela)

@@ -22,6 +22,9 @@ pub struct HashStats {
     pub hashed_bytes: u64,
     /// Files whose hash came from the cache, unread.
     pub cached_files: u64,
+    /// Whether the untracked files came from the untracked cache, no folder read for them
+    /// (an unchanged tree, inside a git repository).
+    pub untracked_from_cache: bool,
 }
 
 /// What looking at one listed path gave.

@@ -40,11 +40,12 @@ mod materialise;
 mod name;
 mod plan;
 mod repo;
+mod untracked;
 mod walk;
 
 pub use cache::cache_file_for;
 pub use hash::{HashStats, hash_file};
-pub use manifest::{EntryKind, Manifest, ManifestEntry, TreeEntry};
+pub use manifest::{Digests, EntryKind, Manifest, ManifestEntry, TreeEntry};
 pub use materialise::{
     EXECUTABLE_TWIN_SUFFIX, MaterialiseError, executable_blob, link_into, materialise,
     materialise_linked, name_unnamed_file, validate_entries,
@@ -379,10 +380,11 @@ pub fn collect(dir: &Path, options: &ShipOptions) -> Result<Shipment, ShipError>
         let listing = list_sorted(&root, options);
         (listing, cache.join().unwrap_or_default())
     });
-    let (source, listed, mut warnings) = listing?;
+    let (source, listed, mut warnings, untracked_from_cache) = listing?;
     let keep = hash::Keep::new(options.keep_bytes);
-    let (mut looked, stats) =
+    let (mut looked, mut stats) =
         hash::look_all(&root, listed, &cache, options.hashed.as_deref(), &keep)?;
+    stats.untracked_from_cache = untracked_from_cache;
     let given = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
     relative_absolute_links(&mut looked, &[&root, &given]);
     let looked = drop_unsafe_links(looked, &mut warnings);
@@ -441,7 +443,7 @@ pub fn list_paths(dir: &Path) -> Result<(Source, Vec<String>), ShipError> {
 }
 
 /// [`list_paths`] with the repository and work tree that `options` name, if any (its hash
-/// cache is not used).
+/// cache is not read; the untracked cache beside it is, as by [`collect()`]).
 pub fn list_paths_with(
     dir: &Path,
     options: &ShipOptions,
@@ -450,14 +452,16 @@ pub fn list_paths_with(
         path: dir.to_owned(),
         source,
     })?;
-    let (source, listed, _) = list_sorted(&root, options)?;
+    let (source, listed, ..) = list_sorted(&root, options)?;
     Ok((source, listed.into_iter().map(|l| l.path).collect()))
 }
 
+/// What is shipped from `root`, sorted, each path once; the warnings; whether the untracked
+/// cache answered.
 fn list_sorted(
     root: &Path,
     options: &ShipOptions,
-) -> Result<(Source, Vec<git::Listed>, Vec<String>), ShipError> {
+) -> Result<(Source, Vec<git::Listed>, Vec<String>, bool), ShipError> {
     if !root.is_dir() {
         return Err(ShipError::NotADirectory {
             dir: root.to_owned(),
@@ -465,19 +469,26 @@ fn list_sorted(
     }
     let mut listed = Vec::new();
     let mut warnings = Vec::new();
-    let source = match repo::open(root, options)? {
+    let (source, from_cache) = match repo::open(root, options)? {
         Some(opened) => {
-            git::list(&opened, root, &mut listed, &mut warnings)?;
-            Source::Git
+            let untracked = options.cache.as_deref().map(untracked::file_beside);
+            let from_cache = git::list(
+                &opened,
+                root,
+                untracked.as_deref(),
+                &mut listed,
+                &mut warnings,
+            )?;
+            (Source::Git, from_cache)
         }
         None => {
             walk::list(root, &mut listed, &mut warnings)?;
-            Source::Walk
+            (Source::Walk, false)
         }
     };
     listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     listed.dedup_by(|a, b| a.path == b.path);
-    Ok((source, listed, warnings))
+    Ok((source, listed, warnings, from_cache))
 }
 
 /// Rewrites each link whose absolute target lies inside the shipped folder (one of `roots`:

@@ -45,8 +45,18 @@ pub async fn run(
     // What will be shipped is said once nothing can be refused before the upload: an image
     // that cannot be used is refused without a line that reads as if code had gone.
     announce(&plan, sink);
-    if let Some((shipment, volume, path)) = plan.shipment.take() {
-        upload(cp, &shipment, &volume, (&path, ""), &CODE_UPLOAD, sink).await?;
+    if let Some((shipment, volume, path, digest)) = plan.shipment.take() {
+        let to = (path.as_str(), "");
+        upload(
+            cp,
+            &shipment,
+            &volume,
+            to,
+            Some(&digest),
+            &CODE_UPLOAD,
+            sink,
+        )
+        .await?;
         // Nor is the shipment held while the run is followed (the bytes kept for the upload,
         // an entry per file): one of many files is freed on a thread of its own, rather than
         // at the run's end before `div` can exit (1.2 ms for 40,000 files); a small one here
@@ -143,7 +153,7 @@ async fn pull_image(
 
 /// The line that says what is shipped (`14 files, 38.2 KB → …`), and its warnings.
 fn announce(plan: &Plan, sink: &mut dyn EventSink) {
-    if let Some((s, volume, path)) = &plan.shipment {
+    if let Some((s, volume, path, _)) = &plan.shipment {
         if s.source == div_ship::Source::Walk {
             sink.event(Event::OutsideRepository { files: s.files() });
         }
@@ -170,7 +180,7 @@ fn dry_run(plan: Plan) -> DryRun {
         shipment: plan
             .shipment
             .as_ref()
-            .map(|(s, volume, path)| ShipmentSummary {
+            .map(|(s, volume, path, _)| ShipmentSummary {
                 files: s.files(),
                 bytes: s.bytes(),
                 volume: volume.clone(),

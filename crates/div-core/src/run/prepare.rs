@@ -24,8 +24,9 @@ const KEEP_FOR_UPLOAD: u64 = 256 << 20;
 pub(crate) struct Plan {
     pub(crate) project: Project,
     pub(crate) sizing: Sizing,
-    /// The shipment, the volume it goes to and the path there.
-    pub(crate) shipment: Option<(Shipment, String, String)>,
+    /// The shipment, the volume it goes to, the path there, and its tree's digest (taken
+    /// with the code id, in one pass over the entries).
+    pub(crate) shipment: Option<(Shipment, String, String, String)>,
     pub(crate) new_volumes: Vec<NewVolume>,
     pub(crate) request: CreateRun,
 }
@@ -88,8 +89,9 @@ pub(crate) async fn prepare(
     let new_volumes = new_volumes(cp, typed.entrypoint.command(), &options.env).await?;
 
     let shipment = shipment.map(|s| {
-        let path = format!("code/{}", s.manifest.short_id());
-        (s, typed.volume.clone(), path)
+        let digests = s.manifest.digests();
+        let path = format!("code/{}", &digests.id[..8]);
+        (s, typed.volume.clone(), path, digests.tree)
     });
     let request = create_run(options, &typed, sku, &sizing, &shipment, telemetry_layout);
 
@@ -317,7 +319,7 @@ fn create_run(
     typed: &Typed,
     sku: Sku,
     sizing: &Sizing,
-    shipment: &Option<(Shipment, String, String)>,
+    shipment: &Option<(Shipment, String, String, String)>,
     telemetry_layout: Option<String>,
 ) -> CreateRun {
     CreateRun {
@@ -342,7 +344,7 @@ fn create_run(
             })
             .collect(),
         checks: options.checks.iter().map(|c| c.to_string()).collect(),
-        code: shipment.as_ref().map(|(_, volume, path)| CodeRef {
+        code: shipment.as_ref().map(|(_, volume, path, _)| CodeRef {
             volume: volume.clone(),
             path: path.clone(),
             extra: Default::default(),

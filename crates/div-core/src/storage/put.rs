@@ -91,6 +91,7 @@ pub async fn storage_put(
         &shipment,
         &options.volume,
         ("", &target.path),
+        None,
         &crate::upload::STORAGE_PUT,
         sink,
     )

@@ -10,4 +10,5 @@ mod materialise;
 mod plan;
 mod summary;
 mod support;
+mod untracked_cache;
 mod walk;
