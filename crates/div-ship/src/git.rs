@@ -95,7 +95,25 @@ fn list_repo(
             repo: workdir.to_owned(),
         });
     }
-    let index = read_index(repo, workdir)?;
+    // The untracked cache is checked (thousands of folders stat'ed) while the index is read.
+    // Its answer is taken only if the index read is the one it was checked against: the
+    // index stats the same before the check and after the read.
+    let index_path = repo.index_path();
+    let index_before = crate::untracked::follow_stat(&index_path);
+    let cached =
+        untracked_cache.map(|cache| crate::git_walk::Cached::new(repo, workdir, prefix, cache));
+    let (index, mut held) = std::thread::scope(|scope| {
+        let check = cached
+            .as_ref()
+            .map(|c| scope.spawn(move || c.held(workdir)));
+        let index = read_index(repo, workdir);
+        let held = check.and_then(|c| c.join().ok().flatten());
+        (index, held)
+    });
+    if held.is_some() && crate::untracked::follow_stat(&index_path) != index_before {
+        held = None;
+    }
+    let index = index?;
     let dir_prefix = if prefix.is_empty() {
         String::new()
     } else {
@@ -104,7 +122,7 @@ fn list_repo(
 
     // Untracked files git is not ignoring, and nested repositories: walked as git walks
     // them, or by gix's walk where the file system folds case or composes Unicode.
-    let collect = match crate::git_walk::walk(opened, workdir, &index, prefix, untracked_cache)? {
+    let collect = match crate::git_walk::walk(opened, workdir, &index, prefix, cached, held)? {
         Some(found) => found,
         None => walk_untracked(opened, workdir, &index, prefix)?,
     };

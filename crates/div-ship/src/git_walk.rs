@@ -55,25 +55,47 @@ impl Untracked {
     }
 }
 
-/// [`walk_folders`], or its answer as the untracked cache at `cache` kept it when every
-/// folder and file it hangs on stats as it did ([`crate::untracked`]); a walk is kept there
-/// for the next time.
+/// The untracked cache of one walk: where it is, and the files besides the walked folders
+/// that its answer hangs on ([`crate::untracked::key_files`]) with their stats, taken when
+/// it is made (before the index is read).
+pub(crate) struct Cached {
+    path: std::path::PathBuf,
+    prefix: Vec<u8>,
+    key: crate::untracked::Key,
+}
+
+impl Cached {
+    pub(crate) fn new(repo: &gix::Repository, workdir: &Path, prefix: &str, path: &Path) -> Cached {
+        let prefix = crate::name::on_disk(prefix).as_os_str().as_bytes().to_vec();
+        Cached {
+            key: crate::untracked::key_of(&crate::untracked::key_files(repo, workdir, &prefix)),
+            path: path.to_owned(),
+            prefix,
+        }
+    }
+
+    /// What the kept walk found, if it still holds (on whichever thread: it reads no
+    /// repository).
+    pub(crate) fn held(&self, workdir: &Path) -> Option<Vec<(String, Kind)>> {
+        Kept::load(&self.path)?.still_holds(workdir, &self.prefix, &self.key)
+    }
+}
+
+/// [`walk_folders`], or `held`, the answer the untracked cache `cached` kept when every folder
+/// and file it hangs on stats as it did ([`Cached::held`], [`crate::untracked`]); a walk is
+/// kept there for the next time.
 pub(crate) fn walk(
     opened: &crate::repo::Opened,
     workdir: &Path,
     index: &gix::index::File,
     prefix: &str,
-    cache: Option<&Path>,
+    cached: Option<Cached>,
+    held: Option<Vec<(String, Kind)>>,
 ) -> Result<Option<Untracked>, ShipError> {
-    let Some(cache) = cache else {
+    let Some(cached) = cached else {
         return walk_folders(opened, workdir, index, prefix, false);
     };
-    let on_disk = crate::name::on_disk(prefix);
-    let prefix_bytes = on_disk.as_os_str().as_bytes();
-    let key_files = crate::untracked::key_files(&opened.repo, workdir, prefix_bytes);
-    if let Some(found) =
-        Kept::load(cache).and_then(|kept| kept.still_holds(workdir, prefix_bytes, &key_files))
-    {
+    if let Some(found) = held {
         return Ok(Some(Untracked {
             found,
             seen: Seen::default(),
@@ -85,16 +107,17 @@ pub(crate) fn walk(
         return Ok(None);
     };
     let seen = std::mem::take(&mut walked.seen);
-    if let Some(kept) = Kept::of_walk(
+    let kept = Kept::of_walk(
         workdir,
-        prefix_bytes,
-        &key_files,
+        &cached.prefix,
+        &cached.key,
         seen,
         &walked.found,
         began,
-    ) {
+    );
+    if let Some(kept) = kept {
         // A cache that cannot be written costs the next run a walk, nothing else.
-        let _ = kept.save(cache);
+        let _ = kept.save(&cached.path);
     }
     Ok(Some(walked))
 }

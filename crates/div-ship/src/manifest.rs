@@ -195,9 +195,9 @@ fn write_json_str(s: &str, out: &mut Vec<u8>) {
     // Nearly every path and hash has nothing to escape: one scan (which the compiler
     // vectorises) and one copy.
     let plain = bytes.chunks(32).all(|chunk| {
-        !chunk
-            .iter()
-            .fold(false, |any, &b| any | (b < 0x20) | (b == b'"') | (b == b'\\'))
+        !chunk.iter().fold(false, |any, &b| {
+            any | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
     });
     if plain {
         out.reserve(bytes.len() + 2);
@@ -351,8 +351,20 @@ mod tests {
                 10,
             ),
             ("", EntryKind::File, None, None, 1_234_567_890),
-            (late_quote.as_str(), EntryKind::File, Some(late_control.clone()), None, 3),
-            (plain_long.as_str(), EntryKind::Symlink, None, Some(late_quote.clone()), 0),
+            (
+                late_quote.as_str(),
+                EntryKind::File,
+                Some(late_control.clone()),
+                None,
+                3,
+            ),
+            (
+                plain_long.as_str(),
+                EntryKind::Symlink,
+                None,
+                Some(late_quote.clone()),
+                0,
+            ),
         ] {
             for executable in [false, true] {
                 let entry = TreeEntry {

@@ -101,8 +101,20 @@ pub(crate) fn key_files(repo: &gix::Repository, workdir: &Path, prefix: &[u8]) -
     files
 }
 
+/// Each of `files` with its stat, taken now: what a kept walk's answer hangs on besides its
+/// folders. Taken before the index is read and the folders walked, so that a change made
+/// meanwhile leaves the key older than what the walk saw, and the next use walks again.
+pub(crate) type Key = Vec<(Vec<u8>, Option<StatKey>)>;
+
+pub(crate) fn key_of(files: &[PathBuf]) -> Key {
+    files
+        .iter()
+        .map(|p| (p.as_os_str().as_bytes().to_vec(), follow_stat(p)))
+        .collect()
+}
+
 /// A file's stat, following links; `None` when there is none.
-fn follow_stat(path: &Path) -> Option<StatKey> {
+pub(crate) fn follow_stat(path: &Path) -> Option<StatKey> {
     fs::metadata(path).ok().map(|m| StatKey::of(&m))
 }
 
@@ -111,7 +123,7 @@ fn follow_stat(path: &Path) -> Option<StatKey> {
 pub(crate) struct Kept {
     workdir: Vec<u8>,
     prefix: Vec<u8>,
-    key: Vec<(Vec<u8>, Option<StatKey>)>,
+    key: Key,
     folders: Vec<(Vec<u8>, StatKey)>,
     ignores: Vec<(Vec<u8>, StatKey)>,
     found: Vec<(String, Kind)>,
@@ -129,7 +141,7 @@ impl Kept {
     pub(crate) fn of_walk(
         workdir: &Path,
         prefix: &[u8],
-        key_files: &[PathBuf],
+        key: &Key,
         seen: Seen,
         found: &[(String, Kind)],
         began: std::time::SystemTime,
@@ -139,10 +151,6 @@ impl Kept {
         }
         let settled = epoch_ns(began) - i128::try_from(RACY.as_nanos()).unwrap_or(0);
         let recent = |k: &StatKey| k.mtime_ns >= settled || k.ctime_ns >= settled;
-        let key: Vec<_> = key_files
-            .iter()
-            .map(|p| (p.as_os_str().as_bytes().to_vec(), follow_stat(p)))
-            .collect();
         if seen
             .folders
             .iter()
@@ -155,31 +163,26 @@ impl Kept {
         Some(Kept {
             workdir: workdir.as_os_str().as_bytes().to_vec(),
             prefix: prefix.to_vec(),
-            key,
+            key: key.clone(),
             folders: seen.folders,
             ignores: seen.ignores,
             found: found.to_vec(),
         })
     }
 
-    /// What the kept walk found, if it still holds for `workdir` and `prefix`: every key
-    /// file, folder and ignore file stats as it did.
+    /// What the kept walk found, if it still holds for `workdir` and `prefix`: its key is
+    /// `key` (taken just before), and every folder and ignore file stats as it did.
     pub(crate) fn still_holds(
         self,
         workdir: &Path,
         prefix: &[u8],
-        key_files: &[PathBuf],
+        key: &Key,
     ) -> Option<Vec<(String, Kind)>> {
         if self.workdir != workdir.as_os_str().as_bytes()
             || self.prefix != prefix
-            || self.key.len() != key_files.len()
+            || self.key != *key
         {
             return None;
-        }
-        for ((kept, key), path) in self.key.iter().zip(key_files) {
-            if kept != path.as_os_str().as_bytes() || *key != follow_stat(path) {
-                return None;
-            }
         }
         let top = rustix::fs::open(
             workdir,
