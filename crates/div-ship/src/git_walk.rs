@@ -147,21 +147,13 @@ fn walk_folders(
     let excludes = exclude_stack(repo, index).map_err(git_err)?;
     let tracked = Tracked::new(index);
     let mut walker = Walker::new(&tracked, excludes, repo.git_dir(), workdir, recording);
-    // The shipped folder and each folder above it: if an ignore rule excludes one, nothing
-    // untracked below is listed (git's `treat_leading_path`).
     let mut rela = Vec::with_capacity(256);
     let prefix = crate::name::on_disk(prefix);
     let prefix = prefix.as_os_str().as_bytes();
-    for component in prefix.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        if !rela.is_empty() {
-            rela.push(b'/');
-        }
-        rela.extend_from_slice(component);
-        if walker.excluded(&rela, true) {
-            // (Rare, and not kept: nothing was walked to record.)
-            walker.out.seen.unkeepable = true;
-            return Ok(Some(walker.out));
-        }
+    if walker.leading_path_excluded(prefix, &mut rela) {
+        // (Rare, and not kept: nothing was walked to record.)
+        walker.out.seen.unkeepable = true;
+        return Ok(Some(walker.out));
     }
     let root = workdir.join(OsStr::from_bytes(prefix));
     let fd = rustix::fs::open(
@@ -404,6 +396,22 @@ impl<'a, 'repo> Walker<'a, 'repo> {
             error: None,
             recording,
         }
+    }
+
+    /// Whether an ignore rule excludes the shipped folder `prefix` or a folder above it: then
+    /// nothing untracked below is listed (git's `treat_leading_path`). `rela` is left as
+    /// `prefix`, or as the path up to the folder excluded.
+    fn leading_path_excluded(&mut self, prefix: &[u8], rela: &mut Vec<u8>) -> bool {
+        for component in prefix.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            if !rela.is_empty() {
+                rela.push(b'/');
+            }
+            rela.extend_from_slice(component);
+            if self.excluded(rela, true) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Records the stat of the folder open as `fd`, at `rela`, before it is read.
