@@ -1,7 +1,7 @@
 //! Images for tests (feature `image`): a real registry on loopback (Debian's
 //! `docker-registry`), images and layers built in memory, pushing them, OCI layouts for umoci,
-//! and a tree's contents to compare. div-image's tests and div-cli's `div run --image` tests
-//! share them.
+//! and a tree's contents to compare. div-image's tests, div-server's runs in images and
+//! div-cli's `div run --image` tests share them.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -48,6 +48,22 @@ impl Server {
         server
     }
 
+    /// As [`Server::start_with`], with `change` made to its options first (its image
+    /// settings, …).
+    pub(crate) async fn start_changed(
+        gpus: Option<&str>,
+        sandbox: SandboxMode,
+        change: impl FnOnce(&mut ServerOptions),
+    ) -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let home = dir.path().join("home");
+        let mut options = options(&home, gpus, sandbox);
+        change(&mut options);
+        let mut server = Server::at(options).await;
+        server._dir = Some(dir);
+        server
+    }
+
     /// Starts a server on an existing home (a restart).
     pub(crate) async fn at(options: ServerOptions) -> Server {
         let home = options.home.clone();

@@ -131,8 +131,8 @@ async fn a_run_naming_an_image_that_cannot_be_reached_is_refused_and_nothing_is_
     );
     // A run that names no image runs on this machine's system, standing in for the default
     // image, and its first line says so; its record names the default image. (One naming the
-    // default image is pulled like any other: div-cli's
-    // `an_explicitly_named_default_image_is_pulled_never_replaced`.)
+    // default image is pulled like any other:
+    // `image::pull::an_explicitly_named_default_image_is_pulled_never_replaced`.)
     let (_, run) = server.create_run("echo hi", json!({})).await;
     assert_eq!(
         run["image"], "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",

@@ -13,6 +13,7 @@ mod harness;
 mod hostile;
 mod hostile_env;
 mod hostile_files;
+mod image;
 mod limits;
 mod names;
 mod races;

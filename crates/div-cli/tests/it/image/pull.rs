@@ -1,16 +1,21 @@
-//! Pulls: from a loopback registry, refused when the image does not exist, the named default
-//! never replaced, a moved tag pulled again as `--pull` says; the cache listed and pruned.
+//! What `div run --image` and `div image` say: the pull's lines before the run's header, a
+//! refusal and its exit code, where a moved tag's image came from (`--pull`), `--pull`'s
+//! words; the cache listed and pruned. What the server does (the run's root, refusals, the
+//! cache, the default image, `pull`) is div-server's `image::pull`.
 
 use std::path::Path;
 
 use div_image::Credentials;
 use div_test_support::image::{Built, Registry, file, push};
 
-use super::{build, busybox_layer, first_line_digest, project, refusing_proxy, registry};
+use super::{build, busybox_layer, project, registry};
 use crate::support::text;
 
+/// `div run --image`: the pull's progress on stderr before the run's header, the run's log
+/// (its first line naming the image and its digest) on stdout, a successful exit; an image
+/// that does not exist: the registry's answer on stderr, a failing exit, nothing run.
 #[test]
-fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root() {
+fn div_run_image_says_the_pull_before_the_header_and_a_refusal_as_it_fails() {
     let Some(reg) = registry() else { return };
     let local = project();
     let image = format!("{}/tools/busybox:1", reg.addr);
@@ -22,14 +27,12 @@ fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root()
         &image,
         "--no-upload",
         "--",
-        "cat /etc/os-release; pwd; echo \"$GREETING\"; echo \"id=$DIVERGENT_RUN_ID\"; id -u; ls /",
+        "cat /etc/os-release",
     ]);
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     println!("{stdout}\n{stderr}");
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let trees = local.rootfs();
-    assert_eq!(trees.len(), 1, "one image unpacked: {trees:?}");
     // The pull's progress, before the header line.
     let pulling = stderr
         .find(&format!("pulling {image}: 1 layer, "))
@@ -39,152 +42,216 @@ fn a_run_in_an_image_pulled_from_a_loopback_registry_has_the_image_as_its_root()
         .expect("a ready line");
     let header = stderr.find("  CPU  ").expect("the header line");
     assert!(pulling < ready && ready < header, "{stderr}");
+    let trees = local.rootfs();
+    assert_eq!(trees.len(), 1, "one image unpacked: {trees:?}");
     let digest = trees[0]
         .parent()
         .and_then(Path::file_name)
         .map(|h| format!("sha256:{}", h.to_string_lossy()))
         .expect("a digest");
-    // The first log line names the image and its digest.
+    // The run's log, its first line naming the image and its digest.
     assert!(
-        stdout.contains(&format!("div: image {image} ({digest})")),
+        stderr.contains(&format!("image {image} ready ({digest})")),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("div: image {image} ({digest})\n")),
         "{stdout}"
     );
-    // `/` is the image's: its os-release, its working directory, its Env under runtime.md's.
     assert!(stdout.contains("ID=divtest"), "{stdout}");
-    assert!(stdout.contains("\n/work\n"), "{stdout}");
-    assert!(stdout.contains("hello from the image"), "{stdout}");
-    assert!(stdout.contains("id=r_"), "runtime.md's rows win: {stdout}");
-    assert!(!stdout.contains("the image's, overridden"), "{stdout}");
-    assert!(stdout.contains("\n0\n"), "root by default: {stdout}");
-    let listed: Vec<&str> = stdout
-        .lines()
-        .skip_while(|l| *l != "0")
-        .skip(1)
-        .take_while(|l| !l.is_empty() && !l.starts_with(' ') && !l.contains(':'))
-        .collect();
-    assert!(
-        listed.contains(&"bin") && listed.contains(&"work"),
-        "{listed:?}"
-    );
-    // Nothing of this machine's own system: no /usr, /var, /home.
-    for host_only in ["usr", "var", "home", "lib"] {
-        assert!(!listed.contains(&host_only), "{host_only}: {listed:?}");
-    }
-}
 
-#[test]
-fn an_image_that_does_not_exist_is_refused_and_no_run_is_created() {
-    let Some(reg) = registry() else { return };
-    let local = project();
-    let image = format!("{}/tools/nothing:1", reg.addr);
-    let out = local.div(&["run", "--gpu", "cpu", "--image", &image, "--", "echo ran"]);
+    let nothing = format!("{}/tools/nothing:1", reg.addr);
+    let out = local.div(&["run", "--gpu", "cpu", "--image", &nothing, "--", "echo ran"]);
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stdout}\n{stderr}");
     assert!(!stdout.contains("ran"), "{stdout}");
     assert!(
         stderr.contains(&format!(
-            "the registry `{}` has no image `{image}`",
+            "the registry `{}` has no image `{nothing}`",
             reg.addr
         )),
         "{stderr}"
     );
-    let ls = local.div(&["ls", "--json"]);
-    let listed = text(&ls.stdout);
-    assert!(!listed.contains("\"id\""), "no run: {listed}");
-    let runs = local.home().join("runs");
-    assert!(
-        !runs.exists() || std::fs::read_dir(&runs).expect("runs").next().is_none(),
-        "a run directory was left"
-    );
 }
 
+/// What `div run` says of a tag that moved at the registry, as `--pull` says to use it: the
+/// cache's image and when its tag resolved, a pull, an image already cached; `div image ls`'s
+/// rows for the tag and the image it no longer names; `--pull never` refused before anything
+/// ships; a word `--pull` does not take.
 #[test]
-fn an_explicitly_named_default_image_is_pulled_never_replaced() {
-    // Every HTTPS request the control plane makes goes to a proxy that records and refuses
-    // it: a pull of the default image reaches for Docker Hub, and fails, offline.
-    let (proxy, seen) = refusing_proxy();
-    let env = [
-        ("HTTPS_PROXY", proxy.as_str()),
-        ("https_proxy", proxy.as_str()),
-        ("NO_PROXY", "127.0.0.1,localhost"),
-    ];
+fn div_run_says_where_a_moved_tag_s_image_came_from() {
+    let Some(layer) = busybox_layer() else {
+        return;
+    };
+    let Some(reg) = Registry::start(None) else {
+        return;
+    };
+    let marked = |which: &str| {
+        build(
+            &[
+                layer.clone(),
+                vec![file("etc/which", &format!("image {which}\n"))],
+            ],
+            serde_json::json!({"Env": ["PATH=/bin"]}),
+        )
+    };
+    let (a, b) = (marked("A"), marked("B"));
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &a,
+        &Credentials::none(),
+    ));
+    rt.block_on(push(
+        &reg.addr,
+        "tools/other",
+        "1",
+        &a,
+        &Credentials::none(),
+    ));
     let local = project();
-    let image = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime";
+    let image = format!("{}/tools/moving:t", reg.addr);
+    let run = |pull: Option<&str>| {
+        let mut args = vec!["run", "--gpu", "cpu", "--image", &image];
+        if let Some(pull) = pull {
+            args.extend(["--pull", pull]);
+        }
+        args.extend(["--no-upload", "--", "cat /etc/which"]);
+        let out = local.div(&args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{pull:?}: {stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let (a_digest, b_digest) = (a.manifest_digest.to_string(), b.manifest_digest.to_string());
 
-    // Named, the default image is pulled like any other (the server's setting is `host`,
-    // out of the box): it cannot be reached, so the run is refused before it exists.
-    let out = local.div_with(
-        &[
-            "run",
-            "--gpu",
-            "cpu",
-            "--image",
-            image,
-            "--no-upload",
-            "--",
-            "echo ran",
-        ],
-        &env,
+    let (_, stderr) = run(None);
+    assert!(
+        stderr.contains(&format!("image {image} ready ({a_digest})")),
+        "{stderr}"
     );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("ran"), "{stdout}");
+
+    // The tag moves to B at the registry.
+    rt.block_on(push(
+        &reg.addr,
+        "tools/moving",
+        "t",
+        &b,
+        &Credentials::none(),
+    ));
+    for pull in [None, Some("missing")] {
+        let (_, stderr) = run(pull);
+        assert!(
+            stderr.contains(&format!(
+                "image {image}: {a_digest} from the cache, as the tag resolved at "
+            )) && stderr.contains("(--pull always looks for a newer one)"),
+            "{pull:?}: {stderr}"
+        );
+        assert!(!stderr.contains("pulling "), "{stderr}");
+    }
+    let (_, stderr) = run(Some("always"));
+    assert!(
+        stderr.contains(&format!("pulling {image}: 2 layers, ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("image {image} ready ({b_digest})")),
+        "{stderr}"
+    );
+    // Asked again, the registry has it unchanged.
+    let (_, stderr) = run(Some("always"));
     assert!(
         stderr.contains(&format!(
-            "cannot reach the registry `docker.io` for `docker.io/{image}`"
+            "image {image}: {b_digest}, as the registry has it now, already cached"
         )),
         "{stderr}"
     );
-    let asked = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(!stderr.contains("pulling "), "{stderr}");
+
+    // `div image ls`: the tag's digest and when it resolved; what each pull downloaded (B's
+    // shared busybox layer came with A, so B downloaded less than its size).
+    let out = local.div(&["image", "ls"]);
+    let listed = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        !asked.is_empty()
-            && asked
+        listed.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
+        "{listed}"
+    );
+    let row = |first: &str| -> Vec<String> {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{first}\t")))
+            .unwrap_or_else(|| panic!("no row for {first}: {listed}"))
+            .split('\t')
+            .map(str::to_owned)
+            .collect()
+    };
+    let size = |built: &Built, skip: &[div_image::Digest]| -> u64 {
+        (built.manifest.len() + built.config.1.len()) as u64
+            + built
+                .blobs
                 .iter()
-                .all(|l| l.starts_with("CONNECT ") && l.contains("docker.io:443")),
-        "the pull went to Docker Hub, through the proxy: {asked:?}"
-    );
-    let ls = local.div_with(&["ls", "--json"], &env);
+                .filter(|(d, _)| !skip.contains(d))
+                .map(|(_, bytes)| bytes.len() as u64)
+                .sum::<u64>()
+    };
+    let tagged = row(&image);
+    assert_eq!(tagged[1], b_digest[..19], "{listed}");
     assert!(
-        !text(&ls.stdout).contains("\"id\""),
-        "no run: {}",
-        text(&ls.stdout)
+        tagged[2].ends_with('Z') && tagged[2].contains('T'),
+        "{listed}"
     );
-    let runs = local.home().join("runs");
-    assert!(
-        !runs.exists() || std::fs::read_dir(&runs).expect("runs").next().is_none(),
-        "a run directory was left"
+    let b_downloaded = size(&b, &a.layers);
+    assert_eq!(tagged[3], div_spec::format_bytes(b_downloaded), "{listed}");
+    assert!(b_downloaded < size(&b, &[]), "a shared layer");
+    // A keeps no tag (`<none>`) and what it downloaded: all of it.
+    let untagged = row("<none>");
+    assert_eq!(untagged[1], a_digest[..19], "{listed}");
+    assert_eq!(untagged[2], "-", "{listed}");
+    assert_eq!(
+        untagged[3],
+        div_spec::format_bytes(size(&a, &[])),
+        "{listed}"
     );
 
-    // Unnamed, this machine's own system stands in for it, offline, and the run's first log
-    // line (which `div run` prints) says so; the run's record names the default image.
-    let before = seen.lock().unwrap_or_else(|e| e.into_inner()).len();
-    let out = local.div_with(
-        &[
-            "run",
-            "--gpu",
-            "cpu",
-            "--no-upload",
-            "--json",
-            "--",
-            "echo ran",
-        ],
-        &env,
-    );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // `--pull never` with nothing cached: refused before anything ships.
+    let other = format!("{}/tools/other:1", reg.addr);
+    let out = local.div(&[
+        "run",
+        "--gpu",
+        "cpu",
+        "--image",
+        &other,
+        "--pull",
+        "never",
+        "train.py::main",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "\ndiv: no image pulled: this machine's own system stands in for {image} (DIVERGENT_DEFAULT_IMAGE=host; set it to pull to run in the image itself)\nran\n"
+            "`{other}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always"
         )),
         "{stderr}"
     );
-    let run: serde_json::Value = serde_json::from_str(&stdout).expect("the run as JSON");
-    assert_eq!(run["image"], image, "{run}");
-    assert_eq!(
-        seen.lock().unwrap_or_else(|e| e.into_inner()).len(),
-        before,
-        "nothing was pulled"
+    assert!(!stderr.contains('→'), "nothing shipped: {stderr}");
+    // A word `--pull` does not take is refused by the parser, with the ones it does.
+    let out = local.div(&[
+        "run",
+        "--image",
+        &other,
+        "--pull",
+        "sometimes",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[possible values: missing, always, never]"),
+        "{stderr}"
     );
 }
 
@@ -234,205 +301,5 @@ fn div_image_lists_the_cache_and_prunes_it() {
         text(&out.stderr).contains("0 images cached in"),
         "{}",
         text(&out.stderr)
-    );
-}
-
-#[test]
-fn a_tag_that_moved_is_pulled_again_as_pull_says() {
-    let Some(layer) = busybox_layer() else {
-        return;
-    };
-    let Some(reg) = Registry::start(None) else {
-        return;
-    };
-    let marked = |which: &str| {
-        build(
-            &[
-                layer.clone(),
-                vec![file("etc/which", &format!("image {which}\n"))],
-            ],
-            serde_json::json!({"Env": ["PATH=/bin"]}),
-        )
-    };
-    let (a, b) = (marked("A"), marked("B"));
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    rt.block_on(push(
-        &reg.addr,
-        "tools/moving",
-        "t",
-        &a,
-        &Credentials::none(),
-    ));
-    rt.block_on(push(
-        &reg.addr,
-        "tools/other",
-        "1",
-        &a,
-        &Credentials::none(),
-    ));
-    let local = project();
-    let image = format!("{}/tools/moving:t", reg.addr);
-    let run = |pull: Option<&str>| {
-        let mut args = vec!["run", "--gpu", "cpu", "--image", &image];
-        if let Some(pull) = pull {
-            args.extend(["--pull", pull]);
-        }
-        args.extend(["--no-upload", "--", "cat /etc/which"]);
-        let out = local.div(&args);
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{pull:?}: {stdout}\n{stderr}");
-        (stdout, stderr)
-    };
-    let (a_digest, b_digest) = (a.manifest_digest.to_string(), b.manifest_digest.to_string());
-
-    let (stdout, _) = run(None);
-    assert!(stdout.contains("\nimage A\n"), "{stdout}");
-    assert_eq!(
-        first_line_digest(&stdout, &image).as_deref(),
-        Some(a_digest.as_str())
-    );
-
-    // The tag moves to B at the registry.
-    rt.block_on(push(
-        &reg.addr,
-        "tools/moving",
-        "t",
-        &b,
-        &Credentials::none(),
-    ));
-    for pull in [None, Some("missing")] {
-        let (stdout, stderr) = run(pull);
-        assert!(stdout.contains("\nimage A\n"), "{pull:?}: {stdout}");
-        assert_eq!(
-            first_line_digest(&stdout, &image).as_deref(),
-            Some(a_digest.as_str())
-        );
-        assert!(
-            stderr.contains(&format!(
-                "image {image}: {a_digest} from the cache, as the tag resolved at "
-            )) && stderr.contains("(--pull always looks for a newer one)"),
-            "{pull:?}: {stderr}"
-        );
-        assert!(!stderr.contains("pulling "), "{stderr}");
-    }
-    let (stdout, stderr) = run(Some("always"));
-    assert!(stdout.contains("\nimage B\n"), "{stdout}");
-    assert_eq!(
-        first_line_digest(&stdout, &image).as_deref(),
-        Some(b_digest.as_str())
-    );
-    assert!(
-        stderr.contains(&format!("pulling {image}: 2 layers, ")),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains(&format!("image {image} ready ({b_digest})")),
-        "{stderr}"
-    );
-    // From now on the tag names B in the cache too; asking again finds it unchanged.
-    let (stdout, _) = run(Some("missing"));
-    assert!(stdout.contains("\nimage B\n"), "{stdout}");
-    let (stdout, stderr) = run(Some("always"));
-    assert!(stdout.contains("\nimage B\n"), "{stdout}");
-    assert!(
-        stderr.contains(&format!(
-            "image {image}: {b_digest}, as the registry has it now, already cached"
-        )),
-        "{stderr}"
-    );
-    let (stdout, _) = run(Some("never"));
-    assert!(stdout.contains("\nimage B\n"), "{stdout}");
-
-    // `div image ls`: the tag's digest and when it resolved; what each pull downloaded (B's
-    // shared busybox layer came with A, so B downloaded less than its size).
-    let out = local.div(&["image", "ls"]);
-    let listed = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        listed.starts_with("IMAGE\tDIGEST\tRESOLVED\tDOWNLOADED\tUNPACKED\n"),
-        "{listed}"
-    );
-    let row = |first: &str| -> Vec<String> {
-        listed
-            .lines()
-            .find(|l| l.starts_with(&format!("{first}\t")))
-            .unwrap_or_else(|| panic!("no row for {first}: {listed}"))
-            .split('\t')
-            .map(str::to_owned)
-            .collect()
-    };
-    let size = |built: &Built, skip: &[div_image::Digest]| -> u64 {
-        (built.manifest.len() + built.config.1.len()) as u64
-            + built
-                .blobs
-                .iter()
-                .filter(|(d, _)| !skip.contains(d))
-                .map(|(_, bytes)| bytes.len() as u64)
-                .sum::<u64>()
-    };
-    let tagged = row(&image);
-    assert_eq!(tagged[1], b_digest[..19], "{listed}");
-    assert!(
-        tagged[2].ends_with('Z') && tagged[2].contains('T'),
-        "{listed}"
-    );
-    let b_downloaded = size(&b, &a.layers);
-    assert_eq!(tagged[3], div_spec::format_bytes(b_downloaded), "{listed}");
-    assert!(b_downloaded < size(&b, &[]), "a shared layer");
-    // A keeps no tag (`<none>`) and what it downloaded: all of it.
-    let untagged = row("<none>");
-    assert_eq!(untagged[1], a_digest[..19], "{listed}");
-    assert_eq!(untagged[2], "-", "{listed}");
-    assert_eq!(
-        untagged[3],
-        div_spec::format_bytes(size(&a, &[])),
-        "{listed}"
-    );
-
-    // `--pull never` with nothing cached: refused before anything is created or shipped.
-    let runs_before = std::fs::read_dir(local.home().join("runs"))
-        .expect("runs")
-        .count();
-    let trees_before = local.rootfs();
-    let other = format!("{}/tools/other:1", reg.addr);
-    let out = local.div(&[
-        "run",
-        "--gpu",
-        "cpu",
-        "--image",
-        &other,
-        "--pull",
-        "never",
-        "train.py::main",
-    ]);
-    let stderr = text(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "`{other}` is not in this machine's image cache, and --pull never forbids pulling it: pull it once with --pull missing (the default) or --pull always"
-        )),
-        "{stderr}"
-    );
-    assert!(!stderr.contains('→'), "nothing shipped: {stderr}");
-    let runs_after = std::fs::read_dir(local.home().join("runs"))
-        .expect("runs")
-        .count();
-    assert_eq!(runs_after, runs_before, "no run created");
-    assert_eq!(local.rootfs(), trees_before, "nothing pulled");
-    // A word `--pull` does not take is refused by the parser, with the ones it does.
-    let out = local.div(&[
-        "run",
-        "--image",
-        &other,
-        "--pull",
-        "sometimes",
-        "--",
-        "true",
-    ]);
-    let stderr = text(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("[possible values: missing, always, never]"),
-        "{stderr}"
     );
 }
