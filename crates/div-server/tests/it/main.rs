@@ -19,6 +19,7 @@ mod names;
 mod races;
 mod retention;
 mod runs;
+mod slurm;
 mod stages;
 mod state;
 mod unprivileged;

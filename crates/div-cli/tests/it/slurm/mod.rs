@@ -1,27 +1,14 @@
-//! End to end on a real Slurm cluster: the real `div`, its local control plane with
+//! `div run` on a real Slurm cluster: the real `div`, its local control plane with
 //! `home/slurm.toml`, and the loopback cluster `.ci/slurm-up` brings up (4 nodes × 8 fake
-//! GPUs). Each test skips, loudly, when no cluster answers (`sinfo` fails).
-//!
-//! `runs.rs`: runs placed on the cluster (one GPU, 32 GPUs on four nodes, an image, a failing
-//! node, a refusal, a wait, a node's log); `ends.rs`: how they end (a ceiling, the job's time
-//! limit, `div stop`, `scancel`, a server killed mid-job); `team.rs`: a member's Slurm account
-//! and the job's comment naming them; here, the cluster they share.
-
-mod ends;
-mod runs;
-mod team;
+//! GPUs). What the server's Slurm executor does (placement, refusals, waits, nodes' logs, how
+//! runs end, a member's account) is tested in div-server's own suite
+//! (`crates/div-server/tests/it/slurm/`); here, only what `div` prints and how it exits. The
+//! test skips, loudly, when no cluster answers (`sinfo` fails).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::Duration;
-
-use div_test_support::wait_until;
 
 use crate::support::DIV;
-
-/// How long a test waits for the cluster (at most 3 minutes: it may be busy with the other
-/// tests).
-const PATIENCE: Duration = Duration::from_secs(180);
 
 /// Whether a Slurm cluster answers here (asked once, within 10 s: `sinfo` retries a missing
 /// configuration for a minute); says so loudly when not.
@@ -71,10 +58,6 @@ impl Cluster {
         self.tmp.path().join("div-home")
     }
 
-    fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.tmp.path().join("project").join(name), text).expect("write");
-    }
-
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(DIV);
         c.args(args)
@@ -92,44 +75,6 @@ impl Cluster {
 
     fn div(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("div runs")
-    }
-
-    /// The run's record, as `div runs --json` has it.
-    fn run_json(&self, name: &str) -> serde_json::Value {
-        let out = self.div(&["runs", "--json"]);
-        let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs as JSON");
-        runs.as_array()
-            .and_then(|a| a.iter().find(|r| r["name"] == name))
-            .cloned()
-            .unwrap_or(serde_json::Value::Null)
-    }
-
-    /// Waits (at most [`PATIENCE`]) until `check` holds of the run.
-    fn wait_for(&self, name: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
-        wait_until(format!("{name} {what}"), PATIENCE, || {
-            let run = self.run_json(name);
-            if check(&run) { Ok(()) } else { Err(run) }
-        });
-    }
-
-    fn run_dir(&self, name: &str) -> PathBuf {
-        let id = self.run_json(name)["id"]
-            .as_str()
-            .expect("the run has an id")
-            .to_owned();
-        self.home().join("runs").join(id)
-    }
-
-    /// The run's Slurm job, once its batch script wrote a node's env.
-    fn job(&self, name: &str) -> String {
-        let dir = self.run_dir(name);
-        wait_until(format!("{name}'s job started"), PATIENCE, || {
-            let text = std::fs::read_to_string(dir.join("nodes/0/node.env")).unwrap_or_default();
-            match text.lines().find_map(|l| l.strip_prefix("job=")) {
-                Some(job) => Ok(job.to_owned()),
-                None => Err(text),
-            }
-        })
     }
 }
 
@@ -149,19 +94,17 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn detach(c: &Cluster, args: &[&str]) -> String {
-    let mut all = vec!["run", "--detach"];
-    all.extend(args);
-    let out = c.div(&all);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    text(&out.stdout).trim().to_owned()
-}
-
-/// Cancels a Slurm job when dropped, so a failing test leaves nothing holding the cluster.
-struct Scancel(String);
-
-impl Drop for Scancel {
-    fn drop(&mut self) {
-        let _ = Command::new("scancel").arg(&self.0).status();
+/// `div run` on the cluster prints the node's log (after the line naming its Slurm job) and
+/// exits with the run's exit code.
+#[test]
+fn a_run_that_exits_3_makes_div_exit_3() {
+    if !cluster() {
+        return;
     }
+    let c = Cluster::new();
+    let out = c.div(&["run", "--gpu", "h100", "--", "sh", "-c", "echo bye; exit 3"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(stdout.contains("div: Slurm job "), "{stdout}");
+    assert!(stdout.contains("bye"), "{stdout}");
 }

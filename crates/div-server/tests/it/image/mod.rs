@@ -38,7 +38,7 @@ fn settings(home: &Path) -> ImageSettings {
 }
 
 /// Those settings on `options` (its logins' home beside its state directory).
-fn with_settings(options: &mut ServerOptions) {
+pub(crate) fn with_settings(options: &mut ServerOptions) {
     let user_home = options
         .home
         .parent()
@@ -90,7 +90,7 @@ fn busybox_layer() -> Option<Vec<E>> {
 
 /// A registry holding `tools/busybox:1` (root, `WorkingDir` `/work`, an `Env`) and
 /// `tools/busybox:user` (`User` `runner`).
-async fn registry() -> Option<Registry> {
+pub(crate) async fn registry() -> Option<Registry> {
     let layer = busybox_layer()?;
     let reg = Registry::start(None)?;
     let root = build(
