@@ -1,7 +1,7 @@
 //! `cargo xtask bench dashboard [--stored N]`: the dashboard with N runs stored (100,000
 //! unless told): the list's first page (goal ≤ 50 ms) and the page interactive in headless
 //! Chromium (goal ≤ 1 s). The measuring is the ignored test
-//! `dashboard::bench_the_list_with_many_runs_stored` in div-cli's tests (it drives the browser
+//! `dashboard::bench::bench_the_list_with_many_runs_stored` in div-cli's tests (it drives the browser
 //! over WebDriver), built in release and run here.
 
 use std::process::Command;
@@ -31,7 +31,7 @@ pub(crate) fn run(rest: &[String]) -> Result<()> {
             "div-cli",
             "--test",
             "it",
-            "dashboard::bench_the_list_with_many_runs_stored",
+            "dashboard::bench::bench_the_list_with_many_runs_stored",
             "--",
             "--ignored",
             "--exact",

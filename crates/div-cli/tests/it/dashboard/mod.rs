@@ -1,28 +1,23 @@
 //! The dashboard in a real browser: Debian's `chromium`, headless, driven over WebDriver
-//! (`chromedriver`) with fantoccini, against the real `div` and its local control plane.
+//! (`chromedriver`) with fantoccini, against the real `div` and its local control plane: what
+//! goes through `div`. The pages the server serves (the runs' list, a run's page, the models,
+//! the telemetry tab, the pages' security, a team's dashboard over TLS) are tested where they
+//! are served, in div-server's `dashboard` tests.
 //!
 //! Without chromium and chromedriver these tests say so loudly on stderr and pass, unless
-//! `DIV_REQUIRE_BROWSER=1` (CI sets it) makes that a failure. With `UPDATE_DOCS=1` the
-//! screenshots they take are written to `docs/dashboard/*.png`.
+//! `DIV_REQUIRE_BROWSER=1` (CI sets it) makes that a failure. (The screenshots in
+//! `docs/dashboard/` are taken by div-server's `dashboard` tests.)
 //!
-//! By page: `list.rs` (the runs' list), `run_page.rs` (a run's page: its log, stop, its end,
-//! placing it again, its image), `models.rs` (the models, a model's versions and evaluations),
-//! `telemetry.rs` (the telemetry tab), `security.rs` (markup
-//! inert, no secret shown, the token and the origin), `command.rs` (`div dashboard` and the
-//! browser the tests drive), `bench.rs` (the list with many runs stored), `team.rs` (a team's
-//! dashboard over TLS: sign-in, its session, stop by right, cross-site requests, sign-out);
-//! here, the browser and what they share.
+//! By subject: `command.rs` (`div dashboard` and the browser the tests drive), `replay.rs`
+//! (a run page's Place it again, run by a shell and read back by `div run`), `bench.rs` (the
+//! list with many runs stored, which `cargo xtask bench dashboard` runs); here, the browser
+//! and what they share.
 
 mod bench;
 mod command;
-mod list;
-mod models;
-mod run_page;
-mod security;
-mod team;
-mod telemetry;
+mod replay;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -38,14 +33,6 @@ static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// How long a page has to show what a test waits for. A bound on waiting, not a claim about
 /// speed: the wait ends as soon as the page shows it.
 const PATIENCE: Duration = Duration::from_secs(90);
-
-/// `ticks()`: the tick numbers the log view shows, in order.
-const TICKS_FN: &str = "function ticks() { return [...document.getElementById('logview')\
-    .textContent.matchAll(/tick (\\d+) /g)].map(m => Number(m[1])); }";
-/// `lastTick()`: the last tick the log view shows, or -1.
-const LAST_TICK_FN: &str = "function ticks() { return [...document.getElementById('logview')\
-    .textContent.matchAll(/tick (\\d+) /g)].map(m => Number(m[1])); }\
-    function lastTick() { const t = ticks(); return t.length ? t[t.length - 1] : -1; }";
 
 const TICKER: &str = r#"import json, os, sys, time
 
@@ -219,9 +206,6 @@ impl Browser {
         };
         let caps: serde_json::Map<String, Value> = json!({
             "browserName": "chrome",
-            // The team's dashboard is served over TLS with a certificate of the test's own CA
-            // (`team.rs`), which this browser's profile does not hold.
-            "acceptInsecureCerts": true,
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": [
@@ -284,21 +268,6 @@ impl Browser {
             .goto(url)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-    }
-
-    /// A screenshot of the page as it is, kept under `docs/dashboard/` with `UPDATE_DOCS=1`.
-    async fn screenshot(&self, name: &str) -> PathBuf {
-        let png = self.c().screenshot().await.expect("a screenshot");
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        let dir = if std::env::var_os("UPDATE_DOCS").is_some() {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard")
-        } else {
-            std::env::temp_dir().join("div-dashboard-screenshots")
-        };
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join(format!("{name}.png"));
-        std::fs::write(&path, png).expect("write the screenshot");
-        path
     }
 }
 

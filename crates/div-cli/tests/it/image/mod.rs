@@ -50,7 +50,7 @@ fn busybox_layer() -> Option<Vec<E>> {
 }
 
 /// A registry holding `tools/busybox:1` (root, `WorkingDir` `/work`, an `Env`) and
-/// `tools/busybox:user` (`User` `runner`); div-cli's Slurm and dashboard tests use it too.
+/// `tools/busybox:user` (`User` `runner`).
 pub(crate) fn registry() -> Option<Registry> {
     let layer = busybox_layer()?;
     let reg = Registry::start(None)?;

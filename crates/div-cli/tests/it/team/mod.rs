@@ -6,8 +6,8 @@
 //! `roles.rs`: two members and a viewer, who sees what and is refused what, the audit log,
 //! revocation; `tokens.rs`: bad tokens slowed down, no token in the clear on disk;
 //! `limits.rs`: a member's monthly limit; `serving.rs`: the listener from the settings file, and
-//! plain HTTP refused off loopback. The dashboard's sign-in is tested in a browser in
-//! `dashboard/team.rs`.
+//! plain HTTP refused off loopback. The dashboard's sign-in is tested in a browser by
+//! div-server's `dashboard` test target (`team.rs`).
 
 mod limits;
 mod roles;
