@@ -432,3 +432,31 @@ pub fn tree(root: &Path) -> BTreeMap<String, String> {
     out.remove("/");
     out
 }
+
+/// A busybox-static tree for runs in an image: `/bin` with the applets the tests use (each a
+/// link to `busybox`), an `/etc/os-release` that is not this machine's (`ID=divtest`),
+/// `/etc/passwd` and `/etc/group` naming `runner` (1234:2345), and an empty `/work`. `None`
+/// when busybox-static is not installed.
+pub fn busybox_layer() -> Option<Vec<E>> {
+    let bin = program("busybox")?;
+    let data = std::fs::read(bin).expect("read busybox");
+    let mut layer = vec![
+        E::Dir("bin", 0o755),
+        E::File("bin/busybox", 0o755, data),
+        E::Dir("etc", 0o755),
+        file("etc/os-release", "ID=divtest\nNAME=\"div test busybox\"\n"),
+        file(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nrunner:x:1234:2345::/home/runner:/bin/sh\n",
+        ),
+        file("etc/group", "root:x:0:\nrunners:x:2345:\n"),
+        E::Dir("work", 0o755),
+    ];
+    for applet in [
+        "sh", "cat", "ls", "id", "pwd", "echo", "touch", "env", "grep", "head", "mkdir", "rm",
+    ] {
+        let path: &'static str = Box::leak(format!("bin/{applet}").into_boxed_str());
+        layer.push(E::Symlink(path, "busybox"));
+    }
+    Some(layer)
+}

@@ -34,6 +34,7 @@ pub mod image;
 pub mod leftovers;
 pub mod mock;
 pub mod proxy;
+pub mod tls;
 mod wait;
 
 pub use conformance::conformance;

@@ -2,7 +2,7 @@
 //! it ran in.
 
 use div_image::Credentials;
-use div_test_support::image::{self as image_support, E, Registry, file, push};
+use div_test_support::image::{self as image_support, Registry, busybox_layer, push};
 use fantoccini::Locator;
 use serde_json::{Value, json};
 
@@ -487,27 +487,6 @@ fn a_run_in_a_pulled_image_shows_the_image_and_its_digest() {
             assert_eq!(text_of(&b, "image").await, format!("{image} ({digest})"));
         }
     });
-}
-
-/// A busybox-static tree: `/bin` with the applets a run uses, an `/etc/os-release` that is
-/// not this machine's.
-fn busybox_layer() -> Option<Vec<E>> {
-    let bin = image_support::program("busybox")?;
-    let data = std::fs::read(bin).expect("read busybox");
-    let mut layer = vec![
-        E::Dir("bin", 0o755),
-        E::File("bin/busybox", 0o755, data),
-        E::Dir("etc", 0o755),
-        file("etc/os-release", "ID=divtest\nNAME=\"div test busybox\"\n"),
-        file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
-        file("etc/group", "root:x:0:\n"),
-        E::Dir("work", 0o755),
-    ];
-    for applet in ["sh", "cat", "ls", "echo", "env"] {
-        let path: &'static str = Box::leak(format!("bin/{applet}").into_boxed_str());
-        layer.push(E::Symlink(path, "busybox"));
-    }
-    Some(layer)
 }
 
 /// A loopback registry holding `tools/busybox:1` (`WorkingDir` `/work`, an `Env`), as

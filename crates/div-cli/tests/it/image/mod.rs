@@ -14,39 +14,13 @@ use std::path::PathBuf;
 
 use div_image::Credentials;
 use div_test_support::image as image_support;
-use div_test_support::image::{Built, E, Registry, file, push};
+use div_test_support::image::{Built, E, Registry, busybox_layer, push};
 
 use crate::support::Local;
 
 /// An image whose config carries `config` (`Env`, `WorkingDir`, `User`…), gzip layers.
 fn build(layers: &[Vec<E>], config: serde_json::Value) -> Built {
     image_support::build_image(layers, image_support::this_arch(), config, true)
-}
-
-/// A busybox-static tree: `/bin` with the applets the tests use, an `/etc/os-release` that
-/// is not this machine's, `/etc/passwd` naming `runner`.
-fn busybox_layer() -> Option<Vec<E>> {
-    let bin = image_support::program("busybox")?;
-    let data = std::fs::read(bin).expect("read busybox");
-    let mut layer = vec![
-        E::Dir("bin", 0o755),
-        E::File("bin/busybox", 0o755, data),
-        E::Dir("etc", 0o755),
-        file("etc/os-release", "ID=divtest\nNAME=\"div test busybox\"\n"),
-        file(
-            "etc/passwd",
-            "root:x:0:0:root:/root:/bin/sh\nrunner:x:1234:2345::/home/runner:/bin/sh\n",
-        ),
-        file("etc/group", "root:x:0:\nrunners:x:2345:\n"),
-        E::Dir("work", 0o755),
-    ];
-    for applet in [
-        "sh", "cat", "ls", "id", "pwd", "echo", "touch", "env", "grep", "head", "mkdir", "rm",
-    ] {
-        let path: &'static str = Box::leak(format!("bin/{applet}").into_boxed_str());
-        layer.push(E::Symlink(path, "busybox"));
-    }
-    Some(layer)
 }
 
 /// A registry holding `tools/busybox:1` (root, `WorkingDir` `/work`, an `Env`) and
