@@ -13,7 +13,9 @@
 //! - [`wait_until`] (and [`wait_until_async`]): a poll with a deadline and a message, what
 //!   every test waits with (never a fixed sleep);
 //! - `image` (feature `image`): a real registry on loopback, images built in memory, and a
-//!   tree's contents to compare.
+//!   tree's contents to compare;
+//! - `dashboard` (feature `dashboard`): headless Chromium under chromedriver, the project the
+//!   dashboard's tests place runs from, and HTTP written by hand.
 //!
 //! ```
 //! use div_test_support::{ConformanceContext, FakeControlPlane, conformance};
@@ -27,6 +29,8 @@
 //! [`ControlPlane`]: div_api::ControlPlane
 
 mod conformance;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod fake;
 mod filters;
 #[cfg(feature = "image")]

@@ -1,10 +1,10 @@
 //! The runs' list: a new run live, filters, pages through the server's cursor, entrypoints
 //! told apart.
 
-use fantoccini::Locator;
+use div_test_support::dashboard::{Browser, Locator, on_runtime, origin, text_of};
 use serde_json::json;
 
-use super::{Browser, on_runtime, origin, text_of, vision};
+use super::vision;
 
 #[test]
 fn the_list_shows_a_new_run_live_and_filters_by_project_and_status() {

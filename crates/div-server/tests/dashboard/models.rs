@@ -2,9 +2,10 @@
 //! their digests and sizes, its evaluations as one table with a column per check and per
 //! metric (two versions side by side), and an eval run's page linking both.
 
+use div_test_support::dashboard::{Browser, on_runtime, origin, text_of};
 use serde_json::json;
 
-use super::{Browser, Local, on_runtime, origin, text_of};
+use super::Local;
 
 /// An evaluation: reads the model's weights and reports how they did (v2 better than v1).
 const EVAL_PY: &str = r#"import json, os, pathlib, sys

@@ -2,11 +2,11 @@
 //! it ran in.
 
 use div_image::Credentials;
+use div_test_support::dashboard::{Browser, Locator, on_runtime, origin, text_of};
 use div_test_support::image::{self as image_support, Registry, busybox_layer, push};
-use fantoccini::Locator;
 use serde_json::{Value, json};
 
-use super::{Browser, LAST_TICK_FN, TICKS_FN, on_runtime, origin, text_of, vision};
+use super::{LAST_TICK_FN, TICKS_FN, vision};
 
 #[test]
 fn the_run_page_log_grows_while_the_run_prints_in_colour() {

@@ -1,10 +1,10 @@
 //! What a run or a stranger cannot make the dashboard do: markup stays text, no secret is
 //! shown, a wrong token is refused, stop needs the dashboard's own origin.
 
-use fantoccini::Locator;
+use div_test_support::dashboard::{Browser, Locator, on_runtime, origin, raw, session_cookie};
 use serde_json::{Value, json};
 
-use super::{Browser, on_runtime, origin, raw, session_cookie, vision};
+use super::vision;
 
 #[test]
 fn markup_from_a_run_is_inert_text_and_no_secret_is_shown() {

@@ -8,14 +8,14 @@
 //! `openssl` makes for the test; members are added by the owner over the Unix socket (as
 //! `div server users add` adds them) and place their runs over TLS with their own tokens.
 
-use div_test_support::tls::certificates;
 use std::sync::Arc;
 
 use div_server::{SandboxMode, TeamListen, TlsFiles};
-use fantoccini::Locator;
+use div_test_support::dashboard::{Browser, Locator, on_runtime};
+use div_test_support::tls::certificates;
 use serde_json::{Value, json};
 
-use super::{Browser, on_runtime, with_settings};
+use super::with_settings;
 use crate::harness::Server;
 
 /// A program that runs until stopped, saying so.

@@ -1,8 +1,9 @@
 //! The telemetry tab: the layout's series drawn.
 
+use div_test_support::dashboard::{Browser, on_runtime, origin};
 use serde_json::{Value, json};
 
-use super::{Browser, on_runtime, origin, vision};
+use super::vision;
 
 #[test]
 fn the_telemetry_tab_draws_the_layouts_series() {

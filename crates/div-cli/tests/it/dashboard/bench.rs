@@ -4,11 +4,11 @@
 use std::process::Command;
 use std::time::Duration;
 
+use div_test_support::dashboard::{Locator, origin, raw, session_cookie, with_browser};
 use div_test_support::wait_until_async;
-use fantoccini::Locator;
 use serde_json::json;
 
-use super::{origin, raw, session_cookie, vision, with_browser};
+use super::vision;
 
 /// `cargo xtask bench dashboard`: with `DIV_BENCH_STORED` runs stored (100,000 unless told),
 /// how long the list's first page takes to answer, and how long the page takes to be

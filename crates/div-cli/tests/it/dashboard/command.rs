@@ -4,9 +4,10 @@
 use std::process::Command;
 use std::time::Duration;
 
+use div_test_support::dashboard::{origin, processes_naming, with_browser};
 use div_test_support::wait_until_async;
 
-use super::{origin, processes_naming, vision, with_browser};
+use super::vision;
 use crate::support::DIV;
 
 /// Ending a browser ends every process it started: chromedriver's whole process group, and
@@ -15,13 +16,8 @@ use crate::support::DIV;
 fn a_browser_leaves_no_process_behind_when_it_ends() {
     with_browser(|browser| async move {
         browser.goto("about:blank").await;
-        let group = browser.driver.id().to_string();
-        let own = browser
-            ._profile
-            .path()
-            .as_os_str()
-            .as_encoded_bytes()
-            .to_vec();
+        let group = browser.group().to_string();
+        let own = browser.profile().as_os_str().as_encoded_bytes().to_vec();
         let started: Vec<String> = processes_naming(&own);
         assert!(
             !started.is_empty(),

@@ -5,7 +5,9 @@
 
 use std::process::Command;
 
-use super::{FAKE_DIV, origin, text_of, vision, with_browser};
+use div_test_support::dashboard::{origin, text_of, with_browser};
+
+use super::{FAKE_DIV, vision};
 
 #[test]
 fn place_it_again_is_a_command_a_shell_runs_as_the_run_was_placed() {
