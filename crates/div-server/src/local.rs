@@ -18,8 +18,12 @@ use div_api::{ApiError, Endpoint, HttpControlPlane, Options};
 /// the run's own disk), and on a machine loaded far past its cores (two test suites and
 /// their runs on two cores) it took over 10 s. One still going at the deadline gets one last
 /// look as long as the deadline itself (a loaded machine answered a first request in over
-/// 2 s), so a slow start waits at most twice this before it is an error.
+/// 2 s). One still opening its state directory (its socket not yet bound, seen past a minute
+/// beside the fault suite's thread and fork bombs) is waited for while it is going, up to
+/// [`OPENING_FACTOR`] times the deadline: it is starting, not failing.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How many deadlines a server still opening (going, its socket not yet bound) is waited for.
+pub const OPENING_FACTOR: u32 = 6;
 /// How long each look at a control plane being started may take: a slow answer is an answer.
 const STARTING_PROBE: Duration = Duration::from_secs(2);
 
@@ -71,6 +75,9 @@ pub enum StartError {
     #[error("the local control plane did not answer within {}s of starting", deadline.as_secs())]
     NotAnswering {
         deadline: Duration,
+        /// Whether it had begun to listen on its socket (else it was still opening its
+        /// state directory, or gone).
+        listening: bool,
         log: PathBuf,
         /// The last non-empty line of its log, when there is one.
         last_line: Option<String>,
@@ -84,8 +91,18 @@ impl StartError {
     /// What to look at next, when there is something to say.
     pub fn hint(&self) -> Option<String> {
         match self {
-            StartError::NotAnswering { log, last_line, .. } => Some(format!(
-                "its log is `{}`{}",
+            StartError::NotAnswering {
+                log,
+                last_line,
+                listening,
+                ..
+            } => Some(format!(
+                "{}its log is `{}`{}",
+                if *listening {
+                    ""
+                } else {
+                    "it never began to listen on its socket; "
+                },
                 log.display(),
                 last_line
                     .as_ref()
@@ -178,6 +195,14 @@ impl LocalControlPlane {
         Ok(self.client(options)?)
     }
 
+    /// Whether a socket was bound at [`Self::socket`] at `since` or later (one left by an
+    /// earlier server is older).
+    fn bound_since(&self, since: std::time::SystemTime) -> bool {
+        std::fs::symlink_metadata(self.socket())
+            .and_then(|m| m.modified())
+            .is_ok_and(|bound| bound >= since.checked_sub(Duration::from_secs(1)).unwrap_or(since))
+    }
+
     /// Starts `div server run` in the background, in its own process group (a Ctrl-C meant for
     /// the caller does not reach it), its output appended to [`Self::log_path`], and waits
     /// until it answers. Returns its pid. Another program may start one at the same moment:
@@ -214,7 +239,10 @@ impl LocalControlPlane {
             source,
         })?;
         let pid = child.id();
-        let deadline = Instant::now() + self.start_deadline;
+        let spawned = std::time::SystemTime::now();
+        let started = Instant::now();
+        let deadline = started + self.start_deadline;
+        let opening_limit = started + self.start_deadline * OPENING_FACTOR;
         loop {
             if self.answering_within(STARTING_PROBE).await {
                 return Ok(pid);
@@ -222,7 +250,12 @@ impl LocalControlPlane {
             // Reap it if it exited (another one may have won the socket, and that one
             // answering is as good); an error here only means there is nothing to reap.
             let going = matches!(child.try_wait(), Ok(None));
-            if Instant::now() > deadline {
+            let listening = self.bound_since(spawned);
+            let now = Instant::now();
+            // Still opening its state directory (trying the sandbox, the overlay and the
+            // runs' disks by starting programs): slow on a loaded machine, not failed.
+            let opening = going && !listening && now < opening_limit;
+            if now > deadline && !opening {
                 // Still going: a machine loaded far past its cores can be slower than each
                 // look to answer a first request (seen beside a fork bomb). A slow answer is
                 // an answer: one last look, as long as the deadline itself.
@@ -237,6 +270,7 @@ impl LocalControlPlane {
                     .map(str::to_owned);
                 return Err(StartError::NotAnswering {
                     deadline: self.start_deadline,
+                    listening: self.bound_since(spawned),
                     log: log_path,
                     last_line,
                 });
@@ -270,15 +304,16 @@ mod tests {
 
     /// A stand-in for `div` that `LocalControlPlane::start` runs as `div server run`: a Python
     /// program that writes its pid to `home/fake.pid`, then serves `/v1/health` on the state
-    /// directory's socket, each answer `delay` seconds after its request (each connection on
-    /// a thread of its own), or never answers at all.
-    fn fake_div(dir: &Path, delay: Option<f64>) -> PathBuf {
+    /// directory's socket `opening` seconds after it starts, each answer `delay` seconds after
+    /// its request (each connection on a thread of its own), or never answers at all.
+    fn fake_div(dir: &Path, opening: f64, delay: Option<f64>) -> PathBuf {
         let pid = "import os, socket, threading, time\n\
                    home = os.environ['DIVERGENT_HOME']\n\
                    open(os.path.join(home, 'fake.pid'), 'w').write(str(os.getpid()))\n";
         let serve = match delay {
             Some(delay) => format!(
-                "s = socket.socket(socket.AF_UNIX)\n\
+                "time.sleep({opening})\n\
+                 s = socket.socket(socket.AF_UNIX)\n\
                  s.bind(os.path.join(home, 'server.sock'))\n\
                  s.listen(64)\n\
                  def answer(c):\n\
@@ -311,7 +346,7 @@ mod tests {
     #[tokio::test]
     async fn a_control_plane_slower_than_each_look_is_still_taken_once_it_answers() {
         let dir = tempfile::tempdir().unwrap();
-        let div = fake_div(dir.path(), Some(2.5));
+        let div = fake_div(dir.path(), 0.0, Some(2.5));
         let _ended = Ended(dir.path().join("home"));
         let local = LocalControlPlane::new(dir.path().join("home"), &div)
             .start_deadline(Duration::from_secs(4));
@@ -323,7 +358,7 @@ mod tests {
     #[tokio::test]
     async fn a_control_plane_that_never_answers_is_an_error_naming_its_log() {
         let dir = tempfile::tempdir().unwrap();
-        let div = fake_div(dir.path(), None);
+        let div = fake_div(dir.path(), 0.0, None);
         let _ended = Ended(dir.path().join("home"));
         let local = LocalControlPlane::new(dir.path().join("home"), &div)
             .start_deadline(Duration::from_secs(1));
@@ -336,5 +371,34 @@ mod tests {
         assert!(matches!(err, StartError::NotAnswering { .. }), "{err:?}");
         let hint = err.hint().unwrap_or_default();
         assert!(hint.contains("home/server.log"), "{hint}");
+        assert!(
+            hint.starts_with("it never began to listen on its socket; "),
+            "{hint}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_control_plane_still_opening_past_the_deadline_is_waited_for_while_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Its socket is bound 2.5 s after it starts (its probes slow on a loaded machine),
+        // past the 1 s deadline and within six of them; it then answers at once.
+        let div = fake_div(dir.path(), 2.5, Some(0.0));
+        let _ended = Ended(dir.path().join("home"));
+        let local = LocalControlPlane::new(dir.path().join("home"), &div)
+            .start_deadline(Duration::from_secs(1));
+        local.start().await.expect("answered once it listened");
+    }
+
+    #[tokio::test]
+    async fn a_socket_left_by_an_earlier_server_is_not_taken_for_listening() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let local = LocalControlPlane::new(&home, "/nonexistent");
+        let earlier = std::os::unix::net::UnixListener::bind(local.socket()).unwrap();
+        drop(earlier);
+        let bound = std::time::SystemTime::now();
+        assert!(local.bound_since(bound));
+        assert!(!local.bound_since(bound + Duration::from_secs(5)));
     }
 }

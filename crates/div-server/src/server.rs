@@ -97,28 +97,50 @@ impl Server {
         let chosen = crate::executor::Choice::read(&home)?;
         let local = chosen.is_local();
         let (inventory, executor) = chosen.open(options, &home, &cgroups)?;
-        let sandboxed = match options.sandbox {
-            crate::SandboxMode::None => false,
-            crate::SandboxMode::Auto => sandbox::bwrap_works(),
-            crate::SandboxMode::Bwrap => {
-                if !sandbox::bwrap_works() {
-                    return Err(ServerError::NoSandbox);
-                }
-                true
-            }
-        };
-        // A lost state.db beside earlier runs or volumes refuses the start (ServerError::StateLost).
-        let store = crate::store::open_with_history(&home)?;
+        // What this machine lets runs have, each found by starting a program (bubblewrap, an
+        // overlay under it, `mkfs` and a loop mount) and laid into the state directory (div-init):
+        // tried side by side, while the store and the image cache open, so the start waits for
+        // the slowest alone. On a machine loaded far past its cores each spawn can take seconds,
+        // and the client waits for the server to answer (`local::START_DEADLINE`).
+        let (sandboxed, overlay, scratch, init, store, images) = std::thread::scope(|scope| {
+            let sandbox = scope.spawn(|| {
+                let sandboxed = match options.sandbox {
+                    crate::SandboxMode::None => false,
+                    crate::SandboxMode::Auto | crate::SandboxMode::Bwrap => sandbox::bwrap_works(),
+                };
+                // Runs' `/workspace` as overlays where this machine lets them be (see
+                // `workspace`); made with the sandbox's own first flags, known once it works.
+                let overlay = sandboxed
+                    && local
+                    && div_runtime::workspace::overlay_works(&home, &sandbox::bwrap_head());
+                (sandboxed, overlay)
+            });
+            // Runs' own disks, where this machine can loop-mount them (used only sandboxed).
+            let disks = scope.spawn(|| {
+                local
+                    && options.sandbox != crate::SandboxMode::None
+                    && div_runtime::scratch::works(&home)
+            });
+            let init = scope.spawn(|| div_runtime::init::install(&home));
+            // A lost state.db beside earlier runs or volumes refuses the start
+            // (ServerError::StateLost).
+            let store = crate::store::open_with_history(&home);
+            let images = Images::open(&home, options.images.clone());
+            let (sandboxed, overlay) = sandbox.join().unwrap_or((false, false));
+            let scratch = sandboxed && disks.join().unwrap_or(false);
+            let init = init
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("laying it in panicked")));
+            (sandboxed, overlay, scratch, init, store, images)
+        });
+        if options.sandbox == crate::SandboxMode::Bwrap && !sandboxed {
+            return Err(ServerError::NoSandbox);
+        }
+        let store = store?;
         for name in ["state.db", "state.db-wal", "state.db-shm"] {
             let _ = fs::set_permissions(home.join(name), fs::Permissions::from_mode(0o600));
         }
-        let images = Images::open(&home, options.images.clone())?;
-        // Runs' `/workspace` as overlays where this machine lets them be (see `workspace`).
-        let overlay = sandboxed
-            && local
-            && div_runtime::workspace::overlay_works(&home, &sandbox::bwrap_head());
-        let init = div_runtime::init::install(&home);
-        let scratch = sandboxed && local && div_runtime::scratch::works(&home);
+        let images = images?;
         let mut server = Server::new(home, store, inventory, sandboxed, cgroups, executor, images);
         server.overlay = overlay;
         server.scratch = scratch;
