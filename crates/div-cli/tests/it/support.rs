@@ -50,6 +50,12 @@ pub(crate) struct World {
     pub(crate) tmp: tempfile::TempDir,
 }
 
+/// How long one call of `div` to the mock control plane may take (`DIVERGENT_API_TIMEOUT`),
+/// in seconds. A bound, not a speed: wiremock answers at once, but beside the fault suite on
+/// two cores a first request once took over 3 s (`.ci/stress`), which was the bound then. A
+/// test of a call that times out sets a short one itself.
+pub(crate) const API_TIMEOUT: &str = "30";
+
 impl World {
     pub(crate) async fn new() -> World {
         let server = mock_server().await;
@@ -80,7 +86,7 @@ impl World {
             .env("HOME", self.tmp.path().join("home"))
             .env("DIVERGENT_HOME", self.tmp.path().join("div-home"))
             .env("DIVERGENT_API_URL", self.server.uri())
-            .env("DIVERGENT_API_TIMEOUT", "3")
+            .env("DIVERGENT_API_TIMEOUT", API_TIMEOUT)
             .env("NO_COLOR", "1");
         c
     }

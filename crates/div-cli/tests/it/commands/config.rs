@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{DIV, Done, World};
+use crate::support::{API_TIMEOUT, DIV, Done, World};
 
 #[tokio::test]
 async fn config_says_where_each_setting_came_from_and_never_shows_the_token() {
@@ -29,7 +29,7 @@ async fn config_says_where_each_setting_came_from_and_never_shows_the_token() {
     assert_eq!(line("project"), "project other (DIVERGENT_PROJECT)");
     assert_eq!(
         line("api_timeout"),
-        "api_timeout 3s (DIVERGENT_API_TIMEOUT)"
+        format!("api_timeout {API_TIMEOUT}s (DIVERGENT_API_TIMEOUT)")
     );
 }
 
