@@ -403,3 +403,71 @@ fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
         text(&out.stdout)
     );
 }
+
+/// A server on another inventory that is too slow for `div`'s first look (a loaded machine;
+/// here it is stopped with SIGSTOP until `div` has tried to start another) is still found,
+/// and restarted with the inventory asked for when no run is going: `div` does not run on the
+/// old one because it answered late.
+#[test]
+fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let local = project();
+    let with = |gpus: &str, args: &[&str]| {
+        local
+            .command(args)
+            .env("DIVERGENT_EMULATE_GPUS", gpus)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("div starts")
+    };
+    let first = with("h100:2", &["runs"])
+        .wait_with_output()
+        .expect("div ends");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let pid: i32 = std::fs::read_to_string(local.home().join("server.pid"))
+        .expect("server.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let server = Pid::from_raw(pid).expect("a positive pid");
+    let log = local.home().join("server.log");
+    let starts = |log: &Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .matches("div server: serving ")
+            .count()
+    };
+    assert_eq!(starts(&log), 1);
+    /// Lets the stopped server go on however the test ends, so its harness can stop it.
+    struct GoesOn(Pid);
+    impl Drop for GoesOn {
+        fn drop(&mut self) {
+            let _ = kill_process(self.0, Signal::CONT);
+        }
+    }
+    kill_process(server, Signal::STOP).expect("the server stopped");
+    let goes_on = GoesOn(server);
+    let asking = with(
+        "h100:8",
+        &["run", "--gpu", "h100", "--gpus", "8", "hello.py"],
+    );
+    // `div` found none answering and started another, which found the home taken.
+    div_test_support::wait_until(
+        "`div` starting a second server",
+        std::time::Duration::from_secs(60),
+        || match starts(&log) {
+            2.. => Ok(()),
+            n => Err(n),
+        },
+    );
+    drop(goes_on);
+    let out = asking.wait_with_output().expect("div ends");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("div: emulated H100 ×8"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -71,7 +71,24 @@ pub(crate) async fn connect_local(
     } else {
         // None answered, or the one that did was stopped to start with the inventory asked
         // for: started (or found started by another `div` meanwhile).
-        local.connect(options).await.map_err(start_failure)?
+        let cp = local
+            .connect(options.clone())
+            .await
+            .map_err(start_failure)?;
+        // One running but slower than the first look (a loaded machine) is found by
+        // `connect` rather than started: its inventory is matched as the look's would have
+        // been (`server_loop::a_server_on_another_inventory_is_restarted_when_no_run_is_going`
+        // once ran its `div` on the old inventory so).
+        let slow = match health {
+            None if settings.emulate_gpus.is_some() => cp.health().await.ok(),
+            _ => None,
+        };
+        match slow {
+            Some(health) if match_inventory(settings, &health).await? => {
+                local.connect(options).await.map_err(start_failure)?
+            }
+            _ => cp,
+        }
     };
     Ok(Box::new(cp))
 }
