@@ -471,3 +471,65 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
         text(&out.stdout)
     );
 }
+
+/// `div server stop` stops a server too slow to answer its look (here held with SIGSTOP):
+/// it holds its home, so it is running, not "not running", and it is told to stop and
+/// waited for.
+#[test]
+fn div_server_stop_stops_a_server_too_slow_to_answer() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let local = project();
+    let first = local.div(&["runs"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let pid: i32 = std::fs::read_to_string(local.home().join("server.pid"))
+        .expect("server.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let server = Pid::from_raw(pid).expect("a positive pid");
+    /// Lets the stopped server go on however the test ends.
+    struct GoesOn(Pid);
+    impl Drop for GoesOn {
+        fn drop(&mut self) {
+            let _ = kill_process(self.0, Signal::CONT);
+        }
+    }
+    kill_process(server, Signal::STOP).expect("the server stopped");
+    let goes_on = GoesOn(server);
+    let stopping = local
+        .command(&["server", "stop"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("div starts");
+    // SIGTERM waits, pending, until the server goes on.
+    let pending = |pid: i32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .filter(|l| l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
+            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+            .any(|mask| mask & (1 << 14) != 0)
+    };
+    div_test_support::wait_until(
+        "SIGTERM pending for the held server",
+        std::time::Duration::from_secs(60),
+        || {
+            if pending(pid) { Ok(()) } else { Err("not yet") }
+        },
+    );
+    drop(goes_on);
+    let out = stopping.wait_with_output().expect("div ends");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("stopped the local control plane (pid {pid})")),
+        "{stderr}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.split_whitespace().nth(2) == Some("Z")
+        }
+    );
+}

@@ -199,6 +199,13 @@ pub(crate) fn pid(home: &Path) -> Option<i32> {
         .filter(|p| *p > 0)
 }
 
+/// Whether a server holds the state directory's lock (`server.pid`, locked while it serves):
+/// a server too slow to answer a look (a loaded machine) is still running.
+pub(crate) fn held(home: &Path) -> bool {
+    std::fs::File::open(home.join("server.pid"))
+        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
+}
+
 /// SIGTERM to `pid` (which `pid()` already checked is positive).
 pub(crate) fn signal_terminate(pid: i32) -> bool {
     use rustix::process::{Pid, Signal, kill_process};
