@@ -343,13 +343,24 @@ mod tests {
         div
     }
 
+    /// A [`LocalControlPlane`] whose `div` is [`fake_div`]`(opening, delay)`, given
+    /// `deadline_s` to answer; its folder and the stand-in's end go with the last two.
+    fn stand_in(
+        opening: f64,
+        delay: Option<f64>,
+        deadline_s: u64,
+    ) -> (LocalControlPlane, tempfile::TempDir, Ended) {
+        let dir = tempfile::tempdir().unwrap();
+        let div = fake_div(dir.path(), opening, delay);
+        let ended = Ended(dir.path().join("home"));
+        let local = LocalControlPlane::new(dir.path().join("home"), &div)
+            .start_deadline(Duration::from_secs(deadline_s));
+        (local, dir, ended)
+    }
+
     #[tokio::test]
     async fn a_control_plane_slower_than_each_look_is_still_taken_once_it_answers() {
-        let dir = tempfile::tempdir().unwrap();
-        let div = fake_div(dir.path(), 0.0, Some(2.5));
-        let _ended = Ended(dir.path().join("home"));
-        let local = LocalControlPlane::new(dir.path().join("home"), &div)
-            .start_deadline(Duration::from_secs(4));
+        let (local, _dir, _ended) = stand_in(0.0, Some(2.5), 4);
         // Each look gives up at 2 s; the answer comes at 2.5 s: only the last look, as long
         // as the deadline, hears it.
         local.start().await.expect("answered, slowly");
@@ -357,11 +368,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_control_plane_that_never_answers_is_an_error_naming_its_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let div = fake_div(dir.path(), 0.0, None);
-        let _ended = Ended(dir.path().join("home"));
-        let local = LocalControlPlane::new(dir.path().join("home"), &div)
-            .start_deadline(Duration::from_secs(1));
+        let (local, _dir, _ended) = stand_in(0.0, None, 1);
         let err = local.start().await.expect_err("never answers");
         assert!(
             err.to_string()
@@ -379,13 +386,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_control_plane_still_opening_past_the_deadline_is_waited_for_while_it_goes() {
-        let dir = tempfile::tempdir().unwrap();
         // Its socket is bound 2.5 s after it starts (its probes slow on a loaded machine),
         // past the 1 s deadline and within six of them; it then answers at once.
-        let div = fake_div(dir.path(), 2.5, Some(0.0));
-        let _ended = Ended(dir.path().join("home"));
-        let local = LocalControlPlane::new(dir.path().join("home"), &div)
-            .start_deadline(Duration::from_secs(1));
+        let (local, _dir, _ended) = stand_in(2.5, Some(0.0), 1);
         local.start().await.expect("answered once it listened");
     }
 

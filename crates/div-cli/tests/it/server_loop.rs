@@ -410,7 +410,6 @@ fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
 /// old one because it answered late.
 #[test]
 fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted() {
-    use rustix::process::{Pid, Signal, kill_process};
     let local = project();
     let with = |gpus: &str, args: &[&str]| {
         local
@@ -425,12 +424,6 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
         .wait_with_output()
         .expect("div ends");
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
-    let pid: i32 = std::fs::read_to_string(local.home().join("server.pid"))
-        .expect("server.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let server = Pid::from_raw(pid).expect("a positive pid");
     let log = local.home().join("server.log");
     let starts = |log: &Path| {
         std::fs::read_to_string(log)
@@ -439,15 +432,7 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
             .count()
     };
     assert_eq!(starts(&log), 1);
-    /// Lets the stopped server go on however the test ends, so its harness can stop it.
-    struct GoesOn(Pid);
-    impl Drop for GoesOn {
-        fn drop(&mut self) {
-            let _ = kill_process(self.0, Signal::CONT);
-        }
-    }
-    kill_process(server, Signal::STOP).expect("the server stopped");
-    let goes_on = GoesOn(server);
+    let held = Held::server_of(&local);
     let asking = with(
         "h100:8",
         &["run", "--gpu", "h100", "--gpus", "8", "hello.py"],
@@ -461,7 +446,7 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
             n => Err(n),
         },
     );
-    drop(goes_on);
+    drop(held);
     let out = asking.wait_with_output().expect("div ends");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -477,25 +462,11 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
 /// waited for.
 #[test]
 fn div_server_stop_stops_a_server_too_slow_to_answer() {
-    use rustix::process::{Pid, Signal, kill_process};
     let local = project();
     let first = local.div(&["runs"]);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
-    let pid: i32 = std::fs::read_to_string(local.home().join("server.pid"))
-        .expect("server.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let server = Pid::from_raw(pid).expect("a positive pid");
-    /// Lets the stopped server go on however the test ends.
-    struct GoesOn(Pid);
-    impl Drop for GoesOn {
-        fn drop(&mut self) {
-            let _ = kill_process(self.0, Signal::CONT);
-        }
-    }
-    kill_process(server, Signal::STOP).expect("the server stopped");
-    let goes_on = GoesOn(server);
+    let held = Held::server_of(&local);
+    let pid = held.pid;
     let stopping = local
         .command(&["server", "stop"])
         .stdout(std::process::Stdio::piped())
@@ -518,7 +489,7 @@ fn div_server_stop_stops_a_server_too_slow_to_answer() {
             if pending(pid) { Ok(()) } else { Err("not yet") }
         },
     );
-    drop(goes_on);
+    drop(held);
     let out = stopping.wait_with_output().expect("div ends");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -532,4 +503,34 @@ fn div_server_stop_stops_a_server_too_slow_to_answer() {
             stat.split_whitespace().nth(2) == Some("Z")
         }
     );
+}
+
+/// The running local control plane, held with SIGSTOP (as a machine loaded far past its cores
+/// holds it: too slow for any look), and let go on when dropped, however the test ends.
+struct Held {
+    pid: i32,
+}
+
+impl Held {
+    fn server_of(local: &Local) -> Held {
+        let pid: i32 = std::fs::read_to_string(local.home().join("server.pid"))
+            .expect("server.pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let held = Held { pid };
+        rustix::process::kill_process(held.server(), rustix::process::Signal::STOP)
+            .expect("the server stopped");
+        held
+    }
+
+    fn server(&self) -> rustix::process::Pid {
+        rustix::process::Pid::from_raw(self.pid).expect("a positive pid")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.server(), rustix::process::Signal::CONT);
+    }
 }
