@@ -65,6 +65,35 @@ pub(crate) struct HomeLock {
     _file: fs::File,
 }
 
+/// A server's hold on its home: its lock, let go only after its store is closed, on every way
+/// a server ends. `serve` closes the store itself when it stops (after the work in flight),
+/// and then this closes nothing. When `serve`'s future is dropped instead (its task aborted,
+/// as a test's kill does), blocking work that outlives it still holds the server: without
+/// this, its store would stay open past the lock, beside the next server's on the same home,
+/// and be closed (its log copied in and deleted) under it.
+pub(crate) struct HomeHeld {
+    server: Arc<Server>,
+    _lock: HomeLock,
+}
+
+impl HomeHeld {
+    pub(crate) fn new(server: Arc<Server>, lock: HomeLock) -> HomeHeld {
+        HomeHeld {
+            server,
+            _lock: lock,
+        }
+    }
+}
+
+impl Drop for HomeHeld {
+    fn drop(&mut self) {
+        // Before the fields drop, the lock among them.
+        if let Err(e) = self.server.store.close() {
+            tracing::warn!("the state database did not close cleanly: {e}");
+        }
+    }
+}
+
 impl Server {
     /// Prepares the state directory (0700, locked against a second server), finds the
     /// inventory and the sandbox, and opens the store.
@@ -275,4 +304,74 @@ pub(crate) fn spawn_work<T: Send + 'static>(
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let working = Working(Arc::clone(server));
     tokio::task::spawn_blocking(move || f(&working.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server whose `serve` future is dropped while blocking work of its own still holds it
+    /// (a test's kill aborts its task so) closes its store before it lets go of its home: the
+    /// next server opens `state.db` alone, and nothing is closed under it later.
+    #[test]
+    fn a_server_dropped_midway_closes_its_store_before_it_lets_go_of_its_home() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let options = ServerOptions {
+            home: dir.path().join("home"),
+            tcp: None,
+            team: None,
+            gpus: crate::GpuSource::Emulate("h100:1".to_owned()),
+            supervisor: crate::SupervisorCommand {
+                program: PathBuf::from("/bin/false"),
+                args: Vec::new(),
+            },
+            sandbox: crate::SandboxMode::None,
+            tick: crate::DEFAULT_TICK,
+            images: Default::default(),
+        };
+        let wal = options.home.join("state.db-wal");
+        let (server, lock) = Server::open(&options).expect("the first server opens");
+        let server = Arc::new(server);
+        server
+            .store
+            .set_secret("TOKEN", "one", "2026-12-07T00:00:00Z")
+            .expect("a write");
+        assert!(
+            wal.metadata().is_ok_and(|m| m.len() > 0),
+            "the write is in the log, not yet in state.db"
+        );
+        // Work that outlives `serve`'s future.
+        let outliving = Arc::clone(&server);
+        drop(HomeHeld::new(server, lock));
+
+        assert!(
+            matches!(
+                outliving.store.secrets(),
+                Err(crate::store::StoreError::Closed)
+            ),
+            "the first server's store is closed"
+        );
+        assert!(
+            wal.metadata().map_or(true, |m| m.len() == 0),
+            "its log is copied into state.db"
+        );
+        let (again, _lock) = Server::open(&options).expect("the home is free for a second");
+        again
+            .store
+            .set_secret("OTHER", "two", "2026-12-07T00:00:01Z")
+            .expect("a write of the second");
+        drop(outliving);
+        let names: Vec<String> = again
+            .store
+            .secrets()
+            .expect("the second's store is open")
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["OTHER", "TOKEN"], "both writes are kept");
+        assert!(
+            wal.metadata().is_ok_and(|m| m.len() > 0),
+            "the second server's log is its own, not deleted under it"
+        );
+    }
 }

@@ -88,6 +88,7 @@ pub(crate) async fn serve(
 ) -> Result<(), ServerError> {
     let (server, home_lock) = Server::open(&options)?;
     let server = Arc::new(server);
+    let home_held = crate::server::HomeHeld::new(Arc::clone(&server), home_lock);
     start(&server).await;
     let (unix, socket) = unix_listener(&server.home)?;
     let tcp = tcp_listener(&options).await?;
@@ -145,7 +146,7 @@ pub(crate) async fn serve(
     while conns.join_next().await.is_some() {}
     drop(shared);
     stop(server).await;
-    drop(home_lock);
+    drop(home_held);
     Ok(())
 }
 
