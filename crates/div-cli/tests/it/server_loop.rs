@@ -395,13 +395,7 @@ fn a_server_on_another_inventory_is_restarted_when_no_run_is_going() {
         "H100:8",
         &["run", "--gpu", "h100", "--gpus", "8", "hello.py"],
     );
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("div: emulated H100 ×8"),
-        "{}",
-        text(&out.stdout)
-    );
+    ran_on_eight_h100(&out);
 }
 
 /// A server on another inventory that is too slow for `div`'s first look (a loaded machine;
@@ -448,13 +442,7 @@ fn a_server_on_another_inventory_too_slow_for_the_first_look_is_still_restarted(
     );
     drop(held);
     let out = asking.wait_with_output().expect("div ends");
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("div: emulated H100 ×8"),
-        "{}",
-        text(&out.stdout)
-    );
+    ran_on_eight_h100(&out);
 }
 
 /// `div server stop` stops a server too slow to answer its look (here held with SIGSTOP):
@@ -533,4 +521,15 @@ impl Drop for Held {
     fn drop(&mut self) {
         let _ = rustix::process::kill_process(self.server(), rustix::process::Signal::CONT);
     }
+}
+
+/// `out` is a `div run` that passed on the inventory asked for, eight emulated H100s.
+fn ran_on_eight_h100(out: &std::process::Output) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("div: emulated H100 ×8"),
+        "{}",
+        text(&out.stdout)
+    );
 }
