@@ -116,21 +116,61 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `remove_dir_all`, after giving back the permissions overlayfs takes from its `work/work`
-/// folder (mode 0), which would stop an unprivileged owner.
+/// `remove_dir_all`, and where that is refused, again after giving back to each folder in
+/// `dir` the permissions taken from it: overlayfs makes its `work/work` folder, and under it
+/// `incompat/volatile` for a `volatile` mount, with mode 0, and a run may have made folders
+/// of its own so. Root passes them, and so does a supervisor in its own user namespace; an
+/// unprivileged server (the start-up probe, a relaunch's `prepare`) does not. (Root is
+/// refused for other reasons, which no mode mends: it changes none.)
 fn remove_all(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = fs::set_permissions(dir.join("work/work"), fs::Permissions::from_mode(0o700));
-    let _ = fs::remove_dir_all(dir);
+    if fs::remove_dir_all(dir).is_err() && !rustix::process::geteuid().is_root() {
+        open_up(dir);
+        let _ = fs::remove_dir_all(dir);
+    }
 }
+
+/// Gives every folder under `dir` (and `dir`) mode 0700, never following a link that was
+/// there when it looked (a user's own server, on its own files): a loop with a list of its
+/// own, not a recursion, however deep a run made its tree.
+fn open_up(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut left = vec![dir.to_path_buf()];
+    while let Some(folder) = left.pop() {
+        match fs::symlink_metadata(&folder) {
+            Ok(meta) if meta.is_dir() => {}
+            _ => continue,
+        }
+        let _ = fs::set_permissions(&folder, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(&folder) {
+            left.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+}
+
+/// The start-up probe's folder in `home`, named for the server's process.
+const PROBE_PREFIX: &str = "overlay-probe-";
 
 /// Whether runs' `/workspace` can be overlays here: an overlay made the way a run's is (as
 /// root, in a mount namespace of its own; otherwise in a user namespace of its own too), in
 /// `home`, mounts and shows its lower layer's file to bubblewrap (`bwrap`: the sandbox's
 /// program and its first flags), and takes bubblewrap's writes in its upper layer alone.
 /// Tried once, when the server starts.
+///
+/// The caller holds `home` (its lock): any probe's folder found there is one a server killed
+/// in its probe left, and is removed first.
 pub fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
-    let probe = home.join(format!("overlay-probe-{}", std::process::id()));
+    if let Ok(entries) = fs::read_dir(home) {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(PROBE_PREFIX)
+            {
+                remove_all(&entry.path());
+            }
+        }
+    }
+    let probe = home.join(format!("{PROBE_PREFIX}{}", std::process::id()));
     let works = (|| -> io::Result<bool> {
         let lower = probe.join("lower");
         fs::create_dir_all(&lower)?;
@@ -174,8 +214,7 @@ pub fn overlay_works(home: &Path, bwrap: &[String]) -> bool {
             && fs::read_dir(&merged)?.next().is_none())
     })()
     .unwrap_or(false);
-    remove_all(&probe.join("overlay"));
-    let _ = fs::remove_dir_all(&probe);
+    remove_all(&probe);
     works
 }
 

@@ -80,7 +80,8 @@ pub(crate) fn user_can_be_made() -> bool {
 
 /// `div-serve` started as the user `div-runner` (made with `useradd -m` if missing) on the
 /// home `dir/state/home`, with its binaries copied to `dir/bin`; `dir` is made readable to
-/// all. The server, a client of it, and the user's uid and gid.
+/// all. The server, a client of it, and the user's uid and gid. Called again on the same
+/// `dir` once the first server is gone, it starts another on the same home.
 pub(crate) async fn serve_as_user(dir: &Path) -> (Serving, Server, u32, u32) {
     // Made once; later runs find it there.
     let _ = Command::new("useradd").args(["-m", USER]).output();
@@ -89,12 +90,12 @@ pub(crate) async fn serve_as_user(dir: &Path) -> (Serving, Server, u32, u32) {
 
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let bin = dir.join("bin");
-    std::fs::create_dir(&bin).expect("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let serve = install(&bin, env!("CARGO_BIN_EXE_div-serve"));
     let supervise = install(&bin, env!("CARGO_BIN_EXE_div-supervise"));
     let state = dir.join("state");
-    std::fs::create_dir(&state).expect("state");
+    std::fs::create_dir_all(&state).expect("state");
     std::os::unix::fs::chown(&state, Some(uid), Some(gid)).expect("chown");
     let home = state.join("home");
     let out_path = dir.join("serve.out");
@@ -332,4 +333,87 @@ async fn an_unprivileged_server_stores_a_pack_whole() {
         .collect();
     assert!(left.is_empty(), "nothing left beside the blobs: {left:?}");
     commit_two_and_read_back(&server, "code/1", &a, &b).await;
+}
+
+/// The folders in `home` a start-up probe of overlays is made in.
+fn probes_in(home: &Path) -> Vec<String> {
+    std::fs::read_dir(home)
+        .expect("the home")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("overlay-probe-"))
+        .collect()
+}
+
+/// An unprivileged server's start-up probe of overlays leaves nothing in its home. overlayfs
+/// makes folders in its work folder with mode 0 (`work/work`, and `work/work/incompat` of a
+/// `volatile` mount); root and a supervisor in its own user namespace remove them anyway,
+/// the server's user did not, and each start of `div server run` as a user left an
+/// `overlay-probe-PID` behind. What a server killed in its probe left is removed at the next
+/// start.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_server_leaves_no_probe_in_its_home() {
+    use std::os::unix::fs::PermissionsExt;
+    if !user_can_be_made() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (serving, server, uid, gid) = serve_as_user(dir.path()).await;
+    let home = server.home.clone();
+    // The probe is over before the server answers.
+    assert_eq!(
+        probes_in(&home),
+        Vec::<String>::new(),
+        "the probe's folder is left"
+    );
+    // A run still gets an overlay: the probe mounted one (and so overlayfs made its folders
+    // of mode 0), and found that it works.
+    let code = server.code(&[("train.py", "print('hi')\n")]).await;
+    let chowned = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(home.join("volumes/tests-code"))
+        .status()
+        .expect("chown runs");
+    assert!(chowned.success());
+    let log = server
+        .run_to_success(
+            "if grep -q ' /workspace .* - overlay ' /proc/self/mountinfo; then echo overlay; fi; echo done",
+            json!({"code": code}),
+        )
+        .await;
+    if log.contains("div: no sandbox") {
+        println!("bubblewrap does not work for `{USER}` here: no overlay is probed");
+        return;
+    }
+    assert!(log.ends_with("overlay\ndone\n"), "{log}");
+    drop(serving);
+
+    // What a server killed in its probe leaves, made as the kernel leaves it: the user's,
+    // folders of mode 0 inside.
+    let stale = home.join("overlay-probe-4194304");
+    let volatile = stale.join("overlay/work/work/incompat/volatile");
+    std::fs::create_dir_all(&volatile).expect("the stale probe");
+    std::fs::create_dir_all(stale.join("lower")).expect("lower");
+    let chowned = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(&stale)
+        .status()
+        .expect("chown runs");
+    assert!(chowned.success());
+    for closed in [
+        &volatile,
+        &stale.join("overlay/work/work/incompat"),
+        &stale.join("overlay/work/work"),
+    ] {
+        std::fs::set_permissions(closed, std::fs::Permissions::from_mode(0o000)).expect("chmod 0");
+    }
+    let (serving, _server, _, _) = serve_as_user(dir.path()).await;
+    assert_eq!(
+        probes_in(&home),
+        Vec::<String>::new(),
+        "a stale probe's folder is left"
+    );
+    drop(serving);
 }
