@@ -38,6 +38,18 @@ fn id(flag: &str) -> u32 {
         .unwrap_or_else(|_| panic!("no user `{USER}`: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// Gives `path` and everything under it to the user `uid`:`gid` (`chown -R`), as what that
+/// user's own server or `div run` would have made.
+fn chown_all(path: &Path, uid: u32, gid: u32) {
+    let chowned = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(path)
+        .status()
+        .expect("chown runs");
+    assert!(chowned.success(), "chown -R {}", path.display());
+}
+
 /// Copies a built binary where the user can run it (the target directory may not be).
 fn install(bin: &Path, from: &str) -> PathBuf {
     let from = Path::new(from);
@@ -220,13 +232,7 @@ async fn an_unprivileged_servers_runs_get_an_overlay_workspace_never_the_committ
         .await;
     // As `div run` would have committed it: the server's user's files.
     let volume = server.home.join("volumes/tests-code");
-    let chowned = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{gid}"))
-        .arg(&volume)
-        .status()
-        .expect("chown runs");
-    assert!(chowned.success());
+    chown_all(&volume, uid, gid);
     let committed = volume.join(code["path"].as_str().expect("a path"));
     let (status, run) = server
         .create_run(
@@ -369,13 +375,7 @@ async fn an_unprivileged_server_leaves_no_probe_in_its_home() {
     // A run still gets an overlay: the probe mounted one (and so overlayfs made its folders
     // of mode 0), and found that it works.
     let code = server.code(&[("train.py", "print('hi')\n")]).await;
-    let chowned = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{gid}"))
-        .arg(home.join("volumes/tests-code"))
-        .status()
-        .expect("chown runs");
-    assert!(chowned.success());
+    chown_all(&home.join("volumes/tests-code"), uid, gid);
     let log = server
         .run_to_success(
             "if grep -q ' /workspace .* - overlay ' /proc/self/mountinfo; then echo overlay; fi; echo done",
@@ -395,13 +395,7 @@ async fn an_unprivileged_server_leaves_no_probe_in_its_home() {
     let volatile = stale.join("overlay/work/work/incompat/volatile");
     std::fs::create_dir_all(&volatile).expect("the stale probe");
     std::fs::create_dir_all(stale.join("lower")).expect("lower");
-    let chowned = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{gid}"))
-        .arg(&stale)
-        .status()
-        .expect("chown runs");
-    assert!(chowned.success());
+    chown_all(&stale, uid, gid);
     for closed in [
         &volatile,
         &stale.join("overlay/work/work/incompat"),
