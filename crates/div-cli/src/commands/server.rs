@@ -150,6 +150,13 @@ async fn run(
         tick: div_server::DEFAULT_TICK,
         images: image_settings(&settings.images)?,
     };
+    // The server's warnings (a Slurm controller slow to answer, what it could not remove)
+    // go to its stderr, which is its log (`server.log` when `div` started it).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
     printer.status(&format!(
         "div server: serving {} on {}",
         settings.home.display(),

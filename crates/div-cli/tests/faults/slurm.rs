@@ -1,7 +1,7 @@
 //! Slurm's own faults, performed on the loopback cluster: a node lost mid-run (its slurmd
 //! killed with SIGKILL, started again after), the 32-GPU ceiling run many times, a run
-//! waiting while an outside job holds every node, and a `--memory` below what a node can
-//! give a GPU.
+//! waiting while an outside job holds every node, a `--memory` below what a node can give a
+//! GPU, and a controller slower than div's deadline as its control plane starts.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -360,4 +360,74 @@ fn a_memory_below_the_gpus_share_is_refused_saying_what_each_node_is_asked_for()
     );
     let runs = world.div(&["runs", "--json"]);
     assert_eq!(text(&runs.stdout).trim(), "[]", "nothing was created");
+}
+
+#[test]
+fn a_controller_slower_than_the_deadline_as_the_server_starts_is_asked_again_and_the_run_runs() {
+    let Some(world) = World::new(Place::SlurmOneNode) else {
+        return;
+    };
+    // The controller as this `div`'s server sees it, held: its `sinfo` does not answer until
+    // the test lets go (holding slurmctld itself would hold every other suite's runs too, and
+    // `.ci/stress` runs one beside this). The real `sinfo` answers after.
+    let real = Command::new("sh")
+        .args(["-c", "command -v sinfo"])
+        .output()
+        .expect("sh");
+    let real = text(&real.stdout).trim().to_owned();
+    assert!(!real.is_empty(), "no sinfo on PATH");
+    let bin = world.home().join("held-bin");
+    let flags = world.home().join("held");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::create_dir_all(&flags).expect("flags");
+    let script = bin.join("sinfo");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ ! -e '{f}/let-go' ]; then\n  echo $$ >> '{f}/asked'\n  while [ ! -e '{f}/let-go' ]; do sleep 0.1; done\nfi\nexec '{real}' \"$@\"\n",
+            f = flags.display()
+        ),
+    )
+    .expect("the held sinfo");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut div = world
+        .command(&["run", "--gpu", "h100", "--", "sh", "-c", "echo bye; exit 3"])
+        .env("PATH", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("div runs");
+    // Waits for the server to say it asks again (its first `sinfo` past the deadline and
+    // killed), then lets the controller answer.
+    let log = world.home().join("server.log");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("Slurm is slow to answer") {
+            break;
+        }
+        if let Some(status) = div.try_wait().expect("div") {
+            let out = div.wait_with_output().expect("div's output");
+            panic!(
+                "div ended ({status}) before its server asked Slurm again:\n{}\nserver.log:\n{said}",
+                text(&out.stderr)
+            );
+        }
+        assert!(Instant::now() < deadline, "server.log:\n{said}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(flags.join("let-go"), "").expect("let go");
+    let out = div.wait_with_output().expect("div ends");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("div: Slurm job "), "{stdout}");
+    assert!(holds_lines(&stdout, &["bye"]), "{stdout}");
+    let asked = std::fs::read_to_string(flags.join("asked")).unwrap_or_default();
+    assert!(!asked.trim().is_empty(), "the held sinfo was never asked");
 }

@@ -12,6 +12,17 @@ pub(super) const SQUEUE_TTL: Duration = Duration::from_millis(500);
 /// (`MessageTimeout`) or a missing configuration (a minute), and the scheduler waits on them.
 pub(super) const SLURM_DEADLINE: Duration = Duration::from_secs(15);
 
+/// How long a server opening on Slurm keeps asking a controller that is there but slow
+/// (each ask bounded by [`SLURM_DEADLINE`]) before it gives up starting: 120 s. A `div` waits
+/// for a server still opening up to [`crate::local::START_DEADLINE`] ×
+/// [`crate::local::OPENING_FACTOR`] (180 s), so the last ask ends inside that wait.
+pub(super) const OPEN_PATIENCE: Duration = Duration::from_secs(120);
+
+const _: () = assert!(
+    OPEN_PATIENCE.as_secs() + SLURM_DEADLINE.as_secs()
+        < crate::local::START_DEADLINE.as_secs() * crate::local::OPENING_FACTOR as u64
+);
+
 /// The error returned by [`slurm`]: what ran, and what it said or why it said nothing.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SlurmError {
@@ -33,6 +44,45 @@ pub(crate) enum SlurmError {
     /// It ran and refused: its error lines, one line.
     #[error("`{program}` said: {said}")]
     Said { program: String, said: String },
+}
+
+impl SlurmError {
+    /// Whether the controller was reached but slow: no answer within [`SLURM_DEADLINE`], or
+    /// Slurm's own `Socket timed out` (a controller slower than its `MessageTimeout`). Asking
+    /// again may be answered; a refusal, an unreachable controller or a missing Slurm will
+    /// not change by asking again, and is said at once.
+    pub(crate) fn is_slow(&self) -> bool {
+        match self {
+            SlurmError::NoAnswer { .. } => true,
+            SlurmError::Said { said, .. } => said.contains("timed out"),
+            SlurmError::NotRun { .. } | SlurmError::Failed { .. } => false,
+        }
+    }
+}
+
+/// `ask`'s answer, asked again while the controller is only slow ([`SlurmError::is_slow`])
+/// and `patience` has not passed since the first ask; each slow answer is logged. The last
+/// error is returned when it is not slow or patience has run out.
+pub(super) fn patiently<T>(
+    patience: Duration,
+    mut ask: impl FnMut() -> Result<T, SlurmError>,
+) -> Result<T, SlurmError> {
+    let first = Instant::now();
+    let mut asked = 1u32;
+    loop {
+        match ask() {
+            Err(e) if e.is_slow() && first.elapsed() < patience => {
+                tracing::warn!(
+                    asked,
+                    waited_s = first.elapsed().as_secs(),
+                    patience_s = patience.as_secs(),
+                    "Slurm is slow to answer ({e}); asking again"
+                );
+                asked += 1;
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// One Slurm command's output; the error says what ran and what it said. Killed past

@@ -120,7 +120,10 @@ impl SlurmExecutor {
         supervisor: &SupervisorCommand,
         home: &Path,
     ) -> Result<(SlurmExecutor, Inventory), OpenError> {
-        let parts = sinfo(&config.gres).map_err(OpenError::NoAnswer)?;
+        // A controller slow at this moment (a loaded cluster) is asked again, not taken for
+        // a cluster that is not there: the server is still opening, and `div` waits for it.
+        let parts = cluster::patiently(cluster::OPEN_PATIENCE, || sinfo(&config.gres))
+            .map_err(OpenError::NoAnswer)?;
         let mut gpus = Vec::new();
         let mut host_cores = 0;
         for (sku, partition) in &config.partitions {

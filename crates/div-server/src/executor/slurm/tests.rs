@@ -416,3 +416,50 @@ fn a_node_spec_binds_the_nodes_own_gpus_and_meters_from_its_start() {
     assert_eq!(cuda, ["0,1"]);
     assert_eq!(out.first_lines[0], "div: Slurm job 5, node 0 of 1 (n1)");
 }
+
+#[test]
+fn a_slow_controller_is_asked_again_and_a_refusal_is_said_at_once() {
+    use super::cluster::patiently;
+    let slow = || SlurmError::NoAnswer {
+        program: "sinfo".into(),
+    };
+    let timed_out = || SlurmError::Said {
+        program: "sinfo".into(),
+        said: "slurm_load_partitions: Socket timed out on send/recv operation".into(),
+    };
+    let refused = || SlurmError::Said {
+        program: "sinfo".into(),
+        said: "slurm_load_partitions: Unable to contact slurm controller (connect failure)".into(),
+    };
+    assert!(slow().is_slow() && timed_out().is_slow() && !refused().is_slow());
+
+    // Slow twice (our deadline, then Slurm's own), then answered: the answer.
+    let mut asks = 0;
+    let answer = patiently(Duration::from_secs(60), || {
+        asks += 1;
+        match asks {
+            1 => Err(slow()),
+            2 => Err(timed_out()),
+            _ => Ok(asks),
+        }
+    });
+    assert_eq!(answer.expect("answered on the third ask"), 3);
+
+    // A controller that cannot be reached is not asked again.
+    let mut asks = 0;
+    let answer: Result<(), _> = patiently(Duration::from_secs(60), || {
+        asks += 1;
+        Err(refused())
+    });
+    assert!(matches!(answer, Err(SlurmError::Said { .. })));
+    assert_eq!(asks, 1);
+
+    // Patience spent (none here): the slow answer is the error.
+    let mut asks = 0;
+    let answer: Result<(), _> = patiently(Duration::ZERO, || {
+        asks += 1;
+        Err(slow())
+    });
+    assert!(matches!(answer, Err(SlurmError::NoAnswer { .. })));
+    assert_eq!(asks, 1);
+}
