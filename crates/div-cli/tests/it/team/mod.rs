@@ -264,7 +264,7 @@ impl Member<'_> {
             .env("HOME", self.machine())
             .env("DIVERGENT_HOME", self.machine().join("state"))
             .env("SSL_CERT_FILE", self.team.ca())
-            .env("DIVERGENT_API_TIMEOUT", "10")
+            .env("DIVERGENT_API_TIMEOUT", crate::support::API_TIMEOUT)
             .env("NO_COLOR", "1");
         c
     }
