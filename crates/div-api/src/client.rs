@@ -326,24 +326,39 @@ impl HttpControlPlane {
             GaveUp::Final(TryFailure::Transport(e)) => ApiError::new(ErrorKind::Unavailable, e),
             GaveUp::Final(TryFailure::Status(status, body)) => self.status_error(status, &body),
             GaveUp::TimedOut { tries, last } => {
-                let what = match last {
-                    Some(TryFailure::Transport(e)) => format!(": {e}"),
+                // The last answer the server did give (a 429's `too_many_attempts`) keeps its
+                // code and details, so what the caller says of that answer is still said.
+                let server = match &last {
                     Some(TryFailure::Status(status, body)) => {
-                        format!(": {}", self.status_error(status, &body).message())
+                        Some(self.status_error(*status, body))
                     }
-                    Some(TryFailure::Error(e)) => format!(": {}", e.message()),
-                    None => String::new(),
+                    _ => None,
                 };
-                ApiError::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "the control plane at `{endpoint}` did not answer `{} {}` within {} ({}){what}",
-                        call.method,
-                        self.redact(&call.path),
-                        display::duration(until.saturating_duration_since(started)),
-                        display::tries(tries),
+                let what = match (&last, &server) {
+                    (_, Some(server)) => format!(": {}", server.message()),
+                    (Some(TryFailure::Transport(e)), _) => format!(": {e}"),
+                    (Some(TryFailure::Error(e)), _) => format!(": {}", e.message()),
+                    _ => String::new(),
+                };
+                let message = format!(
+                    "the control plane at `{endpoint}` did not answer `{} {}` within {} ({}){what}",
+                    call.method,
+                    self.redact(&call.path),
+                    display::duration(until.saturating_duration_since(started)),
+                    display::tries(tries),
+                );
+                match server
+                    .as_ref()
+                    .and_then(|s| s.code().map(|c| (c, s.details())))
+                {
+                    Some((code, details)) => ApiError::from_server(
+                        ErrorKind::Unavailable,
+                        code.to_owned(),
+                        message,
+                        details.clone(),
                     ),
-                )
+                    None => ApiError::new(ErrorKind::Unavailable, message),
+                }
             }
             GaveUp::Exhausted { tries, last } => {
                 let elapsed = display::duration(started.elapsed());

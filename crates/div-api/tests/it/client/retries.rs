@@ -99,6 +99,35 @@ async fn a_slow_answer_within_the_deadline_arrives() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refusal_then_no_answer_by_the_deadline_keeps_the_refusals_code() {
+    // Seen under `.ci/stress`: a 429 for too many bad tokens, then a try the loaded server did
+    // not answer in time. The refusal's code still reaches the caller (its hint hangs on it).
+    let server = Server::start(|_, n| {
+        if n == 0 {
+            Reply::error(
+                "429 Too Many Requests",
+                "too_many_attempts",
+                "too many bad tokens from `127.0.0.1`",
+            )
+        } else {
+            Reply {
+                delay: Duration::from_secs(30),
+                ..Reply::json("200 OK", &ex::catalogue())
+            }
+        }
+    });
+    let cp = server.client(Duration::from_secs(2));
+    let e = cp.catalogue().await.expect_err("not answered in time");
+    assert!(e.is_unavailable());
+    assert_eq!(e.code(), Some("too_many_attempts"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("(2 tries): too many bad tokens from `127.0.0.1`"),
+        "{e}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_slow_answer_past_the_deadline_is_unavailable() {
     let server = Server::start(|_, _| Reply {
         delay: Duration::from_secs(30),
