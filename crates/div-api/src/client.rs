@@ -347,16 +347,8 @@ impl HttpControlPlane {
                     display::duration(until.saturating_duration_since(started)),
                     display::tries(tries),
                 );
-                match server
-                    .as_ref()
-                    .and_then(|s| s.code().map(|c| (c, s.details())))
-                {
-                    Some((code, details)) => ApiError::from_server(
-                        ErrorKind::Unavailable,
-                        code.to_owned(),
-                        message,
-                        details.clone(),
-                    ),
+                match &server {
+                    Some(server) => unavailable_keeping_code(server, message),
                     None => ApiError::new(ErrorKind::Unavailable, message),
                 }
             }
@@ -370,15 +362,7 @@ impl HttpControlPlane {
                             display::tries(tries),
                             server.message()
                         );
-                        match server.code() {
-                            Some(code) => ApiError::from_server(
-                                ErrorKind::Unavailable,
-                                code.to_owned(),
-                                message,
-                                server.details().clone(),
-                            ),
-                            None => ApiError::new(ErrorKind::Unavailable, message),
-                        }
+                        unavailable_keeping_code(&server, message)
                     }
                     TryFailure::Transport(e) => ApiError::new(
                         ErrorKind::Unavailable,
@@ -460,5 +444,19 @@ impl HttpControlPlane {
                 ),
             ),
         }
+    }
+}
+
+/// An unavailable error saying `message` that keeps `server`'s code and details, where its
+/// answer had a code (what a caller says of that answer, a hint, hangs on it).
+fn unavailable_keeping_code(server: &ApiError, message: String) -> ApiError {
+    match server.code() {
+        Some(code) => ApiError::from_server(
+            ErrorKind::Unavailable,
+            code.to_owned(),
+            message,
+            server.details().clone(),
+        ),
+        None => ApiError::new(ErrorKind::Unavailable, message),
     }
 }
