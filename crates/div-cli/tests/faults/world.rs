@@ -46,17 +46,17 @@ impl Place {
         }
     }
 
-    /// A ceiling that a run reaches about 20 s after it starts: what 20 s of its GPUs cost
-    /// (SIGTERM comes a grace before it, about 12 s after the start, with every handler in
-    /// place even on a loaded machine).
+    /// A ceiling that a run reaches about 45 s after it starts: what 45 s of its GPUs cost
+    /// (SIGTERM comes a grace of 20 s before it, about 25 s after the start, with every
+    /// handler in place even on a loaded machine).
     pub(crate) fn ceiling(self) -> &'static str {
         match self {
-            // 4 H100s, $19.80/h: 11 cents buy 20 s.
-            Place::Local => "0.11",
-            // $4.95/h: 3 cents buy 21.8 s.
-            Place::SlurmOneNode => "0.03",
-            // 8 H100s, $39.60/h: 22 cents buy 20 s.
-            Place::SlurmFourNodes => "0.22",
+            // 4 H100s, $19.80/h: 25 cents buy 45.5 s.
+            Place::Local => "0.25",
+            // $4.95/h: 6 cents buy 43.6 s.
+            Place::SlurmOneNode => "0.06",
+            // 8 H100s, $39.60/h: 50 cents buy 45.5 s.
+            Place::SlurmFourNodes => "0.50",
         }
     }
 }
