@@ -9,7 +9,7 @@ use div_api::{ControlPlane, ListRuns, Options, RunStatus};
 use div_server::{GpuSource, SandboxMode, ServerOptions, SupervisorCommand};
 
 use super::shared::local::{
-    STOP_DEADLINE, answering, client, held, pid, signal_terminate, start_serving,
+    STOP_DEADLINE, answering, client, held, pid, signal_terminate, start_serving, this_div,
 };
 use crate::args::{ServeArgs, ServerCommand};
 use crate::exit_codes;
@@ -131,7 +131,7 @@ async fn run(
     serve: &ServeArgs,
 ) -> Result<i32, Failure> {
     let team = team_listener(settings, serve)?;
-    let exe = std::env::current_exe()
+    let exe = this_div()
         .context("could not find the div executable, which supervises runs")
         .map_err(|e| Failure::new(exit_codes::LOCAL, e))?;
     let options = ServerOptions {

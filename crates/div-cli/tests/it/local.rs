@@ -229,6 +229,57 @@ impl Local {
     }
 }
 
+/// A `div` whose file is replaced while it runs still starts the local control plane. Linux
+/// then names the running executable `PATH (deleted)`: an upgrade does this, and so does
+/// cargo, which links `target/debug/div` again at the start of every `cargo test` (two suites
+/// at once, `.ci/stress`, once failed here). The `div` now at `PATH` serves.
+#[test]
+fn a_div_replaced_while_it_runs_still_starts_the_local_control_plane() {
+    use std::io::Write;
+    let local = quickstart();
+    let bin = local.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let div = bin.join("div");
+    // As cargo does: a link to the same file where it can, else a copy.
+    let place = || {
+        if std::fs::hard_link(crate::support::DIV, &div).is_err() {
+            std::fs::copy(crate::support::DIV, &div).expect("copy div");
+        }
+    };
+    place();
+    // `secrets set` reads its value before it asks the control plane: it waits on stdin.
+    let mut child = local
+        .command_of(&div, &["secrets", "set", "HF_TOKEN"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("div starts");
+    std::fs::remove_file(&div).expect("remove div");
+    place();
+    let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).expect("its executable");
+    assert!(
+        exe.to_string_lossy().ends_with(" (deleted)"),
+        "the running div was not replaced: {exe:?}"
+    );
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin.write_all(b"from-secret\n").expect("write stdin");
+    drop(stdin);
+    let set = child.wait_with_output().expect("div runs");
+    assert_eq!(set.status.code(), Some(0), "{}", text(&set.stderr));
+    assert!(
+        text(&set.stderr).starts_with("secret HF_TOKEN set;"),
+        "{}",
+        text(&set.stderr)
+    );
+    let ls = local.div(&["secrets", "ls"]);
+    assert!(
+        text(&ls.stdout).contains("HF_TOKEN"),
+        "{}",
+        text(&ls.stderr)
+    );
+}
+
 #[test]
 fn the_commands_around_a_run() {
     let local = quickstart();

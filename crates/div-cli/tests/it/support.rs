@@ -250,7 +250,12 @@ impl Local {
     /// `div args…` in the project, with only `PATH`, `HOME`, `DIVERGENT_HOME`, `NO_COLOR`
     /// (and the emulated GPUs) set.
     pub(crate) fn command(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(DIV);
+        self.command_of(Path::new(DIV), args)
+    }
+
+    /// As `command`, with the `div` executable at `div`.
+    pub(crate) fn command_of(&self, div: &Path, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(div);
         c.args(args)
             .current_dir(self.project())
             .env_clear()

@@ -2,7 +2,7 @@
 //! when it runs with another GPU inventory than the one asked for), and asked after, for
 //! `connect` and for `div server`, `div config` and `div dashboard`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
@@ -16,9 +16,35 @@ use crate::settings::Settings;
 /// How long `div server stop` waits for it to go.
 pub(crate) const STOP_DEADLINE: Duration = Duration::from_secs(10);
 
+/// This `div` executable, which serves the local control plane and supervises runs.
+///
+/// When its file is replaced while it runs (an upgrade, or cargo linking `target/debug/div`
+/// again for another `cargo test`), Linux names the running executable `PATH (deleted)`;
+/// the `div` now at `PATH` is then the one to start. With nothing there, it says so.
+pub(crate) fn this_div() -> std::io::Result<PathBuf> {
+    replaced_by(std::env::current_exe()?)
+}
+
+/// `exe` itself when it is there, else the file that took its place.
+fn replaced_by(exe: PathBuf) -> std::io::Result<PathBuf> {
+    if exe.exists() {
+        return Ok(exe);
+    }
+    match exe.to_str().and_then(|e| e.strip_suffix(" (deleted)")) {
+        Some(path) if Path::new(path).is_file() => Ok(PathBuf::from(path)),
+        Some(path) => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "`{path}` was removed while this div ran, and nothing took its place; run the command again with the div you have now"
+            ),
+        )),
+        None => Ok(exe),
+    }
+}
+
 /// The local control plane of the settings' home, served by this `div`.
 fn local(settings: &Settings) -> Result<LocalControlPlane, Failure> {
-    let exe = std::env::current_exe()
+    let exe = this_div()
         .context("could not find the div executable to start the local control plane")
         .map_err(|e| Failure::new(exit_codes::UNREACHABLE, e))?;
     Ok(LocalControlPlane::new(&settings.home, exe).emulate_gpus(settings.emulate_gpus.clone()))
@@ -210,4 +236,42 @@ pub(crate) fn held(home: &Path) -> bool {
 pub(crate) fn signal_terminate(pid: i32) -> bool {
     use rustix::process::{Pid, Signal, kill_process};
     Pid::from_raw(pid).is_some_and(|pid| kill_process(pid, Signal::TERM).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replaced_by;
+
+    #[test]
+    fn a_div_replaced_while_it_ran_is_the_file_now_in_its_place() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let div = tmp.path().join("div");
+        std::fs::write(&div, "the new div").expect("write");
+        let named = tmp.path().join("div (deleted)");
+        assert_eq!(replaced_by(named).expect("the new div"), div);
+        assert_eq!(replaced_by(div.clone()).expect("itself"), div);
+    }
+
+    #[test]
+    fn a_div_removed_while_it_ran_says_so() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let named = tmp.path().join("div (deleted)");
+        let said = replaced_by(named)
+            .expect_err("nothing in its place")
+            .to_string();
+        assert!(said.contains("was removed while this div ran"), "{said}");
+        assert!(
+            said.ends_with("run the command again with the div you have now"),
+            "{said}"
+        );
+    }
+
+    /// A file truly named `… (deleted)` is that file.
+    #[test]
+    fn a_file_named_deleted_is_itself() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let named = tmp.path().join("div (deleted)");
+        std::fs::write(&named, "a div").expect("write");
+        assert_eq!(replaced_by(named.clone()).expect("itself"), named);
+    }
 }
